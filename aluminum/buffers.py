@@ -1,0 +1,155 @@
+"""Turn anything a user may pass as a buffer into one small ``Buffer`` record.
+
+This is the only place that knows what a buffer is.  Accepted, in this order: numpy arrays
+(fast path), objects exposing ``__cuda_array_interface__`` (device buffers: cupy, torch CUDA,
+fakes in tests), torch CPU tensors, ``__array_interface__`` providers, ``__dlpack__``
+providers and anything with the buffer protocol.  Buffers must be C-contiguous; they are
+flattened to one dimension (collectives count elements, not shapes).
+"""
+from __future__ import annotations
+
+import builtins
+from dataclasses import dataclass
+
+import numpy as np
+
+from . import dtypes
+from .errors import BufferError
+
+HOST = "cpu"
+CUDA = "cuda"
+
+
+@dataclass(slots=True)
+class Buffer:
+    """One contiguous run of ``count`` elements of ``dtype``.
+
+    ``array`` is a flat numpy view for host memory (``None`` for device memory); ``address``
+    is the first element's address for device memory (host buffers compute ``ptr`` on
+    demand, keeping it off the hot path); ``obj`` is what the user passed (kept alive).
+    """
+
+    obj: object
+    array: np.ndarray | None
+    address: int | None
+    dtype: np.dtype
+    count: int
+    device: str
+    writable: bool
+
+    @property
+    def ptr(self) -> int:
+        """Address of the first element."""
+        if self.address is None:
+            return self.array.__array_interface__["data"][0]
+        return self.address
+
+    @property
+    def nbytes(self) -> int:
+        return self.count * self.dtype.itemsize
+
+    @property
+    def is_host(self) -> bool:
+        return self.device == HOST
+
+    def describe(self) -> str:
+        """``"1024 elements of float32"`` — the phrase error messages use."""
+        return f"{self.count} elements of {dtypes.describe(self.dtype)}"
+
+
+def as_buffer(obj: object, name: str = "buf") -> Buffer:
+    """Describe ``obj`` as a ``Buffer``; raise ``BufferError`` naming ``name`` if it is not one."""
+    if type(obj) is np.ndarray:
+        return _from_ndarray(obj, obj, name)
+    if hasattr(obj, "__cuda_array_interface__"):
+        return _from_cuda_interface(obj, name)
+    if _is_torch_tensor(obj):
+        return _from_ndarray(obj, _torch_to_numpy(obj, name), name)
+    if isinstance(obj, np.ndarray):
+        return _from_ndarray(obj, obj, name)
+    if hasattr(obj, "__array_interface__"):
+        return _from_ndarray(obj, np.asarray(obj), name)
+    if hasattr(obj, "__dlpack__"):
+        try:
+            array = np.from_dlpack(obj)
+        except (TypeError, RuntimeError, builtins.BufferError, ValueError) as exc:
+            raise BufferError(f"{name}: could not import the DLPack buffer ({exc})") from exc
+        return _from_ndarray(obj, array, name)
+    try:
+        view = memoryview(obj)
+    except TypeError:
+        raise BufferError(
+            f"{name}: expected a buffer (numpy array, torch tensor, buffer-protocol, "
+            f"__array_interface__, __dlpack__ or __cuda_array_interface__ object), "
+            f"got {type(obj).__name__}") from None
+    if not view.c_contiguous:
+        raise BufferError(f"{name}: expected a C-contiguous buffer, got a non-contiguous "
+                          f"{type(obj).__name__}")
+    return _from_ndarray(obj, np.asarray(view), name)
+
+
+def _from_ndarray(obj: object, array: np.ndarray, name: str) -> Buffer:
+    if not array.flags.c_contiguous:
+        raise BufferError(f"{name}: expected a C-contiguous buffer, got a non-contiguous view "
+                          f"with shape {array.shape} and strides {array.strides}")
+    dtype = array.dtype
+    if dtype not in dtypes.SUPPORTED_DTYPES:
+        raise BufferError(f"{name}: unsupported dtype {dtype}; expected a numpy integer or "
+                          f"float type, bool, float16 or bfloat16")
+    flat = array if array.ndim == 1 else array.reshape(-1)
+    return Buffer(obj, flat, None, dtype, flat.size, HOST, array.flags.writeable)
+
+
+def _from_cuda_interface(obj: object, name: str) -> Buffer:
+    iface = obj.__cuda_array_interface__
+    shape = tuple(iface["shape"])
+    try:
+        dtype = np.dtype(iface["typestr"])
+    except TypeError as exc:
+        raise BufferError(f"{name}: unsupported typestr {iface['typestr']!r}") from exc
+    if iface.get("descr") and iface["descr"][0][0] == "bf16":
+        dtype = dtypes.bfloat16
+    if dtype not in dtypes.SUPPORTED_DTYPES and dtype.kind == "V" and dtype.itemsize == 2:
+        dtype = dtypes.bfloat16
+    if dtype not in dtypes.SUPPORTED_DTYPES:
+        raise BufferError(f"{name}: unsupported dtype {dtype} in __cuda_array_interface__")
+    count = int(np.prod(shape, dtype=np.int64)) if shape else 1
+    strides = iface.get("strides")
+    if strides is not None and count > 1:
+        expected = _c_strides(shape, dtype.itemsize)
+        if tuple(s for s, n in zip(strides, shape) if n > 1) != tuple(
+                s for s, n in zip(expected, shape) if n > 1):
+            raise BufferError(f"{name}: expected a C-contiguous device buffer, got strides "
+                              f"{tuple(strides)} for shape {shape}")
+    ptr, readonly = iface["data"]
+    return Buffer(obj, None, int(ptr), dtype, count, CUDA, not readonly)
+
+
+def _c_strides(shape: tuple, itemsize: int) -> tuple:
+    strides, step = [], itemsize
+    for n in reversed(shape):
+        strides.append(step)
+        step *= max(n, 1)
+    return tuple(reversed(strides))
+
+
+def _is_torch_tensor(obj: object) -> bool:
+    return type(obj).__module__.startswith("torch") and hasattr(obj, "is_cuda")
+
+
+def _torch_to_numpy(tensor, name: str) -> np.ndarray:
+    import torch
+
+    tensor = tensor.detach()
+    if not tensor.is_contiguous():
+        raise BufferError(f"{name}: expected a contiguous tensor, got strides {tensor.stride()} "
+                          f"for shape {tuple(tensor.shape)}")
+    if tensor.device.type != "cpu":
+        raise BufferError(f"{name}: tensor on device {tensor.device} has no "
+                          f"__cuda_array_interface__; expected a CPU or CUDA tensor")
+    if tensor.dtype == torch.bfloat16:
+        return tensor.view(torch.int16).numpy().view(dtypes.bfloat16)
+    try:
+        return tensor.numpy()
+    except TypeError as exc:
+        raise BufferError(f"{name}: unsupported tensor dtype {tensor.dtype}") from exc

@@ -1,0 +1,110 @@
+"""Communicators: a process group bound to a backend (and, for GPU backends, a stream).
+
+Each communicator duplicates its MPI communicator, so aluminum's traffic never mixes with the
+user's, and splits a node-local one for ``local_rank``/``local_size``.  Custom algorithms tag
+their messages with a per-communicator sequence number (``next_tag``): every rank issues
+collectives in the same order, so concurrent operations never match each other's messages.
+"""
+from __future__ import annotations
+
+import itertools
+
+from mpi4py import MPI
+
+from . import runtime
+from .errors import CommunicatorError
+
+# Tags cycle below the MPI-guaranteed minimum of MPI_TAG_UB (32767); tag 0 is left for
+# Aluminum-style untagged point-to-point.
+_TAG_SPAN = 32000
+
+
+class Communicator:
+    """Base class: group bookkeeping shared by every backend's communicator."""
+
+    backend_name: str = ""
+
+    def __init__(self, mpi_comm: MPI.Comm | None = None, stream=None):
+        world = runtime.ensure_initialized()
+        parent = world if mpi_comm is None else mpi_comm
+        if not isinstance(parent, MPI.Comm) or parent == MPI.COMM_NULL:
+            raise CommunicatorError(f"mpi_comm: expected an mpi4py communicator, got {parent!r}")
+        from .backends import get_backend
+
+        self.backend = get_backend(self.backend_name)
+        self._mpi = parent.Dup()
+        local = self._mpi.Split_type(MPI.COMM_TYPE_SHARED)
+        self.local_rank, self.local_size = local.Get_rank(), local.Get_size()
+        self._local = local
+        self.rank, self.size = self._mpi.Get_rank(), self._mpi.Get_size()
+        self._stream = stream
+        self._tags = itertools.count(1)
+        self._scratch: dict = {}
+        runtime.register_communicator(self)
+
+    @property
+    def stream(self):
+        """The stream operations are ordered on when a call passes ``stream=None``."""
+        return self._stream
+
+    @property
+    def mpi_comm(self) -> MPI.Comm:
+        """The private duplicated MPI communicator (raises if the communicator was freed)."""
+        if self._mpi is None:
+            raise self.unusable_error()
+        return self._mpi
+
+    @property
+    def local_comm(self) -> MPI.Comm:
+        """The node-local MPI communicator (ranks sharing memory with this one)."""
+        if self._mpi is None:
+            raise self.unusable_error()
+        return self._local
+
+    @property
+    def freed(self) -> bool:
+        return self._mpi is None
+
+    def next_tag(self) -> int:
+        """A fresh tag for one operation's messages; identical on every rank for the same op."""
+        return 1 + next(self._tags) % _TAG_SPAN
+
+    def unusable_error(self) -> CommunicatorError:
+        if runtime.finalized():
+            return CommunicatorError("comm: aluminum was finalized (al.finalize()); "
+                                     "no communication is possible afterwards")
+        return CommunicatorError(f"comm: this {type(self).__name__} was freed")
+
+    def copy(self, stream=None) -> "Communicator":
+        """A communicator over the same group bound to ``stream``."""
+        return type(self)(self.mpi_comm, stream=stream)
+
+    def free(self) -> None:
+        """Release the MPI resources (idempotent).  Later calls raise ``CommunicatorError``."""
+        mpi, self._mpi = self._mpi, None
+        if mpi is None:
+            return
+        for resource in self._scratch.values():
+            close = getattr(resource, "close", None)
+            if close is not None:
+                close()
+        self._scratch.clear()
+        if not MPI.Is_finalized():
+            self._local.Free()
+            mpi.Free()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.free()
+
+    def __repr__(self) -> str:
+        state = "freed" if self._mpi is None else f"rank {self.rank} of {self.size}"
+        return f"<{type(self).__name__} {state}>"
+
+
+class MPICommunicator(Communicator):
+    """A communicator on the MPI backend (host buffers, no stream)."""
+
+    backend_name = "mpi"

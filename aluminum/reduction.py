@@ -1,0 +1,112 @@
+"""Reduction operators: the closed set, which dtypes each accepts, and how numpy computes it.
+
+All operators are commutative.  ``AVG`` is a sum followed by a division by the communicator
+size (floats: true division in the element type; integers: truncation toward zero, as NCCL's
+``ncclAvg``).  Logical operators yield 0/1 (False/True) whatever the communicator size.
+"""
+from __future__ import annotations
+
+import enum
+
+import numpy as np
+
+from . import dtypes
+from .errors import ArgumentError, UnsupportedError
+
+
+class ReductionOp(enum.Enum):
+    """The reduction operators of Aluminum (``al.SUM`` ... ``al.AVG``)."""
+
+    SUM = "sum"
+    PROD = "prod"
+    MIN = "min"
+    MAX = "max"
+    LOR = "lor"
+    LAND = "land"
+    LXOR = "lxor"
+    BOR = "bor"
+    BAND = "band"
+    BXOR = "bxor"
+    AVG = "avg"
+
+    @property
+    def is_logical(self) -> bool:
+        return self in _LOGICAL
+
+    @property
+    def is_bitwise(self) -> bool:
+        return self in _BITWISE
+
+    def reduce_into(self, inout: np.ndarray, other: np.ndarray) -> None:
+        """``inout = inout (op) other`` element-wise, in place (AVG accumulates a sum)."""
+        _UFUNCS[self](inout, other, out=inout)
+
+    def finish(self, result: np.ndarray, comm_size: int) -> None:
+        """Post-process a fully reduced result in place (AVG division, logical 0/1)."""
+        if self is ReductionOp.AVG:
+            if dtypes.is_integer(result.dtype):
+                np.copyto(result, np.trunc(result / comm_size).astype(result.dtype))
+            else:
+                np.divide(result, result.dtype.type(comm_size), out=result)
+        elif self in _LOGICAL and comm_size == 1:
+            np.not_equal(result, 0, out=result)
+
+
+_LOGICAL = frozenset({ReductionOp.LOR, ReductionOp.LAND, ReductionOp.LXOR})
+_BITWISE = frozenset({ReductionOp.BOR, ReductionOp.BAND, ReductionOp.BXOR})
+_ARITHMETIC = frozenset({ReductionOp.SUM, ReductionOp.PROD, ReductionOp.AVG})
+
+_UFUNCS = {
+    ReductionOp.SUM: np.add,
+    ReductionOp.AVG: np.add,
+    ReductionOp.PROD: np.multiply,
+    ReductionOp.MIN: np.minimum,
+    ReductionOp.MAX: np.maximum,
+    ReductionOp.LOR: np.logical_or,
+    ReductionOp.LAND: np.logical_and,
+    ReductionOp.LXOR: np.logical_xor,
+    ReductionOp.BOR: np.bitwise_or,
+    ReductionOp.BAND: np.bitwise_and,
+    ReductionOp.BXOR: np.bitwise_xor,
+}
+
+_BY_NAME = {op.value: op for op in ReductionOp} | {op.name: op for op in ReductionOp}
+
+
+def as_reduction_op(op: object) -> ReductionOp:
+    """Accept ``al.SUM`` or a case-insensitive name such as ``"sum"``; reject anything else."""
+    if type(op) is ReductionOp:
+        return op
+    found = _BY_NAME.get(op.lower()) if isinstance(op, str) else None
+    if found is None:
+        names = ", ".join(o.value for o in ReductionOp)
+        raise ArgumentError(f"op: expected one of {names} (or al.SUM ...), got {op!r}")
+    return found
+
+
+_VALID_CACHE: dict[tuple[ReductionOp, np.dtype], bool] = {}
+
+
+def check_op_for_dtype(op: ReductionOp, dtype: np.dtype) -> None:
+    """Raise ``UnsupportedError`` when ``op`` is not defined on ``dtype`` (e.g. BAND on float)."""
+    key = (op, dtype)
+    ok = _VALID_CACHE.get(key)
+    if ok is None:
+        ok = _VALID_CACHE[key] = _op_allows(op, dtype)
+    if not ok:
+        raise UnsupportedError(f"op: {op.name} is not defined for dtype {dtypes.describe(dtype)}"
+                               f"{_hint(op, dtype)}")
+
+
+def _op_allows(op: ReductionOp, dtype: np.dtype) -> bool:
+    if dtype == np.bool_:
+        return op in _LOGICAL or op in _BITWISE or op in (ReductionOp.MIN, ReductionOp.MAX)
+    if dtypes.is_integer(dtype):
+        return True
+    return op in _ARITHMETIC or op in (ReductionOp.MIN, ReductionOp.MAX)
+
+
+def _hint(op: ReductionOp, dtype: np.dtype) -> str:
+    if dtype == np.bool_:
+        return " (bool buffers take logical, bitwise, MIN and MAX ops)"
+    return " (floating types take SUM, PROD, MIN, MAX and AVG)"

@@ -1,0 +1,334 @@
+"""Choose a collective algorithm from a measured tuning table (the paper's "minimal").
+
+Table format ``aluminum-tuning/1`` (shared/DESIGN.md §4)::
+
+    {"format": "aluminum-tuning/1", "created": ..., "host": ..., "mpi": ...,
+     "ranks_per_node": 2, "note": ...,                      # metadata, all optional
+     "model": {"alpha": 2e-6, "beta": 1.5e-10},             # optional, cost-model fallback
+     "rules": [{"backend": "mpi", "op": "allreduce", "comm_size": 2,
+                "by_bytes": [[0, "recursive_doubling"], [65536, "shared_memory"]]}]}
+
+Where the table comes from, first usable wins: ``$AL_TUNING_FILE``, then
+``user_table_path()`` (``$XDG_CACHE_HOME/aluminum/tuning.json`` or
+``~/.cache/aluminum/tuning.json``; silently skipped when absent), then the table shipped in
+``aluminum/data/default_tuning.json``. A table that cannot be used (unreadable, bad JSON,
+wrong format version, malformed rule, thresholds not strictly ascending, an algorithm its
+backend does not know) is rejected as a whole with a ``TuningTableWarning`` naming the file,
+the problem and the fallback; selection never raises because of a table.
+
+Selection for (backend, op, comm_size, nbytes):
+
+- the rule of that comm size, or of the nearest measured one (ties go to the smaller);
+  the entry with the nearest threshold <= nbytes wins; below the first threshold the table
+  says nothing and the caller's ``default`` is returned (Open MPI's rule-file semantics);
+- no rule at all for (backend, op): the α-β model (``aluminum.costmodel``) picks among the
+  algorithms the backend reports through ``set_known_algorithms`` that the model knows, with
+  the table's ``model`` parameters (else ``DEFAULT_ALPHA``/``DEFAULT_BETA``);
+- otherwise ``default``.
+
+Decisions are cached per (backend, op, comm_size, nbytes, default); a hit is one dict lookup.
+"""
+
+from __future__ import annotations
+
+import json
+import operator
+import os
+import threading
+import warnings
+from bisect import bisect_right
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Collection
+
+from aluminum import costmodel
+
+FORMAT = "aluminum-tuning/1"
+# Fitted to an mpi4py ping-pong between two ranks on the 2-core development machine.
+DEFAULT_ALPHA = 2e-6
+DEFAULT_BETA = 1.5e-10
+SHIPPED_TABLE_PATH = Path(__file__).resolve().parent / "data" / "default_tuning.json"
+_CACHE_LIMIT = 1 << 16
+
+KnownAlgorithms = Callable[[str, str], Collection[str]]
+
+
+class TuningTableError(ValueError):
+    """A tuning table that cannot be used; the message says where in it and why."""
+
+
+class TuningTableWarning(UserWarning):
+    """A tuning table was rejected and the selector fell back to the next source."""
+
+
+@dataclass(frozen=True)
+class Rule:
+    """Algorithms by ascending byte threshold for one (backend, op, comm_size)."""
+
+    backend: str
+    op: str
+    comm_size: int
+    by_bytes: tuple[tuple[int, str], ...]
+
+    def choose(self, nbytes: int) -> str | None:
+        """Return the algorithm of the nearest threshold <= nbytes; None below the first."""
+        i = bisect_right(self.by_bytes, nbytes, key=operator.itemgetter(0))
+        return self.by_bytes[i - 1][1] if i else None
+
+
+@dataclass(frozen=True)
+class Table:
+    """A validated tuning table: rules, cost-model parameters, metadata and where it came from."""
+
+    rules: tuple[Rule, ...] = ()
+    model: costmodel.AlphaBeta | None = None
+    metadata: dict[str, Any] = field(default_factory=dict)
+    source: str = "<none>"
+
+    def rules_for(self, backend: str, op: str) -> dict[int, Rule]:
+        """Return the rules of (backend, op) keyed by comm size."""
+        return {r.comm_size: r for r in self.rules if r.backend == backend and r.op == op}
+
+    def to_json(self) -> dict[str, Any]:
+        """Return the table as an ``aluminum-tuning/1`` JSON object."""
+        data: dict[str, Any] = {"format": FORMAT, **self.metadata}
+        if self.model is not None:
+            data["model"] = {"alpha": self.model.alpha, "beta": self.model.beta}
+        data["rules"] = [{"backend": r.backend, "op": r.op, "comm_size": r.comm_size,
+                          "by_bytes": [list(e) for e in r.by_bytes]} for r in self.rules]
+        return data
+
+
+def _json_type(value: Any) -> str:
+    names = {dict: "object", list: "array", str: "string", bool: "boolean",
+             int: "integer", float: "number", type(None): "null"}
+    return names.get(type(value), type(value).__name__)
+
+
+def _require(data: dict[str, Any], key: str, kind: type, where: str) -> Any:
+    if key not in data:
+        raise TuningTableError(f"{where}: missing key {key!r}")
+    value = data[key]
+    if not isinstance(value, kind) or isinstance(value, bool) and kind is not bool:
+        raise TuningTableError(f"{where}.{key}: expected {kind.__name__}, "
+                               f"got {_json_type(value)} {value!r}")
+    return value
+
+
+def _parse_model(raw: Any) -> costmodel.AlphaBeta:
+    if not isinstance(raw, dict):
+        raise TuningTableError(f"model: expected an object, got {_json_type(raw)}")
+    values = []
+    for key in ("alpha", "beta"):
+        if key not in raw:
+            raise TuningTableError(f"model: missing key {key!r}")
+        value = raw[key]
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
+            raise TuningTableError(f"model.{key}: expected a number >= 0, got {value!r}")
+        values.append(float(value))
+    return costmodel.AlphaBeta(*values)
+
+
+def _parse_rule(where: str, raw: Any, known: KnownAlgorithms | None) -> Rule:
+    if not isinstance(raw, dict):
+        raise TuningTableError(f"{where}: expected an object, got {_json_type(raw)}")
+    backend = _require(raw, "backend", str, where)
+    op = _require(raw, "op", str, where)
+    comm_size = _require(raw, "comm_size", int, where)
+    if comm_size < 1:
+        raise TuningTableError(f"{where}.comm_size: expected an integer >= 1, got {comm_size}")
+    entries = _require(raw, "by_bytes", list, where)
+    if not entries:
+        raise TuningTableError(f"{where}.by_bytes: expected at least one [bytes, algorithm]")
+    by_bytes: list[tuple[int, str]] = []
+    for j, entry in enumerate(entries):
+        here = f"{where}.by_bytes[{j}]"
+        if (not isinstance(entry, list) or len(entry) != 2 or isinstance(entry[0], bool)
+                or not isinstance(entry[0], int) or not isinstance(entry[1], str)):
+            raise TuningTableError(f"{here}: expected [bytes (integer), algorithm (string)], "
+                                   f"got {entry!r}")
+        if entry[0] < 0:
+            raise TuningTableError(f"{here}: expected a threshold >= 0, got {entry[0]}")
+        if by_bytes and entry[0] <= by_bytes[-1][0]:
+            raise TuningTableError(f"{here}: thresholds must strictly ascend, got {entry[0]} "
+                                   f"after {by_bytes[-1][0]}")
+        by_bytes.append((entry[0], entry[1]))
+    if known is not None:
+        try:
+            names = set(known(backend, op))
+        except Exception as exc:  # a registry may reject an unknown backend any way it likes
+            raise TuningTableError(f"{where}: no {op!r} algorithms known for backend "
+                                   f"{backend!r} ({type(exc).__name__}: {exc})") from exc
+        unknown = sorted({algo for _, algo in by_bytes} - names)
+        if unknown:
+            raise TuningTableError(f"{where}: unknown {op} algorithm(s) {unknown} for backend "
+                                   f"{backend!r}; expected one of {sorted(names)}")
+    return Rule(backend, op, comm_size, tuple(by_bytes))
+
+
+def parse_table(data: Any, source: str = "<memory>",
+                known_algorithms: KnownAlgorithms | None = None) -> Table:
+    """Validate a decoded JSON table and return it; raise TuningTableError saying what is wrong.
+
+    Algorithm names are checked only when `known_algorithms(backend, op)` is given."""
+    if not isinstance(data, dict):
+        raise TuningTableError(f"expected a JSON object at top level, got {_json_type(data)}")
+    if "format" not in data:
+        raise TuningTableError(f"missing key 'format' (expected {FORMAT!r})")
+    if data["format"] != FORMAT:
+        raise TuningTableError(f"format: expected {FORMAT!r}, got {data['format']!r}")
+    raw_rules = _require(data, "rules", list, "table")
+    rules: list[Rule] = []
+    seen: dict[tuple[str, str, int], int] = {}
+    for i, raw in enumerate(raw_rules):
+        rule = _parse_rule(f"rules[{i}]", raw, known_algorithms)
+        key = (rule.backend, rule.op, rule.comm_size)
+        if key in seen:
+            raise TuningTableError(f"rules[{i}]: duplicates rules[{seen[key]}] for backend "
+                                   f"{key[0]!r}, op {key[1]!r}, comm_size {key[2]}")
+        seen[key] = i
+        rules.append(rule)
+    model = _parse_model(data["model"]) if "model" in data else None
+    metadata = {k: v for k, v in data.items() if k not in ("format", "rules", "model")}
+    return Table(tuple(rules), model, metadata, source)
+
+
+def read_table(path: str | os.PathLike[str],
+               known_algorithms: KnownAlgorithms | None = None) -> Table:
+    """Read and validate the table at `path`; raise TuningTableError on any problem."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise TuningTableError(f"cannot read it ({type(exc).__name__}: {exc})") from exc
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise TuningTableError(f"not valid JSON ({exc})") from exc
+    return parse_table(data, str(path), known_algorithms)
+
+
+def write_table(table: Table, path: str | os.PathLike[str]) -> Path:
+    """Write `table` as JSON to `path` atomically (creating its directory); return the path."""
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(table.to_json(), indent=1) + "\n", encoding="utf-8")
+    os.replace(tmp, target)
+    return target
+
+
+def user_table_path() -> Path:
+    """Return the per-user table location the tuner writes and the selector reads."""
+    xdg = os.environ.get("XDG_CACHE_HOME", "")
+    base = Path(xdg) if os.path.isabs(xdg) else Path.home() / ".cache"
+    return base / "aluminum" / "tuning.json"
+
+
+_cache: dict[tuple[str, str, int, int, str], str] = {}
+_table: Table | None = None
+_known: KnownAlgorithms | None = None
+_lock = threading.RLock()
+
+
+def _sources() -> list[tuple[Path, str]]:
+    """Return the table locations to try, in order, each with where it came from."""
+    sources: list[tuple[Path, str]] = []
+    env = os.environ.get("AL_TUNING_FILE")
+    if env:
+        sources.append((Path(env), "AL_TUNING_FILE"))
+    user = user_table_path()
+    if user.exists():
+        sources.append((user, "user cache"))
+    sources.append((SHIPPED_TABLE_PATH, "shipped default"))
+    return sources
+
+
+def _load() -> Table:
+    sources = _sources()
+    for i, (path, origin) in enumerate(sources):
+        try:
+            return read_table(path, _known)
+        except TuningTableError as exc:
+            if i + 1 < len(sources):
+                fallback = f"the {sources[i + 1][1]} table {sources[i + 1][0]}"
+            else:
+                fallback = "no table (the α-β cost model where it applies, else each default)"
+            warnings.warn(f"aluminum: ignoring tuning table {path} (from {origin}): {exc}; "
+                          f"falling back to {fallback}", TuningTableWarning)
+    return Table()
+
+
+def current_table() -> Table:
+    """Return the table in use, loading it on first call (never raises for a bad table)."""
+    global _table
+    with _lock:
+        if _table is None:
+            _table = _load()
+        return _table
+
+
+def reload() -> None:
+    """Forget the table and every cached decision; the next selection rereads the environment."""
+    global _table
+    with _lock:
+        _table = None
+        _cache.clear()
+
+
+def set_known_algorithms(known: KnownAlgorithms | None) -> KnownAlgorithms | None:
+    """Register `known(backend, op) -> names` for validation and the model; return the old one.
+
+    Drops the loaded table and cache, so the table is revalidated against it."""
+    global _known
+    with _lock:
+        previous, _known = _known, known
+        reload()
+    return previous
+
+
+def _nearest(sizes: Collection[int], comm_size: int) -> int:
+    return min(sizes, key=lambda s: (abs(s - comm_size), s))
+
+
+def _decide(table: Table, backend: str, op: str, comm_size: int, nbytes: int,
+            default: str) -> str:
+    rules = table.rules_for(backend, op)
+    if rules:
+        return rules[_nearest(rules, comm_size)].choose(nbytes) or default
+    if _known is None:
+        return default
+    try:
+        known = set(_known(backend, op))
+    except Exception:  # the backend or op is not registered: nothing to model
+        return default
+    candidates = [a for a in costmodel.algorithms(op) if a in known]
+    if not candidates:
+        return default
+    model = table.model or costmodel.AlphaBeta(DEFAULT_ALPHA, DEFAULT_BETA)
+    return costmodel.best(op, comm_size, nbytes, model.alpha, model.beta, candidates)
+
+
+def _select_uncached(backend: str, op: str, comm_size: int, nbytes: int,
+                     default: str) -> str:
+    comm_size, nbytes = operator.index(comm_size), operator.index(nbytes)
+    if comm_size < 1:
+        raise ValueError(f"comm_size: expected an integer >= 1, got {comm_size}")
+    if nbytes < 0:
+        raise ValueError(f"nbytes: expected an integer >= 0, got {nbytes}")
+    with _lock:
+        algo = _decide(current_table(), backend, op, comm_size, nbytes, default)
+        if len(_cache) >= _CACHE_LIMIT:
+            _cache.clear()
+        _cache[(backend, op, comm_size, nbytes, default)] = algo
+    return algo
+
+
+def select_algorithm(backend: str, op: str, comm_size: int, nbytes: int, default: str) -> str:
+    """Return the algorithm to run `op` on `backend` for comm_size ranks and nbytes bytes.
+
+    `default` is returned where neither the table nor the cost model decides. Loads the table
+    on first use; a bad table warns once per load and never raises here."""
+    try:
+        return _cache[(backend, op, comm_size, nbytes, default)]
+    except KeyError:
+        return _select_uncached(backend, op, comm_size, nbytes, default)

@@ -1,0 +1,75 @@
+"""Backend registry: each backend registers by name the operations and algorithms it offers.
+
+A backend's op table maps an operation name (``"allreduce"``) to its algorithms, each one
+``State`` class (engine/state.py) serving both the blocking and the nonblocking call.  Backend
+modules are imported on first use, so a machine without cupy never imports the NCCL backend.
+"""
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass, field
+from typing import Callable
+
+from ..errors import UnsupportedError
+
+_MODULES = {"mpi": ".mpi", "ht": ".ht", "nccl": ".nccl"}
+_REGISTRY: dict[str, "Backend"] = {}
+
+
+@dataclass
+class Backend:
+    """A named set of operations.
+
+    ``ops[op][algo]`` is the ``State`` class implementing ``op`` with ``algo``;
+    ``automatic(op, comm, nbytes)`` names the algorithm ``algo="automatic"`` means;
+    ``uses_streams`` says whether operations are ordered on a stream.
+    """
+
+    name: str
+    ops: dict[str, dict[str, type]] = field(default_factory=dict)
+    automatic: Callable[[str, object, int], str] | None = None
+    uses_streams: bool = False
+
+    def algorithms(self, op: str) -> list[str]:
+        """Names accepted by ``algo=`` for ``op`` (besides ``"automatic"``)."""
+        return list(self._table(op))
+
+    def state_class(self, op: str, algo: str, comm, nbytes: int) -> type:
+        """The State class that runs ``op`` with ``algo`` ("automatic" asks the selector)."""
+        table = self._table(op)
+        if algo == "automatic":
+            algo = self.automatic(op, comm, nbytes) if self.automatic else next(iter(table))
+        cls = table.get(algo)
+        if cls is None:
+            raise UnsupportedError(f"algo: {op} on the {self.name} backend offers "
+                                   f"{', '.join(table)} or automatic, got {algo!r}")
+        return cls
+
+    def _table(self, op: str) -> dict[str, type]:
+        table = self.ops.get(op)
+        if not table:
+            raise UnsupportedError(f"the {self.name} backend does not implement {op}")
+        return table
+
+
+def register_backend(backend: Backend) -> None:
+    """Make ``backend`` available to communicators under ``backend.name``."""
+    _REGISTRY[backend.name] = backend
+
+
+def get_backend(name: str) -> Backend:
+    """The registered backend ``name``, importing its module on first use."""
+    backend = _REGISTRY.get(name)
+    if backend is None:
+        module = _MODULES.get(name)
+        if module is None:
+            raise UnsupportedError(f"backend: expected one of {', '.join(_MODULES)}, got {name!r}")
+        importlib.import_module(module, __name__)
+        backend = _REGISTRY.get(name)
+        if backend is None:
+            raise UnsupportedError(f"backend: module for {name!r} registered nothing")
+    return backend
+
+
+def backend_names() -> list[str]:
+    return list(_MODULES)

@@ -1,0 +1,274 @@
+"""CUDA stream runtime over cupy: streams, events, pinned memory, copies and host flags.
+
+cupy is imported on first use, so this module imports (and ``RUNTIME`` exists) without cupy
+or a GPU; ``RUNTIME.is_available()`` says whether it can run.
+
+A stream waits on a host flag the way Aluminum does without stream memory operations: a
+one-thread kernel spins on a volatile int in pinned host memory until the host writes 1.
+(cupy exposes no ``cuStreamWaitValue32``, so the kernel is the only mechanism here.)  The
+kernel occupies one thread block until the flag is set: a flag that is never set stalls its
+stream forever, and a device-wide synchronize waits for it too.
+"""
+from __future__ import annotations
+
+import collections
+import functools
+import math
+import threading
+from typing import Any
+
+import numpy as np
+from numpy.typing import DTypeLike
+
+from . import DeviceRuntime
+
+__all__ = [
+    "CupyEvent", "CupyStream", "CupyStreamFlag", "CupyRuntime", "RUNTIME", "is_cuda_stream",
+]
+
+_WAIT_FLAG_SOURCE = r"""
+extern "C" __global__ void al_wait_flag(const volatile int* flag) {
+    while (*flag == 0) {
+#if __CUDA_ARCH__ >= 700
+        __nanosleep(128);
+#endif
+    }
+}
+"""
+
+
+def _cupy() -> Any:
+    import cupy
+    return cupy
+
+
+@functools.lru_cache(maxsize=None)
+def _wait_flag_kernel() -> Any:
+    # RawKernel compiles on first launch and caches per device.
+    return _cupy().RawKernel(_WAIT_FLAG_SOURCE, "al_wait_flag")
+
+
+def _new_cuda_event() -> Any:
+    return _cupy().cuda.Event(block=False, disable_timing=True)
+
+
+class CupyEvent:
+    """A CUDA event recorded on a stream; ``query()`` polls it without blocking."""
+
+    __slots__ = ("cupy_event",)
+
+    def __init__(self, cupy_event: Any) -> None:
+        self.cupy_event = cupy_event
+
+    def query(self) -> bool:
+        """Return True if the GPU has passed the event."""
+        return bool(self.cupy_event.done)
+
+    def synchronize(self) -> None:
+        """Block the calling thread until the GPU has passed the event."""
+        self.cupy_event.synchronize()
+
+
+class CupyStreamFlag:
+    """A one-shot int flag in pinned host memory that CUDA streams can wait on.
+
+    With unified addressing, pinned host memory has the same address on the device, so the
+    wait kernel reads it directly.
+    """
+
+    __slots__ = ("_memory", "_value", "ptr")
+
+    def __init__(self) -> None:
+        self._memory = _cupy().cuda.alloc_pinned_memory(4)
+        self._value = np.frombuffer(self._memory, np.int32, 1)
+        self._value[0] = 0
+        self.ptr: int = self._memory.ptr
+
+    def set(self) -> None:
+        """Release every stream waiting on this flag (callable from any thread)."""
+        self._value[0] = 1
+
+    def is_set(self) -> bool:
+        """Return True once ``set`` has been called."""
+        return bool(self._value[0])
+
+
+class _FlagsInUse:
+    """Keeps flags alive until their streams have passed the wait kernel.
+
+    Without this a flag dropped right after ``set()`` could return its pinned memory to
+    cupy's pool, be handed to a new (zeroed) flag, and leave the kernel spinning forever.
+    """
+
+    def __init__(self) -> None:
+        self._held: collections.deque[tuple[Any, CupyStreamFlag]] = collections.deque()
+        self._lock = threading.Lock()
+
+    def hold(self, passed: Any, flag: CupyStreamFlag) -> None:
+        with self._lock:
+            while self._held and self._held[0][0].done:
+                self._held.popleft()
+            self._held.append((passed, flag))
+
+
+_FLAGS_IN_USE = _FlagsInUse()
+
+
+class CupyStream:
+    """A CUDA stream (a cupy stream underneath) with the runtime's stream interface.
+
+    Wrappers of the same CUDA handle compare and hash equal, so per-stream bookkeeping keyed
+    by stream works however often a user's stream is wrapped.
+    """
+
+    __slots__ = ("cupy_stream", "_owner")
+
+    def __init__(self, cupy_stream: Any, owner: Any = None) -> None:
+        self.cupy_stream = cupy_stream
+        self._owner = owner  # a foreign stream (e.g. torch's) whose handle we borrow
+
+    @property
+    def ptr(self) -> int:
+        """The raw ``cudaStream_t`` handle."""
+        return self.cupy_stream.ptr
+
+    def synchronize(self) -> None:
+        """Block the calling thread until all work enqueued so far has run."""
+        self.cupy_stream.synchronize()
+
+    def record_event(self) -> CupyEvent:
+        """Enqueue and return an event that completes when all earlier work has run."""
+        event = _new_cuda_event()
+        self.cupy_stream.record(event)
+        return CupyEvent(event)
+
+    def wait_event(self, event: Any) -> None:
+        """Make later work on this stream wait for a CupyEvent or a ``cupy.cuda.Event``."""
+        if isinstance(event, CupyEvent):
+            event = event.cupy_event
+        if not isinstance(event, _cupy().cuda.Event):
+            raise TypeError(
+                f"event: expected a CupyEvent or cupy.cuda.Event, got {type(event).__name__}")
+        self.cupy_stream.wait_event(event)
+
+    def wait_flag(self, flag: CupyStreamFlag) -> None:
+        """Make later work on this stream wait until a host thread sets ``flag``."""
+        if not isinstance(flag, CupyStreamFlag):
+            raise TypeError(f"flag: expected a CupyStreamFlag, got {type(flag).__name__}")
+        with self.cupy_stream:
+            _wait_flag_kernel()((1,), (1,), (np.uint64(flag.ptr),))
+        passed = _new_cuda_event()
+        self.cupy_stream.record(passed)
+        _FLAGS_IN_USE.hold(passed, flag)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, CupyStream) and other.ptr == self.ptr
+
+    def __hash__(self) -> int:
+        return hash(("cuda-stream", self.ptr))
+
+    def __repr__(self) -> str:
+        return f"<CupyStream 0x{self.ptr:x}>"
+
+
+def is_cuda_stream(stream: object) -> bool:
+    """Return True if ``stream`` is a CUDA stream object this runtime accepts (no import)."""
+    if isinstance(stream, CupyStream):
+        return True
+    if type(stream).__module__.startswith("cupy") and hasattr(stream, "ptr"):
+        return True
+    return isinstance(getattr(stream, "cuda_stream", None), int)
+
+
+def _c_contiguous(shape: tuple[int, ...], strides: tuple[int, ...], itemsize: int) -> bool:
+    expected = itemsize
+    for extent, stride in zip(reversed(shape), reversed(strides)):
+        if extent != 1 and stride != expected:
+            return False
+        expected *= extent
+    return True
+
+
+def _pointer_and_nbytes(obj: object, name: str, writable: bool) -> tuple[int, int]:
+    """Address and size of a contiguous device or host array (CUDA or numpy interface)."""
+    interface = getattr(obj, "__cuda_array_interface__", None)
+    if interface is None:
+        interface = np.asarray(obj).__array_interface__
+    shape = tuple(interface["shape"])
+    itemsize = np.dtype(interface["typestr"]).itemsize
+    strides = interface.get("strides")
+    if strides is not None and not _c_contiguous(shape, tuple(strides), itemsize):
+        raise ValueError(f"{name}: expected a C-contiguous array, got strides {tuple(strides)}")
+    pointer, readonly = interface["data"]
+    if writable and readonly:
+        raise ValueError(f"{name}: expected a writable array, got a read-only one")
+    return pointer, itemsize * math.prod(shape)
+
+
+class CupyRuntime(DeviceRuntime):
+    """The DeviceRuntime whose streams are CUDA streams, driven through cupy."""
+
+    name = "cupy"
+
+    def is_available(self) -> bool:
+        """Return True if cupy imports and sees a usable GPU."""
+        try:
+            return bool(_cupy().is_available())
+        except ImportError:
+            return False
+
+    def default_stream(self) -> CupyStream:
+        """Return cupy's current stream for this thread (the null stream unless changed)."""
+        return CupyStream(_cupy().cuda.get_current_stream())
+
+    def new_stream(self) -> CupyStream:
+        """Create a new non-blocking CUDA stream."""
+        return CupyStream(_cupy().cuda.Stream(non_blocking=True))
+
+    def as_stream(self, stream: object | None) -> CupyStream:
+        """Wrap a cupy stream or any object with an int ``cuda_stream`` (e.g. torch's)."""
+        if stream is None:
+            return self.default_stream()
+        if isinstance(stream, CupyStream):
+            return stream
+        cuda = _cupy().cuda
+        if isinstance(stream, (cuda.Stream, cuda.ExternalStream)):
+            return CupyStream(stream)
+        handle = getattr(stream, "cuda_stream", None)
+        if isinstance(handle, int):
+            return CupyStream(cuda.ExternalStream(handle), owner=stream)
+        raise TypeError(
+            f"stream: expected a cupy stream, an object with cuda_stream, or None, "
+            f"got {type(stream).__name__}")
+
+    def alloc_pinned(self, shape: int | tuple[int, ...], dtype: DTypeLike) -> np.ndarray:
+        """Allocate an uninitialised numpy array in pinned memory from cupy's pinned pool.
+
+        The array owns the memory; keep it alive until copies using it have completed.
+        """
+        dtype = np.dtype(dtype)
+        shape = (int(shape),) if np.isscalar(shape) else tuple(shape)
+        count = math.prod(shape)
+        memory = _cupy().cuda.alloc_pinned_memory(max(count * dtype.itemsize, 1))
+        return np.frombuffer(memory, dtype, count).reshape(shape)
+
+    def copy_async(self, dst: object, src: object, stream: Any) -> None:
+        """Enqueue ``cudaMemcpyAsync`` of all bytes of ``src`` into ``dst`` on ``stream``.
+
+        Either side may be device memory (``__cuda_array_interface__``) or host memory
+        (pinned for a truly asynchronous copy); both contiguous, equal byte sizes.
+        """
+        dst_ptr, dst_nbytes = _pointer_and_nbytes(dst, "dst", writable=True)
+        src_ptr, src_nbytes = _pointer_and_nbytes(src, "src", writable=False)
+        if dst_nbytes != src_nbytes:
+            raise ValueError(
+                f"dst: expected {src_nbytes} bytes (the size of src), got {dst_nbytes}")
+        runtime = _cupy().cuda.runtime
+        runtime.memcpyAsync(dst_ptr, src_ptr, src_nbytes, runtime.memcpyDefault, stream.ptr)
+
+    def new_flag(self) -> CupyStreamFlag:
+        """Create an unset flag in pinned host memory."""
+        return CupyStreamFlag()
+
+
+RUNTIME = CupyRuntime()

@@ -1,0 +1,58 @@
+"""The unit of work the progress engine drives: a small state machine per operation.
+
+Every operation of every backend is one ``State`` subclass.  A blocking call builds the state
+and drives it to completion on the calling thread (``State.run_blocking``); a nonblocking call
+hands the same state to the engine (``aluminum.engine.progress.submit``), which returns a
+``Request``.  An algorithm is therefore written exactly once.
+"""
+from __future__ import annotations
+
+import enum
+
+
+class Action(enum.Enum):
+    """What ``State.step`` reports back to whoever drives it."""
+
+    CONTINUE = 0   # not done; poll again later
+    ADVANCE = 1    # move to the next pipeline stage (engine keeps per-stream order there)
+    COMPLETE = 2   # finished; its request is satisfied
+
+
+class RunType(enum.Enum):
+    """How the engine admits a state."""
+
+    BOUNDED = 0    # collectives: at most AL_PE_NUM_CONCURRENT_OPS in flight
+    UNBOUNDED = 1  # point-to-point: always admitted so posted sends never starve receives
+
+
+class State:
+    """Base class of every operation's state machine.
+
+    ``start`` posts the first non-blocking work (called once, on admission); ``step`` must
+    never block and returns an ``Action``.  ``compute_stream`` is the stream the op is ordered
+    on (``None`` for host-only operations).
+    """
+
+    run_type: RunType = RunType.BOUNDED
+    compute_stream = None
+    name: str = "state"
+
+    def start(self) -> None:
+        """Post the first sends/copies.  Default: nothing to post."""
+
+    def step(self) -> Action:
+        raise NotImplementedError
+
+    def drive(self) -> None:
+        """Run this state to completion on the calling thread."""
+        self.start()
+        step = self.step
+        complete = Action.COMPLETE
+        while step() is not complete:
+            pass
+
+    @classmethod
+    def run_blocking(cls, *args, **kwargs) -> None:
+        """Blocking form of the operation.  Passthrough states override this with a direct
+        library call; everyone else builds the state and drives it here."""
+        cls(*args, **kwargs).drive()

@@ -1,0 +1,32 @@
+"""Fixtures for tests that run on every rank of an MPI job (see tests/test_multirank.py).
+
+Hypothesis is derandomized and never shrinks here: every rank must draw the same examples in
+the same order, or the ranks would issue different collectives and hang.
+"""
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, Phase, settings
+
+import aluminum as al
+
+settings.register_profile(
+    "mpi", derandomize=True, database=None, deadline=None, print_blob=False,
+    phases=[Phase.explicit, Phase.generate], max_examples=25,
+    suppress_health_check=list(HealthCheck))
+settings.load_profile("mpi")
+
+
+@pytest.fixture(scope="session")
+def comm():
+    with al.MPICommunicator() as communicator:
+        yield communicator
+
+
+def rank_data(shape_count: int, dtype, rank: int, seed: int = 0) -> np.ndarray:
+    """Deterministic per-rank data small enough that sums and products stay exact."""
+    rng = np.random.default_rng(seed * 1009 + rank)
+    dtype = np.dtype(dtype)
+    if dtype == np.bool_:
+        return rng.integers(0, 2, shape_count).astype(bool)
+    values = rng.integers(-3 if dtype.kind != "u" else 0, 4, shape_count)
+    return values.astype(dtype)

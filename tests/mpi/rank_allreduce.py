@@ -1,0 +1,89 @@
+"""Allreduce on every rank against a numpy reference built from every rank's data."""
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from mpi4py import MPI
+
+import aluminum as al
+from conftest import rank_data
+
+REAL_DTYPES = [np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32,
+               np.uint64, np.float16, np.float32, np.float64, al.bfloat16]
+FLOAT_OPS = [al.SUM, al.PROD, al.MIN, al.MAX, al.AVG]
+INT_OPS = FLOAT_OPS + [al.LOR, al.LAND, al.LXOR, al.BOR, al.BAND, al.BXOR]
+BOOL_OPS = [al.LOR, al.LAND, al.LXOR, al.BOR, al.BAND, al.BXOR, al.MIN, al.MAX]
+SIZES = st.one_of(st.sampled_from([0, 1, 2, 3, 5, 7, 1023]), st.integers(0, 5000))
+
+
+def reference(count, dtype, op, size, seed):
+    """Reduce every rank's data in rank order with numpy."""
+    data = [rank_data(count, dtype, r, seed) for r in range(size)]
+    result = data[0].copy()
+    for other in data[1:]:
+        op.reduce_into(result, other)
+    op.finish(result, size)
+    return result
+
+
+def ops_for(dtype):
+    dtype = np.dtype(dtype)
+    if dtype == np.bool_:
+        return BOOL_OPS
+    return INT_OPS if dtype.kind in "iu" else FLOAT_OPS
+
+
+CASES = st.sampled_from(REAL_DTYPES + [np.bool_]).flatmap(
+    lambda dt: st.tuples(st.just(dt), st.sampled_from(ops_for(dt))))
+
+
+def assert_identical_on_all_ranks(comm, result):
+    gathered = comm.mpi_comm.allgather(result.tobytes())
+    assert all(g == gathered[0] for g in gathered), "ranks disagree on the result"
+
+
+@given(count=SIZES, case=CASES, inplace=st.booleans(), seed=st.integers(0, 2**16))
+def test_allreduce_matches_numpy(comm, count, case, inplace, seed):
+    dtype, op = case
+    mine = rank_data(count, dtype, comm.rank, seed)
+    original = mine.copy()
+    expected = reference(count, dtype, op, comm.size, seed)
+    if inplace:
+        al.allreduce(mine, comm, op=op)
+        result = mine
+    else:
+        result = np.full_like(mine, 7)
+        al.allreduce(mine, comm, op=op, recvbuf=result)
+        np.testing.assert_array_equal(mine, original)
+    np.testing.assert_array_equal(result, expected)
+    assert_identical_on_all_ranks(comm, result)
+
+
+@pytest.mark.parametrize("count", [1 << 20, (1 << 20) + 3])
+def test_allreduce_large(comm, count):
+    mine = np.full(count, comm.rank + 1, np.float32)
+    al.allreduce(mine, comm)
+    assert np.all(mine == comm.size * (comm.size + 1) / 2)
+
+
+def test_communicator_usable_after_rejected_call(comm):
+    buf = np.arange(6, dtype=np.float32) + comm.rank
+    before = buf.copy()
+    with pytest.raises(al.UnsupportedError):
+        al.allreduce(buf, comm, op=al.BXOR)
+    np.testing.assert_array_equal(buf, before)
+    al.allreduce(buf, comm)
+    expected = sum(np.arange(6, dtype=np.float32) + r for r in range(comm.size))
+    np.testing.assert_array_equal(buf, expected)
+
+
+def test_user_mpi_comm_subgroup(comm):
+    color = comm.rank % 2
+    sub = MPI.COMM_WORLD.Split(color, comm.rank)
+    with al.MPICommunicator(sub) as subcomm:
+        buf = np.array([comm.rank], np.int64)
+        al.allreduce(buf, subcomm)
+        members = [r for r in range(comm.size) if r % 2 == color]
+        assert buf[0] == sum(members)
+        assert subcomm.size == len(members)
+    sub.Free()

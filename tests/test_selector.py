@@ -1,0 +1,293 @@
+"""Tests of the tuning-table selector: loading, validation fallbacks, selection and caching."""
+
+import json
+import warnings
+
+import pytest
+
+from aluminum import costmodel, selector
+
+MPI_ALLREDUCE = {"mpi_passthrough", "recursive_doubling", "ring", "rabenseifner",
+                 "shared_memory"}
+KNOWN = {("mpi", "allreduce"): MPI_ALLREDUCE,
+         ("mpi", "reduce_scatter"): {"mpi_passthrough", "ring", "recursive_halving"},
+         ("nccl", "allreduce"): {"nccl_native"}}
+
+
+def known(backend, op):
+    return KNOWN[(backend, op)]  # KeyError for an unregistered pair, as a registry might
+
+
+def rule(comm_size, by_bytes, backend="mpi", op="allreduce"):
+    return {"backend": backend, "op": op, "comm_size": comm_size, "by_bytes": by_bytes}
+
+
+TABLE = {"format": "aluminum-tuning/1", "host": "test", "rules": [
+    rule(2, [[0, "recursive_doubling"], [16384, "mpi_passthrough"], [65536, "shared_memory"]]),
+    rule(4, [[1024, "ring"], [65536, "rabenseifner"]]),
+]}
+
+
+@pytest.fixture(autouse=True)
+def isolated(monkeypatch, tmp_path):
+    """Keep the user's own table and registry out of every test."""
+    monkeypatch.delenv("AL_TUNING_FILE", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    previous = selector.set_known_algorithms(None)
+    yield
+    selector.set_known_algorithms(previous)
+
+
+def write(path, data):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(data if isinstance(data, str) else json.dumps(data))
+    return path
+
+
+@pytest.fixture
+def table_file(tmp_path, monkeypatch):
+    path = write(tmp_path / "tuning.json", TABLE)
+    monkeypatch.setenv("AL_TUNING_FILE", str(path))
+    return path
+
+
+def select(comm_size, nbytes, backend="mpi", op="allreduce", default="DEFAULT"):
+    return selector.select_algorithm(backend, op, comm_size, nbytes, default)
+
+
+# --- loading -------------------------------------------------------------------------------
+
+def test_valid_table_loads_without_warning(table_file):
+    selector.set_known_algorithms(known)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert select(2, 0) == "recursive_doubling"
+    table = selector.current_table()
+    assert table.source == str(table_file)
+    assert table.metadata == {"host": "test"}
+    assert table.model is None
+
+
+def test_shipped_default_is_used_without_any_table():
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        table = selector.current_table()
+    assert table.source == str(selector.SHIPPED_TABLE_PATH)
+    assert "shipped default" in table.metadata["note"]
+    assert sorted(table.rules_for("mpi", "allreduce")) == [2, 3, 4]
+    assert select(2, 1 << 20) == "shared_memory"
+
+
+def test_shipped_default_names_only_known_algorithms():
+    table = selector.read_table(selector.SHIPPED_TABLE_PATH, known)
+    assert table.model is not None
+
+
+def test_user_cache_table_is_used_and_env_overrides_it(tmp_path, monkeypatch):
+    write(tmp_path / "cache" / "aluminum" / "tuning.json",
+          {"format": "aluminum-tuning/1", "rules": [rule(2, [[0, "ring"]])]})
+    assert select(2, 0) == "ring"
+    other = write(tmp_path / "other.json",
+                  {"format": "aluminum-tuning/1", "rules": [rule(2, [[0, "rabenseifner"]])]})
+    monkeypatch.setenv("AL_TUNING_FILE", str(other))
+    selector.reload()
+    assert select(2, 0) == "rabenseifner"
+
+
+def test_user_table_path_defaults_to_home_cache(monkeypatch, tmp_path):
+    monkeypatch.delenv("XDG_CACHE_HOME")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert selector.user_table_path() == tmp_path / "home" / ".cache" / "aluminum" / "tuning.json"
+    monkeypatch.setenv("XDG_CACHE_HOME", "relative/ignored")
+    assert selector.user_table_path().parent.parent == tmp_path / "home" / ".cache"
+
+
+BAD_TABLES = {
+    "corrupt JSON": ('{"format": "aluminum-tuning/1", "rules": [', "not valid JSON"),
+    "wrong version": ({"format": "aluminum-tuning/2", "rules": []}, "aluminum-tuning/2"),
+    "no format": ({"rules": []}, "missing key 'format'"),
+    "no rules": ({"format": "aluminum-tuning/1"}, "missing key 'rules'"),
+    "rules not a list": ({"format": "aluminum-tuning/1", "rules": {}}, "rules: expected list"),
+    "top level array": ([], "top level"),
+    "rule without by_bytes": ({"format": "aluminum-tuning/1", "rules": [
+        {"backend": "mpi", "op": "allreduce", "comm_size": 2}]}, "missing key 'by_bytes'"),
+    "empty by_bytes": ({"format": "aluminum-tuning/1", "rules": [rule(2, [])]},
+                       "at least one"),
+    "comm_size zero": ({"format": "aluminum-tuning/1", "rules": [rule(0, [[0, "ring"]])]},
+                       "comm_size"),
+    "comm_size string": ({"format": "aluminum-tuning/1", "rules": [rule("2", [[0, "ring"]])]},
+                         "comm_size: expected int"),
+    "bad entry": ({"format": "aluminum-tuning/1", "rules": [rule(2, [[0.5, "ring"]])]},
+                  r"by_bytes\[0\]"),
+    "negative threshold": ({"format": "aluminum-tuning/1", "rules": [rule(2, [[-1, "ring"]])]},
+                           ">= 0"),
+    "equal thresholds": ({"format": "aluminum-tuning/1", "rules": [
+        rule(2, [[0, "ring"], [64, "ring"], [64, "rabenseifner"]])]},
+        r"by_bytes\[2\]: thresholds must strictly ascend, got 64 after 64"),
+    "descending thresholds": ({"format": "aluminum-tuning/1", "rules": [
+        rule(2, [[0, "ring"], [4096, "ring"], [1024, "rabenseifner"]])]}, "strictly ascend"),
+    "duplicate rule": ({"format": "aluminum-tuning/1", "rules": [
+        rule(2, [[0, "ring"]]), rule(2, [[0, "ring"]])]}, r"duplicates rules\[0\]"),
+    "unknown algorithm": ({"format": "aluminum-tuning/1", "rules": [
+        rule(2, [[0, "ring"], [64, "biring"]])]}, "unknown allreduce algorithm.*'biring'"),
+    "unknown backend": ({"format": "aluminum-tuning/1", "rules": [
+        rule(2, [[0, "ring"]], backend="gloo")]}, "backend 'gloo'"),
+    "bad model": ({"format": "aluminum-tuning/1", "model": {"alpha": -1, "beta": 0},
+                   "rules": []}, "model.alpha"),
+}
+
+
+@pytest.mark.parametrize("content, problem", BAD_TABLES.values(), ids=BAD_TABLES.keys())
+def test_bad_table_warns_and_falls_back(tmp_path, monkeypatch, content, problem):
+    selector.set_known_algorithms(known)
+    path = write(tmp_path / "bad.json", content)
+    monkeypatch.setenv("AL_TUNING_FILE", str(path))
+    with pytest.warns(selector.TuningTableWarning) as record:
+        assert select(2, 1 << 20) == "shared_memory"  # from the shipped default
+    message = str(record[0].message)
+    assert str(path) in message
+    assert f"falling back to the shipped default table {selector.SHIPPED_TABLE_PATH}" in message
+    assert pytest.raises(selector.TuningTableError, selector.read_table, path, known) \
+        .match(problem)
+
+
+def test_missing_tuning_file_warns_and_falls_back(tmp_path, monkeypatch):
+    monkeypatch.setenv("AL_TUNING_FILE", str(tmp_path / "absent.json"))
+    with pytest.warns(selector.TuningTableWarning, match="absent.json.*cannot read"):
+        assert selector.current_table().source == str(selector.SHIPPED_TABLE_PATH)
+
+
+def test_bad_env_table_falls_back_to_user_cache(tmp_path, monkeypatch):
+    user = write(tmp_path / "cache" / "aluminum" / "tuning.json",
+                 {"format": "aluminum-tuning/1", "rules": [rule(2, [[0, "ring"]])]})
+    monkeypatch.setenv("AL_TUNING_FILE", str(write(tmp_path / "bad.json", "{")))
+    with pytest.warns(selector.TuningTableWarning, match=f"user cache table {user}"):
+        assert select(2, 0) == "ring"
+
+
+def test_unknown_names_pass_without_a_registry(tmp_path, monkeypatch):
+    path = write(tmp_path / "t.json",
+                 {"format": "aluminum-tuning/1", "rules": [rule(2, [[0, "biring"]])]})
+    monkeypatch.setenv("AL_TUNING_FILE", str(path))
+    assert select(2, 0) == "biring"
+
+
+def test_registering_a_registry_revalidates_the_table(tmp_path, monkeypatch):
+    path = write(tmp_path / "t.json",
+                 {"format": "aluminum-tuning/1", "rules": [rule(2, [[0, "biring"]])]})
+    monkeypatch.setenv("AL_TUNING_FILE", str(path))
+    assert select(2, 0) == "biring"
+    selector.set_known_algorithms(known)
+    with pytest.warns(selector.TuningTableWarning, match="biring"):
+        assert select(2, 0) == "recursive_doubling"
+
+
+def test_every_source_bad_leaves_an_empty_table(tmp_path, monkeypatch):
+    monkeypatch.setenv("AL_TUNING_FILE", str(write(tmp_path / "bad.json", "[")))
+    monkeypatch.setattr(selector, "SHIPPED_TABLE_PATH", write(tmp_path / "shipped.json", "{"))
+    with pytest.warns(selector.TuningTableWarning) as record:
+        assert select(2, 0) == "DEFAULT"
+    assert len(record) == 2
+    assert "falling back to no table" in str(record[1].message)
+    assert selector.current_table().rules == ()
+
+
+# --- selection -----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("nbytes, expected", [
+    (0, "recursive_doubling"), (16383, "recursive_doubling"), (16384, "mpi_passthrough"),
+    (65535, "mpi_passthrough"), (65536, "shared_memory"), (1 << 30, "shared_memory"),
+])
+def test_nearest_lower_threshold_wins(table_file, nbytes, expected):
+    assert select(2, nbytes) == expected
+
+
+def test_below_first_threshold_returns_default(table_file):
+    assert select(4, 1023) == "DEFAULT"
+    assert select(4, 1024) == "ring"
+
+
+@pytest.mark.parametrize("comm_size, measured", [(1, 2), (3, 2), (5, 4), (64, 4)])
+def test_missing_comm_size_uses_nearest_measured(table_file, comm_size, measured):
+    for nbytes in (0, 2000, 20000, 100000):
+        assert select(comm_size, nbytes) == select(measured, nbytes)
+
+
+def test_model_fallback_when_op_has_no_rules(table_file):
+    selector.set_known_algorithms(known)
+    for nbytes in (0, 1 << 20):
+        expected = costmodel.best("reduce_scatter", 4, nbytes, selector.DEFAULT_ALPHA,
+                                  selector.DEFAULT_BETA, ["mpi_passthrough", "ring",
+                                                          "recursive_halving"])
+        assert select(4, nbytes, op="reduce_scatter") == expected
+
+
+def test_model_fallback_uses_table_parameters(tmp_path, monkeypatch):
+    path = write(tmp_path / "t.json", {"format": "aluminum-tuning/1", "rules": [],
+                                        "model": {"alpha": 1e-6, "beta": 1e-9}})
+    monkeypatch.setenv("AL_TUNING_FILE", str(path))
+    selector.set_known_algorithms(lambda backend, op: {"ring", "recursive_doubling"})
+    # α = 1 µs, β = 1 ns/B, p = 4: recursive doubling 2(α + nβ), ring 6α + 1.5nβ;
+    # equal at 4α = 0.5nβ, n = 8000 bytes
+    assert select(4, 7000) == "recursive_doubling"
+    assert select(4, 9000) == "ring"
+    assert selector.current_table().model == (1e-6, 1e-9)
+
+
+@pytest.mark.parametrize("backend, op", [("nccl", "allreduce"), ("mpi", "alltoall")])
+def test_default_when_model_knows_no_candidate(table_file, backend, op):
+    selector.set_known_algorithms(known)
+    assert select(4, 100, backend=backend, op=op) == "DEFAULT"
+
+
+def test_default_when_no_registry(table_file):
+    assert select(4, 100, op="reduce_scatter") == "DEFAULT"
+
+
+@pytest.mark.parametrize("comm_size, nbytes", [(0, 10), (2, -1), (2.5, 10)])
+def test_bad_arguments_raise(table_file, comm_size, nbytes):
+    with pytest.raises((ValueError, TypeError)):
+        select(comm_size, nbytes)
+
+
+def test_rule_choose():
+    r = selector.Rule("mpi", "allreduce", 2, ((8, "a"), (64, "b")))
+    assert [r.choose(n) for n in (0, 7, 8, 63, 64, 10**9)] == [None, None, "a", "a", "b", "b"]
+
+
+# --- caching and reload --------------------------------------------------------------------
+
+def test_decisions_are_cached(table_file, monkeypatch):
+    calls = []
+    decide = selector._decide
+    monkeypatch.setattr(selector, "_decide", lambda *a: calls.append(a) or decide(*a))
+    assert select(2, 100) == select(2, 100) == "recursive_doubling"
+    assert len(calls) == 1
+    assert select(2, 100, default="other") == "recursive_doubling"  # default is in the key
+    assert len(calls) == 2
+
+
+def test_cache_survives_file_change_until_reload(table_file):
+    assert select(2, 0) == "recursive_doubling"
+    write(table_file, {"format": "aluminum-tuning/1", "rules": [rule(2, [[0, "ring"]])]})
+    assert select(2, 0) == "recursive_doubling"
+    selector.reload()
+    assert select(2, 0) == "ring"
+
+
+def test_reload_rereads_environment(table_file, tmp_path, monkeypatch):
+    assert select(4, 2000) == "ring"
+    monkeypatch.delenv("AL_TUNING_FILE")
+    assert select(4, 2000) == "ring"  # still the loaded table
+    selector.reload()
+    assert selector.current_table().source == str(selector.SHIPPED_TABLE_PATH)
+    assert select(4, 2000) == "recursive_doubling"
+
+
+def test_write_then_read_round_trip(tmp_path):
+    table = selector.parse_table({**TABLE, "model": {"alpha": 2e-6, "beta": 1e-10}})
+    path = selector.write_table(table, tmp_path / "new" / "tuning.json")
+    again = selector.read_table(path, known)
+    assert again.rules == table.rules
+    assert again.model == table.model
+    assert again.metadata == {"host": "test"}
