@@ -1,22 +1,25 @@
-"""The MPI backend: host buffers, operations over mpi4py, plus custom algorithms.
+"""The MPI backend: host buffers, every operation over mpi4py, plus custom algorithms.
 
-Registers the ``"mpi"`` backend: each operation maps algorithm names to ``State`` classes.
+Registers the ``"mpi"`` backend.  Each operation offers ``mpi_passthrough`` (the MPI library's
+own implementation) and, for some operations, custom algorithms from ``algorithms/``.
 """
 from __future__ import annotations
 
 from .. import Backend, register_backend
-from .allreduce_passthrough import PassthroughAllreduce
+from .algorithms import CUSTOM_ALGORITHMS
+from .passthrough import PASSTHROUGH_OPS
 
 
 def _automatic(op: str, comm, nbytes: int) -> str:
     return "mpi_passthrough"
 
 
-MPI_BACKEND = Backend(
-    name="mpi",
-    ops={
-        "allreduce": {"mpi_passthrough": PassthroughAllreduce},
-    },
-    automatic=_automatic,
-)
+def _op_table() -> dict[str, dict[str, type]]:
+    table = {op: {"mpi_passthrough": cls} for op, cls in PASSTHROUGH_OPS.items()}
+    for op, algorithms in CUSTOM_ALGORITHMS.items():
+        table.setdefault(op, {}).update(algorithms)
+    return table
+
+
+MPI_BACKEND = Backend(name="mpi", ops=_op_table(), automatic=_automatic)
 register_backend(MPI_BACKEND)

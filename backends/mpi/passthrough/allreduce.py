@@ -3,8 +3,8 @@ from __future__ import annotations
 
 from mpi4py import MPI
 
-from ...engine.state import Action, State
-from .datatypes import mpi_datatype, mpi_op
+from ....engine.state import Action, State
+from ..datatypes import mpi_datatype, mpi_op
 
 
 class PassthroughAllreduce(State):
