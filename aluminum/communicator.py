@@ -37,9 +37,13 @@ class Communicator:
         self.local_rank, self.local_size = local.Get_rank(), local.Get_size()
         self._local = local
         self.rank, self.size = self._mpi.Get_rank(), self._mpi.Get_size()
+        if stream is None and self.backend.default_stream is not None:
+            stream = self.backend.default_stream()
         self._stream = stream
         self._tags = itertools.count(1)
         self._scratch: dict = {}
+        if self.backend.setup is not None:
+            self.backend.setup(self)
         runtime.register_communicator(self)
 
     @property
@@ -108,3 +112,16 @@ class MPICommunicator(Communicator):
     """A communicator on the MPI backend (host buffers, no stream)."""
 
     backend_name = "mpi"
+
+
+class HostTransferCommunicator(Communicator):
+    """A communicator on the host-transfer backend: device (or host-stream) buffers staged
+    through host memory and reduced by MPI, every step ordered on ``stream``."""
+
+    backend_name = "ht"
+
+
+class NCCLCommunicator(Communicator):
+    """A communicator on the NCCL backend (GPU buffers, ordered on ``stream``)."""
+
+    backend_name = "nccl"

@@ -27,6 +27,8 @@ import math
 from dataclasses import dataclass
 from typing import Callable, Iterable, NamedTuple, Sequence
 
+from aluminum.errors import ArgumentError
+
 
 @dataclass(frozen=True)
 class SharedMemoryCost:
@@ -136,14 +138,14 @@ def predict(op: str, algo: str, p: int, nbytes: float, alpha: float, beta: float
             shm: SharedMemoryCost | None = None) -> float:
     """Return the predicted time in seconds of `algo` running `op` on p ranks over nbytes."""
     if op not in _MODELS:
-        raise ValueError(f"op: expected one of {sorted(_MODELS)}, got {op!r}")
+        raise ArgumentError(f"op: expected one of {sorted(_MODELS)}, got {op!r}")
     if algo not in _MODELS[op]:
-        raise ValueError(f"algo: expected one of {list(_MODELS[op])} for {op}, got {algo!r}")
+        raise ArgumentError(f"algo: expected one of {list(_MODELS[op])} for {op}, got {algo!r}")
     if isinstance(p, bool) or not isinstance(p, int) or p < 1:
-        raise ValueError(f"p: expected an int >= 1, got {p!r}")
+        raise ArgumentError(f"p: expected an int >= 1, got {p!r}")
     for name, value in (("nbytes", nbytes), ("alpha", alpha), ("beta", beta)):
         if not value >= 0:
-            raise ValueError(f"{name}: expected a number >= 0, got {value!r}")
+            raise ArgumentError(f"{name}: expected a number >= 0, got {value!r}")
     if p == 1:
         return 0.0
     return _MODELS[op][algo](p, float(nbytes), alpha, beta, shm or SharedMemoryCost())
@@ -158,7 +160,7 @@ def best(op: str, p: int, nbytes: float, alpha: float, beta: float,
     names = order if candidates is None else tuple(candidates)
     unknown = sorted(set(names) - set(order))
     if unknown or not names:
-        raise ValueError(f"candidates: expected a non-empty subset of {list(order)} for "
+        raise ArgumentError(f"candidates: expected a non-empty subset of {list(order)} for "
                          f"{op!r}, got {list(names)!r}")
     return min(names, key=lambda a: (predict(op, a, p, nbytes, alpha, beta, shm=shm),
                                      order.index(a)))
@@ -186,10 +188,10 @@ def fit_alpha_beta(sizes: Sequence[float], times: Sequence[float]) -> AlphaBeta:
 
     Pass half the round-trip time. Needs at least two distinct sizes."""
     if len(sizes) != len(times):
-        raise ValueError(f"times: expected {len(sizes)} values (one per size), "
+        raise ArgumentError(f"times: expected {len(sizes)} values (one per size), "
                          f"got {len(times)}")
     if len(set(sizes)) < 2:
-        raise ValueError(f"sizes: expected at least two distinct sizes, got {list(sizes)!r}")
+        raise ArgumentError(f"sizes: expected at least two distinct sizes, got {list(sizes)!r}")
     mean_n = sum(sizes) / len(sizes)
     mean_t = sum(times) / len(times)
     sxx = sum((n - mean_n) ** 2 for n in sizes)

@@ -1,15 +1,19 @@
 """Forward a validated operation to its backend: blocking on this thread, or to the engine."""
 from __future__ import annotations
 
-from . import trace
+from . import selector, trace
+
+# Per-op caches of validated decisions (see aluminum/allreduce.py); cleared whenever the
+# selector reloads its table, so a cached algorithm choice never outlives the table.
+plan_caches: list[dict] = []
+_PLAN_LIMIT = 4096
 
 
-def run(comm, op: str, algo: str, nbytes: int, blocking: bool, args: tuple):
-    """Run ``op`` with the State class the backend picks; return a Request when nonblocking.
+def run(comm, op: str, state_class: type, nbytes: int, blocking: bool, args: tuple):
+    """Run ``op`` with ``state_class``; return a Request when nonblocking.
 
     ``args`` are the State constructor's arguments after ``comm``: ``(stream, ...)``.
     """
-    state_class = comm.backend.state_class(op, algo, comm, nbytes)
     if trace.ENABLED:
         trace.api_call(op, comm, nbytes, state_class.name, blocking)
     if blocking:
@@ -18,3 +22,23 @@ def run(comm, op: str, algo: str, nbytes: int, blocking: bool, args: tuple):
     from .engine.progress import submit
 
     return submit(state_class(comm, *args))
+
+
+def remember(cache: dict, key: tuple, plan: tuple) -> None:
+    """Store a validated plan, bounding the cache (a workload has few distinct shapes)."""
+    if len(cache) >= _PLAN_LIMIT:
+        cache.clear()
+    cache[key] = plan
+
+
+def checks_enabled() -> bool:
+    """True when every call must take the full path (AL_DEBUG cross-rank checks)."""
+    return False
+
+
+def _clear_plans() -> None:
+    for cache in plan_caches:
+        cache.clear()
+
+
+selector.on_reload(_clear_plans)

@@ -29,6 +29,9 @@ class ReductionOp(enum.Enum):
     BXOR = "bxor"
     AVG = "avg"
 
+    # Enum's own __hash__ is Python code; ops are dict keys on the hot path.
+    __hash__ = object.__hash__
+
     @property
     def is_logical(self) -> bool:
         return self in _LOGICAL

@@ -6,6 +6,9 @@ leaves user buffers untouched and the communicator usable.
 """
 from __future__ import annotations
 
+import itertools
+import operator
+
 import numpy as np
 
 from .buffers import HOST, Buffer, as_buffer
@@ -49,10 +52,15 @@ def expect_count(buf: Buffer, count: int, dtype: np.dtype, name: str) -> None:
         raise BufferError(f"{name}: expected {count} elements of {dtype}, got {buf.describe()}")
 
 
-def expect_at_least(buf: Buffer, count: int, dtype: np.dtype, name: str) -> None:
-    """``buf`` must hold at least ``count`` elements of ``dtype``."""
+def expect_dtype(buf: Buffer, dtype: np.dtype, name: str) -> None:
+    """``buf`` must hold elements of ``dtype``."""
     if buf.dtype != dtype:
         raise BufferError(f"{name}: expected elements of {dtype}, got {buf.describe()}")
+
+
+def expect_at_least(buf: Buffer, count: int, dtype: np.dtype, name: str) -> None:
+    """``buf`` must hold at least ``count`` elements of ``dtype``."""
+    expect_dtype(buf, dtype, name)
     if buf.count < count:
         raise BufferError(f"{name}: expected at least {count} elements of {dtype}, "
                           f"got {buf.describe()}")
@@ -65,16 +73,115 @@ def reduction_op(op: object, dtype: np.dtype) -> ReductionOp:
     return op
 
 
-def same_or_disjoint(sendbuf: Buffer, recvbuf: Buffer) -> bool:
+def same_or_disjoint(sendbuf: Buffer, recvbuf: Buffer, send_name: str = "buf",
+                     recv_name: str = "recvbuf") -> bool:
     """True when ``recvbuf`` is ``sendbuf`` itself (in place); raise on partial overlap."""
     if sendbuf.ptr == recvbuf.ptr and sendbuf.nbytes == recvbuf.nbytes:
         return True
-    if sendbuf.device == recvbuf.device and sendbuf.nbytes and recvbuf.nbytes and (
-            sendbuf.ptr < recvbuf.ptr + recvbuf.nbytes
-            and recvbuf.ptr < sendbuf.ptr + sendbuf.nbytes):
-        raise BufferError("recvbuf: overlaps buf without being the same buffer; pass "
-                          "recvbuf=None for an in-place operation or use disjoint buffers")
+    if _overlap(sendbuf, recvbuf):
+        raise BufferError(f"{recv_name}: overlaps {send_name} without being the same buffer; "
+                          f"pass the same buffer for an in-place operation or use disjoint "
+                          f"buffers")
     return False
+
+
+def _overlap(a: Buffer, b: Buffer) -> bool:
+    return (a.device == b.device and a.nbytes > 0 and b.nbytes > 0
+            and a.ptr < b.ptr + b.nbytes and b.ptr < a.ptr + a.nbytes)
+
+
+def in_place_or_pair(buf: object, recvbuf: object, comm: Communicator) -> tuple[Buffer, Buffer]:
+    """``(sendbuf, recvbuf)`` of an operation that works in place unless ``recvbuf`` is given.
+
+    In place (``recvbuf`` is None, or the very buffer ``buf`` is) both are one writable
+    ``Buffer`` and ``sendbuf is recvbuf``; otherwise ``buf`` is only read and ``recvbuf`` must
+    be writable, of ``buf``'s dtype and disjoint from it.  Counts are the caller's to check.
+    """
+    if recvbuf is None:
+        out = output_buffer(buf, comm, "buf")
+        return out, out
+    sendbuf = input_buffer(buf, comm, "buf")
+    out = output_buffer(recvbuf, comm, "recvbuf")
+    expect_dtype(out, sendbuf.dtype, "recvbuf")
+    if same_or_disjoint(sendbuf, out):
+        return out, out
+    return sendbuf, out
+
+
+def disjoint_buffers(receives: list[tuple[str, Buffer]],
+                     others: list[tuple[str, Buffer]]) -> None:
+    """No receive buffer may share memory with another buffer of the operation; ``others``
+    (read-only sources) may overlap each other.  Each pair is ``(name, buffer)``."""
+    spans = sorted((b.ptr, b.ptr + b.nbytes, is_receive, name)
+                   for is_receive, pairs in ((True, receives), (False, others))
+                   for name, b in pairs if b.nbytes and b.is_host)
+    furthest = furthest_receive = (0, "")
+    for start, end, is_receive, name in spans:
+        reach, other = furthest if is_receive else furthest_receive
+        if start < reach:
+            raise BufferError(f"{name}: overlaps {other}; a receive buffer must not share "
+                              f"memory with any other buffer of the operation")
+        furthest = max(furthest, (end, name))
+        if is_receive:
+            furthest_receive = max(furthest_receive, (end, name))
+
+
+def block_count(buf: Buffer, comm: Communicator, name: str) -> int:
+    """Elements per rank of ``buf`` split into ``comm.size`` equal blocks."""
+    if buf.count % comm.size:
+        raise BufferError(f"{name}: expected a multiple of {comm.size} elements (one equal "
+                          f"block per rank), got {buf.describe()}")
+    return buf.count // comm.size
+
+
+def counts_arg(counts: object, comm: Communicator, name: str) -> tuple[int, ...]:
+    """``counts`` must give one non-negative element count per rank of ``comm``."""
+    values = _integers(counts, comm, name, "element counts")
+    for i, value in enumerate(values):
+        if value < 0:
+            raise ArgumentError(f"{name}: expected non-negative element counts, got {value} "
+                                f"for rank {i}")
+    return values
+
+
+def displs_arg(displs: object, counts: tuple[int, ...], comm: Communicator,
+               name: str) -> tuple[int, ...]:
+    """Element offsets, one per rank; ``None`` means packed blocks (exclusive prefix sum)."""
+    if displs is None:
+        return tuple(itertools.accumulate(counts[:-1], initial=0))
+    values = _integers(displs, comm, name, "element offsets")
+    for i, value in enumerate(values):
+        if value < 0:
+            raise ArgumentError(f"{name}: expected non-negative element offsets, got {value} "
+                                f"for rank {i}")
+    return values
+
+
+def layout_extent(counts: tuple[int, ...], displs: tuple[int, ...]) -> int:
+    """Elements a buffer needs to hold every non-empty block of a counts/displs layout."""
+    return max((d + c for c, d in zip(counts, displs) if c), default=0)
+
+
+def disjoint_layout(counts: tuple[int, ...], displs: tuple[int, ...], name: str) -> None:
+    """The blocks of a receive layout must not overlap (MPI forbids writing one twice)."""
+    blocks = sorted((d, d + c, rank) for rank, (c, d) in enumerate(zip(counts, displs)) if c)
+    for (start_a, end_a, rank_a), (start_b, end_b, rank_b) in zip(blocks, blocks[1:]):
+        if start_b < end_a:
+            raise ArgumentError(f"{name}: the blocks of ranks {rank_a} and {rank_b} overlap "
+                                f"(elements [{start_a}, {end_a}) and [{start_b}, {end_b})); "
+                                f"receive blocks must be disjoint")
+
+
+def _integers(values: object, comm: Communicator, name: str, what: str) -> tuple[int, ...]:
+    try:
+        result = tuple(operator.index(v) for v in values)
+    except TypeError:
+        raise ArgumentError(f"{name}: expected a sequence of {comm.size} integer {what} "
+                            f"(one per rank), got {values!r}") from None
+    if len(result) != comm.size:
+        raise ArgumentError(f"{name}: expected {comm.size} {what} (one per rank), got "
+                            f"{len(result)}")
+    return result
 
 
 def rank_in_range(value: object, comm: Communicator, name: str) -> int:

@@ -8,27 +8,33 @@ from __future__ import annotations
 
 import importlib
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Any, Callable
 
+from .. import selector
 from ..errors import UnsupportedError
 
 _MODULES = {"mpi": ".mpi", "ht": ".ht", "nccl": ".nccl"}
 _REGISTRY: dict[str, "Backend"] = {}
 
 
-@dataclass
+@dataclass(eq=False)
 class Backend:
     """A named set of operations.
 
     ``ops[op][algo]`` is the ``State`` class implementing ``op`` with ``algo``;
-    ``automatic(op, comm, nbytes)`` names the algorithm ``algo="automatic"`` means;
-    ``uses_streams`` says whether operations are ordered on a stream.
+    ``algo="automatic"`` asks the selector (aluminum/selector.py), which falls back to
+    ``default_algorithm`` where its table says nothing; ``uses_streams`` says whether
+    operations are ordered on a stream.  ``default_stream()`` gives the stream a communicator
+    binds when built with ``stream=None``; ``setup(comm)`` runs once per new communicator
+    (e.g. the NCCL unique-id bootstrap) and may keep resources in ``comm._scratch``.
     """
 
     name: str
     ops: dict[str, dict[str, type]] = field(default_factory=dict)
-    automatic: Callable[[str, object, int], str] | None = None
+    default_algorithm: str = ""
     uses_streams: bool = False
+    default_stream: Callable[[], Any] | None = None
+    setup: Callable[[Any], None] | None = None
 
     def algorithms(self, op: str) -> list[str]:
         """Names accepted by ``algo=`` for ``op`` (besides ``"automatic"``)."""
@@ -38,7 +44,8 @@ class Backend:
         """The State class that runs ``op`` with ``algo`` ("automatic" asks the selector)."""
         table = self._table(op)
         if algo == "automatic":
-            algo = self.automatic(op, comm, nbytes) if self.automatic else next(iter(table))
+            algo = selector.select_algorithm(self.name, op, comm.size, nbytes,
+                                             self.default_algorithm or next(iter(table)))
         cls = table.get(algo)
         if cls is None:
             raise UnsupportedError(f"algo: {op} on the {self.name} backend offers "
@@ -73,3 +80,10 @@ def get_backend(name: str) -> Backend:
 
 def backend_names() -> list[str]:
     return list(_MODULES)
+
+
+def _known_algorithms(backend: str, op: str) -> list[str]:
+    return get_backend(backend).algorithms(op)
+
+
+selector.set_known_algorithms(_known_algorithms)

@@ -5,6 +5,7 @@ import random
 import pytest
 
 from aluminum import costmodel
+from aluminum.errors import ArgumentError
 
 A, B = 1e-6, 1e-9  # α = 1 µs, β = 1 ns/byte (1 GB/s)
 N = 1000  # bytes: n·β = 1 µs
@@ -68,7 +69,7 @@ def test_zero_bytes_costs_latency_only():
 ])
 def test_predict_rejects_bad_arguments(kwargs, name):
     args = {"op": "allreduce", "algo": "ring", "p": 4, "nbytes": N, "alpha": A, "beta": B}
-    with pytest.raises(ValueError, match=f"^{name}:"):
+    with pytest.raises(ArgumentError, match=f"^{name}:"):
         costmodel.predict(**{**args, **kwargs})
 
 
@@ -88,7 +89,7 @@ def test_best_breaks_ties_in_model_order():
 
 @pytest.mark.parametrize("candidates", [[], ["ring", "nccl_native"]])
 def test_best_rejects_unknown_or_empty_candidates(candidates):
-    with pytest.raises(ValueError, match="candidates"):
+    with pytest.raises(ArgumentError, match="candidates"):
         costmodel.best("allreduce", 4, N, A, B, candidates)
 
 
@@ -130,5 +131,5 @@ def test_fit_tolerates_noise():
 
 @pytest.mark.parametrize("sizes, times", [([8, 8], [1e-6, 1e-6]), ([8, 16], [1e-6])])
 def test_fit_rejects_unusable_data(sizes, times):
-    with pytest.raises(ValueError):
+    with pytest.raises(ArgumentError):
         costmodel.fit_alpha_beta(sizes, times)

@@ -5,7 +5,7 @@ import warnings
 
 import pytest
 
-from aluminum import costmodel, selector
+from aluminum import costmodel, errors, selector
 
 MPI_ALLREDUCE = {"mpi_passthrough", "recursive_doubling", "ring", "rabenseifner",
                  "shared_memory"}
@@ -130,8 +130,6 @@ BAD_TABLES = {
         rule(2, [[0, "ring"]]), rule(2, [[0, "ring"]])]}, r"duplicates rules\[0\]"),
     "unknown algorithm": ({"format": "aluminum-tuning/1", "rules": [
         rule(2, [[0, "ring"], [64, "biring"]])]}, "unknown allreduce algorithm.*'biring'"),
-    "unknown backend": ({"format": "aluminum-tuning/1", "rules": [
-        rule(2, [[0, "ring"]], backend="gloo")]}, "backend 'gloo'"),
     "bad model": ({"format": "aluminum-tuning/1", "model": {"alpha": -1, "beta": 0},
                    "rules": []}, "model.alpha"),
 }
@@ -170,6 +168,17 @@ def test_unknown_names_pass_without_a_registry(tmp_path, monkeypatch):
                  {"format": "aluminum-tuning/1", "rules": [rule(2, [[0, "biring"]])]})
     monkeypatch.setenv("AL_TUNING_FILE", str(path))
     assert select(2, 0) == "biring"
+
+
+def test_rules_for_backends_the_registry_rejects_are_kept(tmp_path, monkeypatch):
+    path = write(tmp_path / "t.json", {"format": "aluminum-tuning/1", "rules": [
+        rule(2, [[0, "nccl_ring"]], backend="gpu_only"), rule(2, [[0, "ring"]])]})
+    monkeypatch.setenv("AL_TUNING_FILE", str(path))
+    selector.set_known_algorithms(known)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert select(2, 0, backend="gpu_only") == "nccl_ring"
+        assert select(2, 0) == "ring"
 
 
 def test_registering_a_registry_revalidates_the_table(tmp_path, monkeypatch):
@@ -246,8 +255,12 @@ def test_default_when_no_registry(table_file):
 
 @pytest.mark.parametrize("comm_size, nbytes", [(0, 10), (2, -1), (2.5, 10)])
 def test_bad_arguments_raise(table_file, comm_size, nbytes):
-    with pytest.raises((ValueError, TypeError)):
+    with pytest.raises((errors.ArgumentError, TypeError)):
         select(comm_size, nbytes)
+
+
+def test_table_error_is_an_aluminum_error():
+    assert issubclass(selector.TuningTableError, errors.AluminumError)
 
 
 def test_rule_choose():

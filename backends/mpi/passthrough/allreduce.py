@@ -4,7 +4,7 @@ from __future__ import annotations
 from mpi4py import MPI
 
 from ....engine.state import Action, State
-from ..datatypes import mpi_datatype, mpi_op
+from ..datatypes import mpi_datatype, mpi_op, mpi_plan
 
 
 class PassthroughAllreduce(State):
@@ -16,11 +16,11 @@ class PassthroughAllreduce(State):
 
     @staticmethod
     def run_blocking(comm, stream, sendbuf, recvbuf, op):
-        dtype = recvbuf.dtype
-        datatype = mpi_datatype(dtype)
+        datatype, mpiop, needs_finish = mpi_plan(op, recvbuf.dtype)
         send = MPI.IN_PLACE if sendbuf is recvbuf else [sendbuf.array, datatype]
-        comm._mpi.Allreduce(send, [recvbuf.array, datatype], mpi_op(op, dtype))
-        op.finish(recvbuf.array, comm.size)
+        comm._mpi.Allreduce(send, [recvbuf.array, datatype], mpiop)
+        if needs_finish:
+            op.finish(recvbuf.array, comm.size)
 
     def start(self):
         dtype = self.recvbuf.dtype
