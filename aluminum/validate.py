@@ -30,7 +30,10 @@ def check_comm(comm: object) -> Communicator:
 def input_buffer(obj: object, comm: Communicator, name: str = "buf") -> Buffer:
     """A buffer the operation reads, on a device the communicator's backend can use."""
     buf = as_buffer(obj, name)
-    if buf.device != HOST and not comm.backend.uses_streams:
+    if buf.device not in comm.backend.devices:
+        if buf.device == HOST:
+            raise BufferError(f"{name}: the {comm.backend.name} backend needs GPU memory "
+                              f"(__cuda_array_interface__), got a host {type(obj).__name__}")
         raise BufferError(f"{name}: the {comm.backend.name} backend needs host memory, got a "
                           f"{buf.device.upper()} device buffer (__cuda_array_interface__); "
                           f"use al.NCCLCommunicator or al.HostTransferCommunicator")

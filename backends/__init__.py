@@ -24,7 +24,8 @@ class Backend:
     ``ops[op][algo]`` is the ``State`` class implementing ``op`` with ``algo``;
     ``algo="automatic"`` asks the selector (aluminum/selector.py), which falls back to
     ``default_algorithm`` where its table says nothing; ``uses_streams`` says whether
-    operations are ordered on a stream.  ``default_stream()`` gives the stream a communicator
+    operations are ordered on a stream; ``devices`` lists the buffer locations it accepts
+    ("cpu", "cuda").  ``default_stream()`` gives the stream a communicator
     binds when built with ``stream=None``; ``setup(comm)`` runs once per new communicator
     (e.g. the NCCL unique-id bootstrap) and may keep resources in ``comm._scratch``.
     """
@@ -33,6 +34,7 @@ class Backend:
     ops: dict[str, dict[str, type]] = field(default_factory=dict)
     default_algorithm: str = ""
     uses_streams: bool = False
+    devices: frozenset = frozenset({"cpu"})
     default_stream: Callable[[], Any] | None = None
     setup: Callable[[Any], None] | None = None
 
