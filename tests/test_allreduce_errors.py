@@ -1,0 +1,139 @@
+"""Bad input to allreduce raises the right AluminumError subclass naming the argument,
+leaves every user buffer untouched and the communicator usable."""
+import numpy as np
+import pytest
+
+import aluminum as al
+from providers import FakeCudaArray
+
+
+@pytest.fixture(scope="module")
+def comm():
+    with al.MPICommunicator() as communicator:
+        yield communicator
+
+
+def f32(n=8):
+    return np.arange(n, dtype=np.float32)
+
+
+def readonly(array):
+    array.flags.writeable = False
+    return array
+
+
+# Each case: id -> (make arguments (buf, kwargs), expected error type, words in the message).
+CASES = {
+    "recvbuf dtype differs": (lambda: (f32(), {"recvbuf": np.zeros(8, np.float64)}),
+                              al.BufferError, "recvbuf: expected 8 elements of float32"),
+    "recvbuf too small": (lambda: (f32(), {"recvbuf": np.zeros(4, np.float32)}),
+                          al.BufferError, "recvbuf: expected 8 elements"),
+    "recvbuf too large": (lambda: (f32(), {"recvbuf": np.zeros(9, np.float32)}),
+                          al.BufferError, "recvbuf: expected 8 elements"),
+    "non-contiguous buf": (lambda: (np.zeros(16, np.float32)[::2], {}),
+                           al.BufferError, "buf: expected a C-contiguous"),
+    "non-contiguous recvbuf": (lambda: (f32(), {"recvbuf": np.zeros(16, np.float32)[::2]}),
+                               al.BufferError, "recvbuf: expected a C-contiguous"),
+    "fortran-ordered 2-d buf": (lambda: (np.zeros((3, 4), np.float32, order="F"), {}),
+                                al.BufferError, "buf: expected a C-contiguous"),
+    "read-only buf in place": (lambda: (readonly(f32()), {}),
+                               al.BufferError, "buf: expected a writable buffer"),
+    "read-only recvbuf": (lambda: (f32(), {"recvbuf": readonly(np.zeros(8, np.float32))}),
+                          al.BufferError, "recvbuf: expected a writable buffer"),
+    "bytes as in-place buf": (lambda: (b"\x00" * 8, {}),
+                              al.BufferError, "buf: expected a writable buffer"),
+    "BAND on float": (lambda: (f32(), {"op": al.BAND}), al.UnsupportedError, "op: BAND"),
+    "BXOR on float64": (lambda: (np.ones(3), {"op": "bxor"}), al.UnsupportedError, "op: BXOR"),
+    "LOR on float": (lambda: (f32(), {"op": al.LOR}), al.UnsupportedError, "op: LOR"),
+    "SUM on bool": (lambda: (np.ones(3, bool), {"op": al.SUM}), al.UnsupportedError,
+                    "op: SUM is not defined for dtype bool"),
+    "AVG on bool": (lambda: (np.ones(3, bool), {"op": al.AVG}), al.UnsupportedError, "op: AVG"),
+    "unknown op name": (lambda: (f32(), {"op": "median"}), al.ArgumentError, "op: expected one of"),
+    "op of wrong type": (lambda: (f32(), {"op": 3}), al.ArgumentError, "op: expected one of"),
+    "unhashable op": (lambda: (f32(), {"op": ["sum"]}), al.ArgumentError, "op: expected one of"),
+    "unknown algorithm": (lambda: (f32(), {"algo": "bogus"}), al.UnsupportedError,
+                          "algo: allreduce on the mpi backend offers"),
+    "GPU buffer on MPI": (lambda: (FakeCudaArray(f32()), {}), al.BufferError,
+                          "buf: the mpi backend needs host memory"),
+    "GPU recvbuf on MPI": (lambda: (f32(), {"recvbuf": FakeCudaArray(np.zeros(8, np.float32))}),
+                           al.BufferError, "recvbuf: the mpi backend needs host memory"),
+    "not a buffer (int)": (lambda: (5, {}), al.BufferError, "buf: expected a buffer"),
+    "not a buffer (list)": (lambda: ([1.0, 2.0], {}), al.BufferError, "buf: expected a buffer"),
+    "not a buffer (None)": (lambda: (None, {}), al.BufferError, "buf: expected a buffer"),
+    "recvbuf not a buffer": (lambda: (f32(), {"recvbuf": "out"}), al.BufferError,
+                             "recvbuf: expected a buffer"),
+    "unsupported dtype complex": (lambda: (np.ones(3, np.complex64), {}), al.BufferError,
+                                  "buf: unsupported dtype complex64"),
+    "unsupported dtype object": (lambda: (np.array([1, "a"], dtype=object), {}), al.BufferError,
+                                 "buf: unsupported dtype object"),
+    "unsupported dtype datetime": (lambda: (np.zeros(2, "datetime64[s]"), {}), al.BufferError,
+                                   "buf: unsupported dtype"),
+    "partially overlapping recvbuf": (lambda: _overlapping(), al.BufferError,
+                                      "recvbuf: overlaps buf"),
+    "stream on the MPI backend": (lambda: (f32(), {"stream": object()}), al.ArgumentError,
+                                  "stream: the mpi backend runs on the host"),
+}
+
+
+def _overlapping():
+    base = np.zeros(12, np.float32)
+    return base[:8], {"recvbuf": base[4:12]}
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_bad_input_is_rejected_cleanly(comm, case):
+    make, error, words = CASES[case]
+    buf, kwargs = make()
+    snapshots = [_snapshot(x) for x in (buf, kwargs.get("recvbuf"))]
+    stream = kwargs.pop("stream", None)
+    with pytest.raises(error) as raised:
+        al.allreduce(buf, comm, stream, **kwargs)
+    assert words in str(raised.value)
+    assert isinstance(raised.value, al.AluminumError)
+    assert [_snapshot(x) for x in (buf, kwargs.get("recvbuf"))] == snapshots, "buffer changed"
+    _assert_usable(comm)
+
+
+@pytest.mark.parametrize("nonblocking", [False, True])
+def test_comm_argument_must_be_a_live_communicator(nonblocking):
+    call = al.nonblocking_allreduce if nonblocking else al.allreduce
+    with pytest.raises(al.ArgumentError, match="comm: expected an aluminum communicator"):
+        call(f32(), "not a communicator")
+    comm = al.MPICommunicator()
+    comm.free()
+    buf = f32()
+    with pytest.raises(al.CommunicatorError, match="comm: this MPICommunicator was freed"):
+        call(buf, comm)
+    np.testing.assert_array_equal(buf, f32())
+
+
+def test_freed_comm_after_a_cached_fast_path_call():
+    comm = al.MPICommunicator()
+    buf = f32()
+    al.allreduce(buf, comm)
+    al.allreduce(buf, comm)
+    comm.free()
+    with pytest.raises(al.CommunicatorError, match="freed"):
+        al.allreduce(buf, comm)
+
+
+def test_read_only_after_a_cached_fast_path_call(comm):
+    buf = f32()
+    al.allreduce(buf, comm)
+    buf.flags.writeable = False
+    with pytest.raises(al.BufferError, match="buf: expected a writable buffer"):
+        al.allreduce(buf, comm)
+
+
+def _snapshot(obj):
+    if obj is None or isinstance(obj, (int, str, list)):
+        return repr(obj)
+    if isinstance(obj, FakeCudaArray):
+        return obj._array.tobytes()
+    return np.asarray(memoryview(obj) if not isinstance(obj, np.ndarray) else obj).tobytes()
+
+
+def _assert_usable(comm):
+    buf = f32()
+    al.allreduce(buf, comm)
+    np.testing.assert_array_equal(buf, f32() * comm.size)

@@ -1,0 +1,69 @@
+"""init/finalize and the launcher, each in a fresh process (finalize is one-way)."""
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+SCRIPT_AFTER_FINALIZE = textwrap.dedent("""
+    import numpy as np
+    import aluminum as al
+    assert not al.initialized()
+    al.init(); al.init()                      # idempotent
+    assert al.initialized()
+    comm = al.MPICommunicator()
+    buf = np.arange(4, dtype=np.float32)
+    al.finalize(); al.finalize()              # idempotent
+    assert not al.initialized()
+    for call in (lambda: al.allreduce(buf, comm), lambda: al.MPICommunicator(),
+                 lambda: al.nonblocking_allreduce(buf, comm)):
+        try:
+            call()
+        except al.CommunicatorError as exc:
+            assert "finalized" in str(exc), exc
+        else:
+            raise AssertionError("call after finalize did not raise")
+    assert buf.tolist() == [0, 1, 2, 3]
+    print("ok")
+""")
+
+
+def test_calls_after_finalize_raise_communicator_error():
+    result = subprocess.run([sys.executable, "-c", SCRIPT_AFTER_FINALIZE], capture_output=True,
+                            text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "ok"
+
+
+def _clean_env():
+    return {k: v for k, v in os.environ.items()
+            if not k.startswith(("OMPI_", "PRTE_", "PMIX_"))}
+
+
+@pytest.mark.parametrize("nprocs", [2, 3])
+def test_launcher_runs_as_root_without_user_environment(nprocs):
+    code = ("import numpy as np, aluminum as al; c = al.MPICommunicator(); "
+            "a = np.array([c.rank + 1]); al.allreduce(a, c); print(c.rank, c.size, a[0])")
+    result = subprocess.run([sys.executable, "-m", "aluminum.run", "-n", str(nprocs),
+                             "python", "-c", code], capture_output=True, text=True,
+                            timeout=120, env=_clean_env())
+    assert result.returncode == 0, result.stdout + result.stderr
+    lines = sorted(result.stdout.split("\n"))[-nprocs:]
+    expected_sum = nprocs * (nprocs + 1) // 2
+    assert sorted(lines) == [f"{r} {nprocs} {expected_sum}" for r in range(nprocs)]
+
+
+def test_launcher_propagates_failure_exit_code():
+    result = subprocess.run([sys.executable, "-m", "aluminum.run", "-n", "2", "python", "-c",
+                             "import sys; sys.exit(3)"], capture_output=True, text=True,
+                            timeout=120, env=_clean_env())
+    assert result.returncode != 0
+
+
+def test_launcher_timeout_kills_a_hung_job():
+    from aluminum.launcher import launch
+
+    with pytest.raises(subprocess.TimeoutExpired):
+        launch(2, [sys.executable, "-c", "import time; time.sleep(60)"], timeout=5,
+               capture=True)
