@@ -1,7 +1,7 @@
 """Forward a validated operation to its backend: blocking on this thread, or to the engine."""
 from __future__ import annotations
 
-from . import selector, trace
+from . import debug, selector, trace
 
 # Per-op caches of validated decisions (see aluminum/allreduce.py); cleared whenever the
 # selector reloads its table, so a cached algorithm choice never outlives the table.
@@ -16,6 +16,8 @@ def run(comm, op: str, state_class: type, nbytes: int, blocking: bool, args: tup
     """
     if trace.ENABLED:
         trace.api_call(op, comm, nbytes, state_class.name, blocking)
+    if debug.ENABLED:
+        debug.check(comm, op, state_class.name, args)
     if blocking:
         state_class.run_blocking(comm, *args)
         return None
@@ -33,7 +35,7 @@ def remember(cache: dict, key: tuple, plan: tuple) -> None:
 
 def checks_enabled() -> bool:
     """True when every call must take the full path (AL_DEBUG cross-rank checks)."""
-    return False
+    return debug.ENABLED
 
 
 def _clear_plans() -> None:
