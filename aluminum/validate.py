@@ -113,8 +113,8 @@ def in_place_or_pair(buf: object, recvbuf: object, comm: Communicator) -> tuple[
 
 def disjoint_buffers(receives: list[tuple[str, Buffer]],
                      others: list[tuple[str, Buffer]]) -> None:
-    """No receive buffer may share memory with another buffer of the operation; ``others``
-    (read-only sources) may overlap each other.  Each pair is ``(name, buffer)``."""
+    """No host receive buffer may share memory with another buffer of the operation;
+    ``others`` (read-only sources) may overlap each other.  Each pair is ``(name, buffer)``."""
     spans = sorted((b.ptr, b.ptr + b.nbytes, is_receive, name)
                    for is_receive, pairs in ((True, receives), (False, others))
                    for name, b in pairs if b.nbytes and b.is_host)

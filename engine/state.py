@@ -30,7 +30,8 @@ class State:
 
     ``start`` posts the first non-blocking work (called once, on admission); ``step`` must
     never block and returns an ``Action``.  ``compute_stream`` is the stream the op is ordered
-    on (``None`` for host-only operations).
+    on (``None`` for host-only operations).  ``name`` labels the operation in traces and
+    error messages (``"allreduce/ring"``).
     """
 
     run_type: RunType = RunType.BOUNDED
@@ -41,7 +42,24 @@ class State:
         """Post the first sends/copies.  Default: nothing to post."""
 
     def step(self) -> Action:
+        """Make whatever progress is possible without blocking and say where the op stands.
+
+        ``ADVANCE`` means "done with this pipeline stage": the engine moves the state to the
+        next stage once it is the head of its current one (so later stages see a stream's ops
+        in submission order) and does not step it again until then.  When driven on the
+        caller's thread (``drive``) ADVANCE is just another CONTINUE.
+        """
         raise NotImplementedError
+
+    def completion_event(self):
+        """An event on ``compute_stream`` that completes once this operation's result is
+        visible to work enqueued on that stream after it, or None for host-only operations.
+
+        ``Request.wait_on_stream`` makes a stream wait on it instead of blocking the host, so
+        stream-bound states should record it on the caller's thread (in ``__init__``, when
+        they enqueue their stream work) and it must be safe to call from any thread.
+        """
+        return None
 
     def drive(self) -> None:
         """Run this state to completion on the calling thread."""

@@ -1,0 +1,91 @@
+"""Gather: the root gets every rank's buffer, concatenated in rank order."""
+from __future__ import annotations
+
+from . import dispatch
+from .validate import (block_count, check_comm, check_stream, counts_arg, disjoint_layout,
+                       displs_arg, expect_at_least, expect_count, in_place_or_pair,
+                       input_buffer, layout_extent, rank_in_range)
+
+__all__ = ["gather", "nonblocking_gather", "gatherv", "nonblocking_gatherv"]
+
+
+def gather(buf, comm, stream=None, *, root: int = 0, recvbuf=None,
+           algo: str = "automatic") -> None:
+    """Gather ``n`` elements from every rank into the root's ``comm.size * n`` buffer.
+
+    Rank ``r``'s elements land at offset ``r * n``.  Non-root ranks: ``buf`` (``n``
+    elements) is only read and ``recvbuf`` is ignored (it may be None).  Root, out of place:
+    ``buf`` holds its ``n`` elements and ``recvbuf`` (``comm.size * n``) gets the result.
+    Root, in place (``recvbuf`` None): ``buf`` holds ``comm.size * n`` elements and the
+    root's contribution is read from its own slot, ``buf[root * n:(root + 1) * n]``.
+    Blocking: returns when this rank's part is done; on stream-bound backends, once the
+    work is enqueued on ``stream``.
+    """
+    _gather(True, buf, comm, stream, root, recvbuf, algo)
+
+
+def nonblocking_gather(buf, comm, stream=None, *, root: int = 0, recvbuf=None,
+                       algo: str = "automatic"):
+    """Start ``gather`` and return a ``Request``; buffers must not be touched until it
+    completes."""
+    return _gather(False, buf, comm, stream, root, recvbuf, algo)
+
+
+def gatherv(buf, counts, displs, comm, stream=None, *, root: int = 0, recvbuf=None,
+            algo: str = "automatic") -> None:
+    """Gather with per-rank sizes: rank ``r`` sends ``counts[r]`` elements, which land at
+    element offset ``displs[r]`` of the root's result.
+
+    ``counts`` and ``displs`` (in elements, one per rank, identical on every rank; ``displs``
+    None packs the blocks in rank order) must describe disjoint blocks.  Every rank's
+    ``buf`` holds exactly ``counts[rank]`` elements, except the root's in place: then
+    ``buf`` is the result buffer (at least ``max(displs[r] + counts[r])`` elements) and the
+    root's contribution is read from its own block at ``displs[root]``.  Out of place the
+    root's ``recvbuf`` holds at least that many; elements outside the blocks are left
+    untouched.  ``recvbuf`` is ignored on non-root ranks.  Blocking as ``gather``.
+    """
+    _gatherv(True, buf, counts, displs, comm, stream, root, recvbuf, algo)
+
+
+def nonblocking_gatherv(buf, counts, displs, comm, stream=None, *, root: int = 0,
+                        recvbuf=None, algo: str = "automatic"):
+    """Start ``gatherv`` and return a ``Request``."""
+    return _gatherv(False, buf, counts, displs, comm, stream, root, recvbuf, algo)
+
+
+def _gather(blocking, buf, comm, stream, root, recvbuf, algo):
+    comm = check_comm(comm)
+    root = rank_in_range(root, comm, "root")
+    if comm.rank != root:
+        sendbuf, recvbuf = input_buffer(buf, comm, "buf"), None
+    else:
+        sendbuf, recvbuf = in_place_or_pair(buf, recvbuf, comm)
+        if sendbuf is recvbuf:
+            block_count(recvbuf, comm, "buf")
+        else:
+            expect_count(recvbuf, comm.size * sendbuf.count, sendbuf.dtype, "recvbuf")
+    stream = check_stream(stream, comm)
+    state_class = comm.backend.state_class("gather", algo, comm, sendbuf.nbytes)
+    return dispatch.run(comm, "gather", state_class, sendbuf.nbytes, blocking,
+                        (stream, sendbuf, recvbuf, root))
+
+
+def _gatherv(blocking, buf, counts, displs, comm, stream, root, recvbuf, algo):
+    comm = check_comm(comm)
+    root = rank_in_range(root, comm, "root")
+    counts = counts_arg(counts, comm, "counts")
+    displs = displs_arg(displs, counts, comm, "displs")
+    if comm.rank != root:
+        sendbuf, recvbuf = input_buffer(buf, comm, "buf"), None
+        expect_count(sendbuf, counts[comm.rank], sendbuf.dtype, "buf")
+    else:
+        disjoint_layout(counts, displs, "displs")
+        sendbuf, recvbuf = in_place_or_pair(buf, recvbuf, comm)
+        if sendbuf is not recvbuf:
+            expect_count(sendbuf, counts[root], sendbuf.dtype, "buf")
+        expect_at_least(recvbuf, layout_extent(counts, displs), sendbuf.dtype,
+                        "buf" if sendbuf is recvbuf else "recvbuf")
+    stream = check_stream(stream, comm)
+    state_class = comm.backend.state_class("gatherv", algo, comm, sendbuf.nbytes)
+    return dispatch.run(comm, "gatherv", state_class, sendbuf.nbytes, blocking,
+                        (stream, sendbuf, recvbuf, counts, displs, root))

@@ -1,0 +1,44 @@
+"""Reduce: the root gets the element-wise reduction of every rank's buffer."""
+from __future__ import annotations
+
+from . import dispatch
+from .reduction import ReductionOp
+from .validate import (check_comm, check_stream, expect_count, in_place_or_pair, input_buffer,
+                       rank_in_range, reduction_op)
+
+__all__ = ["reduce", "nonblocking_reduce"]
+
+
+def reduce(buf, comm, stream=None, *, root: int = 0, op=ReductionOp.SUM, recvbuf=None,
+           algo: str = "automatic") -> None:
+    """Reduce ``buf`` element-wise across all ranks of ``comm`` into the root's buffer.
+
+    At the root the result overwrites ``buf`` (in place) unless ``recvbuf`` is given, in
+    which case ``buf`` is only read and ``recvbuf`` (same count and dtype) gets the result.
+    On every other rank ``buf`` is only read and ``recvbuf`` is ignored (it may be None).
+    Blocking: returns when the result is at the root (this rank's part is done elsewhere);
+    on stream-bound backends, once the work is enqueued on ``stream``.
+    """
+    _reduce(True, buf, comm, stream, root, op, recvbuf, algo)
+
+
+def nonblocking_reduce(buf, comm, stream=None, *, root: int = 0, op=ReductionOp.SUM,
+                       recvbuf=None, algo: str = "automatic"):
+    """Start ``reduce`` and return a ``Request``; buffers must not be touched until it
+    completes."""
+    return _reduce(False, buf, comm, stream, root, op, recvbuf, algo)
+
+
+def _reduce(blocking, buf, comm, stream, root, op, recvbuf, algo):
+    comm = check_comm(comm)
+    root = rank_in_range(root, comm, "root")
+    if comm.rank != root:
+        sendbuf, recvbuf = input_buffer(buf, comm, "buf"), None
+    else:
+        sendbuf, recvbuf = in_place_or_pair(buf, recvbuf, comm)
+        expect_count(recvbuf, sendbuf.count, sendbuf.dtype, "recvbuf")
+    op = reduction_op(op, sendbuf.dtype)
+    stream = check_stream(stream, comm)
+    state_class = comm.backend.state_class("reduce", algo, comm, sendbuf.nbytes)
+    return dispatch.run(comm, "reduce", state_class, sendbuf.nbytes, blocking,
+                        (stream, sendbuf, recvbuf, op, root))

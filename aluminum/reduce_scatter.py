@@ -1,0 +1,76 @@
+"""Reduce-scatter: reduce every rank's buffer element-wise, then rank ``r`` keeps block ``r``."""
+from __future__ import annotations
+
+from . import dispatch
+from .reduction import ReductionOp
+from .validate import (block_count, check_comm, check_stream, counts_arg, expect_count,
+                       in_place_or_pair, reduction_op)
+
+__all__ = ["reduce_scatter", "nonblocking_reduce_scatter", "reduce_scatterv",
+           "nonblocking_reduce_scatterv"]
+
+
+def reduce_scatter(buf, comm, stream=None, *, op=ReductionOp.SUM, recvbuf=None,
+                   algo: str = "automatic") -> None:
+    """Reduce ``buf`` (``comm.size * n`` elements) across ranks; rank ``r`` gets block ``r``.
+
+    Block ``r`` is the ``n`` elements at offset ``r * n``.  In place (``recvbuf`` None) this
+    rank's reduced block overwrites the first ``n`` elements of ``buf`` and the rest of
+    ``buf`` is unspecified (MPI's in-place semantics); otherwise ``buf`` is only read and
+    ``recvbuf`` (``n`` elements, same dtype) gets the block.  Blocking: returns when the
+    result is in place; on stream-bound backends, once the work is enqueued on ``stream``.
+    """
+    _reduce_scatter(True, buf, comm, stream, op, recvbuf, algo)
+
+
+def nonblocking_reduce_scatter(buf, comm, stream=None, *, op=ReductionOp.SUM, recvbuf=None,
+                               algo: str = "automatic"):
+    """Start ``reduce_scatter`` and return a ``Request``; buffers must not be touched until
+    it completes."""
+    return _reduce_scatter(False, buf, comm, stream, op, recvbuf, algo)
+
+
+def reduce_scatterv(buf, counts, comm, stream=None, *, op=ReductionOp.SUM, recvbuf=None,
+                    algo: str = "automatic") -> None:
+    """Reduce-scatter with per-rank block sizes: rank ``r`` gets ``counts[r]`` elements.
+
+    ``counts`` (element counts, one per rank, identical on every rank) splits ``buf``
+    (exactly ``sum(counts)`` elements) into consecutive blocks in rank order.  In place this
+    rank's reduced block overwrites the first ``counts[rank]`` elements of ``buf`` (the rest
+    is unspecified); otherwise ``recvbuf`` (exactly ``counts[rank]`` elements) gets it.
+    Blocking as ``reduce_scatter``.
+    """
+    _reduce_scatterv(True, buf, counts, comm, stream, op, recvbuf, algo)
+
+
+def nonblocking_reduce_scatterv(buf, counts, comm, stream=None, *, op=ReductionOp.SUM,
+                                recvbuf=None, algo: str = "automatic"):
+    """Start ``reduce_scatterv`` and return a ``Request``."""
+    return _reduce_scatterv(False, buf, counts, comm, stream, op, recvbuf, algo)
+
+
+def _reduce_scatter(blocking, buf, comm, stream, op, recvbuf, algo):
+    comm = check_comm(comm)
+    sendbuf, recvbuf = in_place_or_pair(buf, recvbuf, comm)
+    count = block_count(sendbuf, comm, "buf")
+    if sendbuf is not recvbuf:
+        expect_count(recvbuf, count, sendbuf.dtype, "recvbuf")
+    op = reduction_op(op, sendbuf.dtype)
+    stream = check_stream(stream, comm)
+    state_class = comm.backend.state_class("reduce_scatter", algo, comm, sendbuf.nbytes)
+    return dispatch.run(comm, "reduce_scatter", state_class, sendbuf.nbytes, blocking,
+                        (stream, sendbuf, recvbuf, op))
+
+
+def _reduce_scatterv(blocking, buf, counts, comm, stream, op, recvbuf, algo):
+    comm = check_comm(comm)
+    counts = counts_arg(counts, comm, "counts")
+    sendbuf, recvbuf = in_place_or_pair(buf, recvbuf, comm)
+    expect_count(sendbuf, sum(counts), sendbuf.dtype, "buf")
+    if sendbuf is not recvbuf:
+        expect_count(recvbuf, counts[comm.rank], sendbuf.dtype, "recvbuf")
+    op = reduction_op(op, sendbuf.dtype)
+    stream = check_stream(stream, comm)
+    state_class = comm.backend.state_class("reduce_scatterv", algo, comm, sendbuf.nbytes)
+    return dispatch.run(comm, "reduce_scatterv", state_class, sendbuf.nbytes, blocking,
+                        (stream, sendbuf, recvbuf, op, counts))

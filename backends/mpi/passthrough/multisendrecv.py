@@ -1,0 +1,57 @@
+"""Many sends and receives at once: post every ``MPI_Irecv`` and ``MPI_Isend``, then wait.
+
+State arguments: ``(comm, stream, sends, recvs)``, lists of ``(Buffer, peer)``.  Receives
+are posted first (so matching sends find them posted), each in list order, so several
+messages between one pair of ranks match in list order.
+"""
+from __future__ import annotations
+
+from mpi4py import MPI
+
+from ....engine.state import Action, RunType, State
+from .mpi_request import POINT_TO_POINT_TAG, spec
+from .recv import check_received, message_errors
+
+
+class PassthroughMultiSendRecv(State):
+    name = "multisendrecv/mpi_passthrough"
+    run_type = RunType.UNBOUNDED
+
+    def __init__(self, comm, stream, sends, recvs):
+        self.comm, self.sends, self.recvs = comm, sends, recvs
+        self.requests, self.statuses = [], []
+
+    @staticmethod
+    def run_blocking(comm, stream, sends, recvs):
+        requests = _post(comm, sends, recvs)
+        statuses = [MPI.Status() for _ in requests]
+        with message_errors(_sources(recvs)):
+            MPI.Request.Waitall(requests, statuses)
+        _check(statuses, recvs)
+
+    def start(self):
+        self.requests = _post(self.comm, self.sends, self.recvs)
+        self.statuses = [MPI.Status() for _ in self.requests]
+
+    def step(self):
+        with message_errors(_sources(self.recvs)):
+            done = MPI.Request.Testall(self.requests, self.statuses)
+        if not done:
+            return Action.CONTINUE
+        _check(self.statuses, self.recvs)
+        return Action.COMPLETE
+
+
+def _post(comm, sends, recvs) -> list:
+    mpi = comm._mpi
+    return ([mpi.Irecv(spec(buf), peer, POINT_TO_POINT_TAG) for buf, peer in recvs]
+            + [mpi.Isend(spec(buf), peer, POINT_TO_POINT_TAG) for buf, peer in sends])
+
+
+def _check(statuses, recvs) -> None:
+    for status, (buf, peer) in zip(statuses, recvs):
+        check_received(status, buf, peer)
+
+
+def _sources(recvs) -> str:
+    return ", ".join(str(peer) for _, peer in recvs) or "none"

@@ -1,0 +1,62 @@
+"""Receive by calling MPI: ``MPI_Recv`` when blocking, ``MPI_Irecv`` polled when not.
+
+State arguments: ``(comm, stream, buf, src)``.  Aluminum's rule that a receive matches a send
+of the same count is checked: a message of any other length raises ``al.OperationError``
+(except that Open MPI's self transport silently truncates a longer message a rank sends to
+itself into a receive that was already posted).
+"""
+from __future__ import annotations
+
+from contextlib import contextmanager
+
+from mpi4py import MPI
+
+from ....engine.state import RunType
+from ....errors import OperationError
+from ..datatypes import mpi_datatype
+from .mpi_request import POINT_TO_POINT_TAG, MPIRequestState, spec
+
+
+class PassthroughRecv(MPIRequestState):
+    name = "recv/mpi_passthrough"
+    run_type = RunType.UNBOUNDED
+
+    def __init__(self, comm, stream, buf, src):
+        self.comm, self.buf, self.src = comm, buf, src
+        self.status = MPI.Status()
+
+    @staticmethod
+    def run_blocking(comm, stream, buf, src):
+        status = MPI.Status()
+        with message_errors(src):
+            comm._mpi.Recv(spec(buf), src, POINT_TO_POINT_TAG, status)
+        check_received(status, buf, src)
+
+    def post(self):
+        return self.comm._mpi.Irecv(spec(self.buf), self.src, POINT_TO_POINT_TAG)
+
+    def step(self):
+        with message_errors(self.src):
+            return super().step()
+
+    def finish(self):
+        check_received(self.status, self.buf, self.src)
+
+
+def check_received(status: MPI.Status, buf, src: int) -> None:
+    """Raise unless the message from ``src`` had exactly ``buf``'s element count."""
+    count = status.Get_count(mpi_datatype(buf.dtype))
+    if count != buf.count:
+        raise OperationError(f"recv from rank {src}: expected a message of {buf.describe()}, "
+                             f"the matching send had {count}; a receive must match a send "
+                             f"of the same count")
+
+
+@contextmanager
+def message_errors(src):
+    """Turn MPI's receive errors (a longer message truncated) into ``al.OperationError``."""
+    try:
+        yield
+    except MPI.Exception as exc:
+        raise OperationError(f"recv from rank {src}: {exc.Get_error_string()}; a receive "
+                             f"must match a send of the same count") from exc

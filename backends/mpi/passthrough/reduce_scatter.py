@@ -1,0 +1,36 @@
+"""Reduce-scatter by calling MPI: ``MPI_Reduce_scatter_block`` / ``MPI_Ireduce_scatter_block``.
+
+State arguments: ``(comm, stream, sendbuf, recvbuf, op)``.  ``sendbuf`` holds ``size * n``
+elements, ``recvbuf`` ``n``; in place ``sendbuf is recvbuf`` holds ``size * n`` and this
+rank's reduced block lands in its first ``n`` elements (MPI's in-place semantics).
+"""
+from __future__ import annotations
+
+from ..datatypes import mpi_op
+from .mpi_request import MPIRequestState, send_spec, spec
+
+
+class PassthroughReduceScatter(MPIRequestState):
+    name = "reduce_scatter/mpi_passthrough"
+
+    def __init__(self, comm, stream, sendbuf, recvbuf, op):
+        self.comm, self.sendbuf, self.recvbuf, self.op = comm, sendbuf, recvbuf, op
+
+    @staticmethod
+    def run_blocking(comm, stream, sendbuf, recvbuf, op):
+        comm._mpi.Reduce_scatter_block(send_spec(sendbuf, recvbuf), spec(recvbuf),
+                                       mpi_op(op, recvbuf.dtype))
+        _finish(comm, sendbuf, recvbuf, op)
+
+    def post(self):
+        return self.comm._mpi.Ireduce_scatter_block(
+            send_spec(self.sendbuf, self.recvbuf), spec(self.recvbuf),
+            mpi_op(self.op, self.recvbuf.dtype))
+
+    def finish(self):
+        _finish(self.comm, self.sendbuf, self.recvbuf, self.op)
+
+
+def _finish(comm, sendbuf, recvbuf, op):
+    count = recvbuf.count // comm.size if sendbuf is recvbuf else recvbuf.count
+    op.finish(recvbuf.array[:count], comm.size)

@@ -1,0 +1,35 @@
+"""Scatter with per-rank counts: ``MPI_Scatterv`` / ``MPI_Iscatterv``.
+
+State arguments: ``(comm, stream, sendbuf, recvbuf, counts, displs, root)``.  Rank ``r``'s
+``recvbuf`` gets the ``counts[r]`` elements at element offset ``displs[r]`` of the root's
+``sendbuf``.  ``sendbuf`` is None on every rank but the root; at the root ``sendbuf is
+recvbuf`` means in place, the root's own block staying at ``displs[root]``.
+"""
+from __future__ import annotations
+
+from mpi4py import MPI
+
+from .mpi_request import MPIRequestState, layout_spec, spec
+
+
+class PassthroughScatterv(MPIRequestState):
+    name = "scatterv/mpi_passthrough"
+
+    def __init__(self, comm, stream, sendbuf, recvbuf, counts, displs, root):
+        self.comm, self.sendbuf, self.recvbuf = comm, sendbuf, recvbuf
+        self.counts, self.displs, self.root = counts, displs, root
+
+    @staticmethod
+    def run_blocking(comm, stream, sendbuf, recvbuf, counts, displs, root):
+        comm._mpi.Scatterv(*_arguments(sendbuf, recvbuf, counts, displs), root)
+
+    def post(self):
+        return self.comm._mpi.Iscatterv(
+            *_arguments(self.sendbuf, self.recvbuf, self.counts, self.displs), self.root)
+
+
+def _arguments(sendbuf, recvbuf, counts, displs):
+    if sendbuf is None:
+        return None, spec(recvbuf)
+    recv = MPI.IN_PLACE if sendbuf is recvbuf else spec(recvbuf)
+    return layout_spec(sendbuf, counts, displs), recv

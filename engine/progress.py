@@ -1,0 +1,598 @@
+"""The progress engine: one daemon thread per process that drives ``State`` objects.
+
+Semantics (../shared/DESIGN.md §2, after Aluminum's ``progress.cpp``):
+
+- ``submit(state)`` appends a ``Request`` to one input deque (``deque.append`` is atomic, so
+  any number of threads submit with no Python lock) and starts the engine thread on first use.
+- Admission is FIFO per compute stream (``state.compute_stream``): only the head of a
+  stream's queue is considered, so operations on one stream start in submission order.
+  Host-only states (``compute_stream`` None) are queued per communicator (``state.comm``;
+  None without one): each communicator is its own "host stream".  One queue for all host
+  operations would deadlock threads that use different communicators: rank 0 could fill
+  the bound with comm A's operations while rank 1 fills it with comm B's, each waiting for
+  operations the other rank has queued behind them.  A BOUNDED state is admitted while fewer than
+  ``AL_PE_NUM_CONCURRENT_OPS`` bounded states run, or whenever its stream has nothing running;
+  an UNBOUNDED state is always admitted (a send posted before its receive must not block it).
+- Each stream has pipeline stages; an admitted state is started and enters stage 0, and each
+  pass steps every running state once.  ``ADVANCE`` moves a state to the next stage only from
+  the head of its stage; a state behind the head is parked (not stepped) until it is the head.
+- A state whose ``start``/``step`` raises fails only its own request.
+- Idle: spin ``AL_PE_SPIN_US`` then sleep on an Event until the next submission.
+
+The driver token.  Under the GIL two busy Python threads in one process starve each other (a
+thread waiting for the GIL gets it only every 5 ms switch interval).  So exactly one thread
+runs engine passes at a time: whoever holds ``_driver``.  That is the engine thread, or a
+thread inside ``Request.wait``/``test``, which runs passes itself for up to ``WAIT_DRIVE_S``
+(like ``MPI_Wait`` progressing MPI) so a short operation completes without any thread
+handoff; the engine thread sleeps on the token meanwhile.  Spinning loops call
+``os.sched_yield()``, which releases the GIL long enough for threads that wait for it (numpy
+work in other threads keeps its speed), unlike a bare loop or ``time.sleep(0)``.
+"""
+from __future__ import annotations
+
+import atexit
+import collections
+import itertools
+import os
+import threading
+import time
+import warnings
+from dataclasses import dataclass
+from typing import Callable
+
+from .. import runtime, trace
+from ..errors import CommunicatorError, OperationError, TimeoutError
+from .request import Request
+from .state import Action, RunType, State
+
+__all__ = ["EngineConfig", "ProgressEngine", "get_engine", "shutdown", "submit"]
+
+DEFAULT_CONCURRENT_OPS = 4
+DEFAULT_SPIN_US = 100.0
+DEFAULT_FINALIZE_TIMEOUT_S = 30.0
+WAIT_DRIVE_S = 2e-3   # how long a waiting thread drives the engine before it sleeps
+# A busy engine whose passes have changed nothing for AL_PE_SPIN_US sleeps this long between
+# passes (a submission still wakes it at once): on oversubscribed cores polling an operation
+# that waits for a slow peer would otherwise take CPU time from the peer and from compute.
+BACKOFF_S = 50e-6
+_MAX_IDLE_QUEUES = 64  # prune empty stream queues beyond this many, even while busy
+
+_CONTINUE, _ADVANCE, _COMPLETE = Action.CONTINUE, Action.ADVANCE, Action.COMPLETE
+_UNBOUNDED = RunType.UNBOUNDED
+_clock = time.perf_counter
+_yield = os.sched_yield
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """Engine settings; ``from_env`` reads them from the environment (see docs/engine.md)."""
+
+    max_concurrent: int = DEFAULT_CONCURRENT_OPS   # AL_PE_NUM_CONCURRENT_OPS
+    spin_s: float = DEFAULT_SPIN_US * 1e-6         # AL_PE_SPIN_US
+    pin: bool = True                               # AL_PE_CORE=none turns pinning off
+    core: int | None = None                        # AL_PE_CORE=<n>; None: from local rank
+    timeout_s: float | None = None                 # AL_TIMEOUT
+
+    @classmethod
+    def from_env(cls, environ=None) -> EngineConfig:
+        """Read ``AL_PE_*`` and ``AL_TIMEOUT``; a malformed value warns and keeps the default."""
+        env = os.environ if environ is None else environ
+        core_text = env.get("AL_PE_CORE", "").strip().lower()
+        pin = core_text not in ("none", "off", "-1")
+        core = None
+        if pin and core_text:
+            core = _parse(env, "AL_PE_CORE", int, 0, None)
+        return cls(
+            max_concurrent=_parse(env, "AL_PE_NUM_CONCURRENT_OPS", int, 1,
+                                  DEFAULT_CONCURRENT_OPS),
+            spin_s=_parse(env, "AL_PE_SPIN_US", float, 0.0, DEFAULT_SPIN_US) * 1e-6,
+            pin=pin, core=core,
+            timeout_s=_parse(env, "AL_TIMEOUT", float, 1e-9, None))
+
+
+def _parse(env, name: str, kind: type, minimum, default):
+    text = env.get(name, "").strip()
+    if not text:
+        return default
+    try:
+        value = kind(text)
+    except ValueError:
+        value = None
+    if value is None or value < minimum:
+        warnings.warn(f"aluminum: {name}: expected {kind.__name__} >= {minimum}, got {text!r}; "
+                      f"using {default}", RuntimeWarning, stacklevel=3)
+        return default
+    return value
+
+
+class _StreamQueue:
+    """One compute stream's admission queue and pipeline stages."""
+
+    __slots__ = ("waiting", "stages", "running")
+
+    def __init__(self) -> None:
+        self.waiting: collections.deque[Request] = collections.deque()
+        self.stages: list[list[Request]] = [[]]
+        self.running = 0
+
+
+class ProgressEngine:
+    """Drives submitted states on a background thread (see the module docstring)."""
+
+    def __init__(self, config: EngineConfig | None = None, name: str = "AlProgress") -> None:
+        self.config = config if config is not None else EngineConfig.from_env()
+        self.name = name
+        self.core: int | None = None       # the core the thread is pinned to, if any
+        self._inbox: collections.deque[Request] = collections.deque()
+        # Touched only by the token holder: per-stream queues (empty ones are pruned when the
+        # engine goes idle or they pile up), requests in them, bounded states running.
+        self._streams: dict[object, _StreamQueue] = {}
+        self._queued = 0
+        self._bounded = 0
+        self._driver = threading.Lock()
+        # The engine sleeps by acquiring this lock while it holds it; waking it is one
+        # release (cheaper than Event.set).  A stale release only causes a spurious wake-up.
+        self._wake_lock = threading.Lock()
+        self._wake_lock.acquire()
+        self._sleeping = False
+        self._stopping = False     # drain, then exit
+        self._abandon = False      # exit at the next pass boundary
+        self._closed = False       # refuse submissions
+        self._finished = False     # leftovers failed; nothing will run any more
+        self._thread: threading.Thread | None = None
+        self._start_lock = threading.Lock()
+        self._seq = itertools.count(1)
+
+    @property
+    def thread(self) -> threading.Thread | None:
+        """The engine thread (None until the first submission)."""
+        return self._thread
+
+    def submit(self, state: State) -> Request:
+        """Queue ``state`` for the engine and return its ``Request``; thread-safe, lock-free."""
+        if self._closed:
+            raise CommunicatorError(f"{state.name}: the progress engine was shut down "
+                                    "(al.finalize()); no new operations can start")
+        request = Request(state, self, next(self._seq))
+        if trace.ENABLED:
+            trace.engine_event("submit", state.name, request.seq, state.compute_stream)
+        self._inbox.append(request)
+        if self._thread is None:
+            self._start(state)
+        elif self._sleeping:
+            self._wake()
+        if self._finished:   # lost a race with shutdown: nobody will ever run it
+            request._finish(CommunicatorError(f"{state.name}: submitted while the progress "
+                                              "engine shut down"))
+        return request
+
+    # -- waiting (called by Request) ---------------------------------------------------------
+
+    def wait(self, request: Request, timeout: float | None) -> None:
+        """Return once ``request`` is done, driving the engine meanwhile when the token is free.
+
+        ``timeout=None`` means ``AL_TIMEOUT`` (forever if unset); raises ``al.TimeoutError``.
+        The fast path (token free, operation done within ``WAIT_DRIVE_S``) reads no clock
+        until a pass makes no progress.
+        """
+        limit = self.config.timeout_s if timeout is None else timeout
+        start = None if limit is None else _clock()
+        budget = WAIT_DRIVE_S if limit is None else min(WAIT_DRIVE_S, limit)
+        driver = self._driver
+        if driver.acquire(False):
+            try:
+                self._drive(request, budget)
+            finally:
+                driver.release()
+                if self._sleeping and self._has_work():
+                    self._wake()
+            if request._done:
+                return
+        spin_end = _clock() + budget
+        while not request._done and _clock() < spin_end:
+            if driver.acquire(False):
+                try:
+                    self._drive(request, spin_end - _clock())
+                finally:
+                    driver.release()
+                    self._wake_if_needed()
+            else:
+                _yield()
+        if request._done:
+            return
+        remaining = None if limit is None else max(0.0, start + limit - _clock())
+        if not request._block(remaining):
+            source = "AL_TIMEOUT" if timeout is None else "timeout"
+            raise TimeoutError(f"{_describe(request)} did not complete within {source}="
+                               f"{limit:g} s; it is still pending")
+
+    def poll(self) -> None:
+        """Run one engine pass on this thread if no one else is driving (for ``test``)."""
+        if self._driver.acquire(False):
+            try:
+                self._pass()
+            finally:
+                self._driver.release()
+                self._wake_if_needed()
+
+    def _drive(self, request: Request, budget: float) -> None:
+        """Run passes until ``request`` is done or ``budget`` seconds have passed since the
+        first pass that made no progress (so a quick operation never reads the clock)."""
+        run_pass = self._pass
+        until = None
+        while not request._done:
+            if not run_pass():
+                now = _clock()
+                if until is None:
+                    until = now + budget
+                elif now >= until:
+                    return
+                _yield()
+
+    def _has_work(self) -> bool:
+        return bool(self._inbox) or self._queued > 0
+
+    def _wake(self) -> None:
+        try:
+            self._wake_lock.release()
+        except RuntimeError:   # already released by another waker
+            pass
+
+    def _wake_if_needed(self) -> None:
+        # The engine thread sleeps while a waiter drives; hand back what the waiter left.
+        if self._sleeping and self._has_work():
+            self._wake()
+
+    # -- the engine thread -------------------------------------------------------------------
+
+    def _start(self, first_state: State) -> None:
+        with self._start_lock:
+            if self._thread is not None:
+                return
+            thread = threading.Thread(target=self._run, name=self.name, daemon=True)
+            thread.start()
+            self._thread = thread
+        if self.config.pin:
+            self._pin(thread, first_state)
+
+    def _pin(self, thread: threading.Thread, state: State) -> None:
+        core = self.config.core
+        if core is None:
+            core = default_core(*node_local_rank(state), sorted(os.sched_getaffinity(0)))
+            if core is None:
+                return
+        try:
+            os.sched_setaffinity(thread.native_id, {core})
+        except (OSError, ValueError) as exc:
+            warnings.warn(f"aluminum: could not pin the progress engine to core {core} "
+                          f"(AL_PE_CORE): {exc}", RuntimeWarning, stacklevel=4)
+        else:
+            self.core = core
+
+    def _run(self) -> None:
+        driver = self._driver
+        stalled_since = None   # start of the current run of passes that changed nothing
+        try:
+            while not self._abandon:
+                if not driver.acquire(False):
+                    self._sleep(driver)    # a waiter drives; it wakes us if it leaves work
+                    stalled_since = None
+                    continue
+                try:
+                    progressed = self._pass()
+                finally:
+                    driver.release()
+                if progressed:
+                    stalled_since = None
+                if not self._has_work():
+                    if self._stopping:
+                        return
+                    self._idle()
+                    stalled_since = None
+                elif not progressed:
+                    now = _clock()
+                    if stalled_since is None:
+                        stalled_since = now
+                    if now - stalled_since > self.config.spin_s:
+                        self._sleep(None, BACKOFF_S)
+                    else:
+                        _yield()
+        except BaseException as exc:   # an engine bug: fail everything rather than hang
+            self._finished = True
+            self._fail_leftovers(lambda request: OperationError(
+                f"{_describe(request)}: the progress engine crashed: {exc!r}"))
+            raise
+
+    def _idle(self) -> None:
+        """Spin ``AL_PE_SPIN_US`` for new work, then sleep until a submission wakes us."""
+        end = _clock() + self.config.spin_s
+        while _clock() < end:
+            if self._has_work() or self._stopping:
+                return
+            _yield()
+        if self._streams and self._driver.acquire(False):
+            try:
+                self._prune()
+            finally:
+                self._driver.release()
+        self._sleep(None)
+
+    def _sleep(self, driver: threading.Lock | None, timeout: float = -1) -> None:
+        """Block until woken (or ``timeout`` s); with ``driver``, only while it is held."""
+        wake = self._wake_lock
+        wake.acquire(False)   # re-arm: a stale wake-up may have released it
+        # Announce, then re-check: a submitter (or leaving driver) that acted before seeing
+        # ``_sleeping`` is caught by the re-check; one that saw it releases the lock.
+        self._sleeping = True
+        if driver is not None:
+            if driver.locked():
+                wake.acquire()
+        elif timeout >= 0:    # backing off: only new submissions matter
+            if not (self._inbox or self._stopping):
+                wake.acquire(timeout=timeout)
+        elif not (self._has_work() or self._stopping):
+            wake.acquire()
+        self._sleeping = False
+
+    # -- one pass: admission, then one step of every running state ---------------------------
+
+    def _pass(self) -> bool:
+        """Admit, then step each running state once; True if anything changed.
+
+        Only the holder of the driver token may call this.
+        """
+        inbox, streams = self._inbox, self._streams
+        while inbox:
+            request = inbox.popleft()
+            state = request.state
+            key = state.compute_stream
+            if key is None:
+                key = getattr(state, "comm", None)
+            queue = streams.get(key)
+            if queue is None:
+                queue = streams[key] = _StreamQueue()
+            queue.waiting.append(request)
+            self._queued += 1
+        changed = False
+        for queue in streams.values():
+            if queue.waiting and self._admit(queue):
+                changed = True
+            if queue.running and self._step(queue):
+                changed = True
+        if len(streams) > _MAX_IDLE_QUEUES:
+            self._prune()
+        return changed
+
+    def _prune(self) -> None:
+        """Drop empty stream queues, and with them the references to their streams."""
+        streams = self._streams
+        for key in [key for key, queue in streams.items()
+                    if not queue.running and not queue.waiting]:
+            del streams[key]
+
+    def _admit(self, queue: _StreamQueue) -> bool:
+        waiting, limit = queue.waiting, self.config.max_concurrent
+        admitted = False
+        while waiting:
+            request = waiting[0]
+            state = request.state
+            if state.run_type is not _UNBOUNDED:
+                if self._bounded >= limit and queue.running:
+                    break
+                self._bounded += 1
+                request.bounded = True
+            waiting.popleft()
+            admitted = True
+            if trace.ENABLED:
+                trace.engine_event("admit", state.name, request.seq, state.compute_stream)
+            try:
+                state.start()
+            except BaseException as exc:  # noqa: BLE001 - fails only this request
+                self._retire(request, exc)
+                continue
+            if trace.ENABLED:
+                trace.engine_event("start", state.name, request.seq, state.compute_stream)
+            queue.stages[0].append(request)
+            queue.running += 1
+        return admitted
+
+    def _step(self, queue: _StreamQueue) -> bool:
+        stages = queue.stages
+        changed = False
+        index = 0
+        while index < len(stages):
+            stage = stages[index]
+            i = 0
+            while i < len(stage):
+                request = stage[i]
+                if request.parked:
+                    if i == 0:   # the head left: move on to the next stage
+                        request.parked = False
+                        self._next_stage(stages, index).append(stage.pop(0))
+                        changed = True
+                    else:
+                        i += 1
+                    continue
+                try:
+                    action = request.state.step()
+                    if action is not _CONTINUE and action is not _ADVANCE \
+                            and action is not _COMPLETE:
+                        raise TypeError(f"step() returned {action!r}, expected an Action")
+                except BaseException as exc:  # noqa: BLE001 - fails only this request
+                    del stage[i]
+                    queue.running -= 1
+                    self._retire(request, exc)
+                    changed = True
+                    continue
+                if action is _CONTINUE:
+                    i += 1
+                elif action is _COMPLETE:
+                    del stage[i]
+                    queue.running -= 1
+                    self._retire(request, None)
+                    changed = True
+                elif i == 0:
+                    self._next_stage(stages, index).append(stage.pop(0))
+                    changed = True
+                else:
+                    request.parked = True
+                    i += 1
+            index += 1
+        return changed
+
+    @staticmethod
+    def _next_stage(stages: list[list[Request]], index: int) -> list[Request]:
+        if index + 1 == len(stages):
+            stages.append([])
+        return stages[index + 1]
+
+    def _retire(self, request: Request, error: BaseException | None) -> None:
+        self._queued -= 1
+        if request.bounded:
+            self._bounded -= 1
+        if trace.ENABLED:
+            state = request.state
+            trace.engine_event("complete" if error is None else "fail", state.name,
+                               request.seq, state.compute_stream)
+        if error is None:
+            request._finish()
+        else:
+            request._fail(error)
+
+    # -- shutdown ----------------------------------------------------------------------------
+
+    def shutdown(self, timeout: float | None = None) -> bool:
+        """Refuse new work, let in-flight operations finish, then stop the thread.
+
+        Waits up to ``timeout`` seconds (forever if None); operations still pending then fail
+        with ``al.TimeoutError``.  Returns True if everything completed.  Idempotent.
+        """
+        self._closed = True
+        self._stopping = True
+        self._wake()
+        thread = self._thread
+        clean = True
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout)
+            clean = not thread.is_alive()
+        if not clean:
+            self._abandon = True
+        # Wait for a pass in progress to end; a state stuck inside step() cannot be waited for.
+        have_token = self._driver.acquire(timeout=0.1)
+        try:
+            self._finished = True
+            after = "" if timeout is None else f" after {timeout:g} s"
+            failed = self._fail_leftovers(lambda request: TimeoutError(
+                f"{_describe(request)} was still pending when the progress engine shut down "
+                f"(al.finalize()){after}; it was abandoned"))
+        finally:
+            if have_token:
+                self._driver.release()
+        if not clean:   # nothing left to drive: let the thread see that and exit
+            self._wake()
+            thread.join(0.1)
+        return clean and not failed
+
+    def _fail_leftovers(self, make_error: Callable[[Request], BaseException]) -> int:
+        """Fail every request not yet complete; return how many there were."""
+        requests = list(self._inbox)
+        self._inbox.clear()
+        for queue in list(self._streams.values()):
+            requests += queue.waiting
+            requests += [request for stage in queue.stages for request in stage]
+        self._streams = {}
+        self._queued = 0
+        return sum(request._finish(make_error(request)) for request in requests)
+
+
+def _describe(request: Request) -> str:
+    """``"allreduce/ring (request #12, rank 1 of 4)"``: the op, its sequence number, where."""
+    comm = getattr(request.state, "comm", None)
+    where = ""
+    if comm is not None and hasattr(comm, "rank") and hasattr(comm, "size"):
+        where = f", rank {comm.rank} of {comm.size}"
+    return f"{request.state.name} (request #{request.seq}{where})"
+
+
+# -- core pinning --------------------------------------------------------------------------
+
+_LOCAL_RANK_ENV = (("OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE"),
+                   ("MPI_LOCALRANKID", "MPI_LOCALNRANKS"))
+
+
+def node_local_rank(state: State | None = None) -> tuple[int, int]:
+    """``(local_rank, local_size)`` of this process on its node.
+
+    From the launcher's environment (Open MPI, MPICH), else from the first state's
+    communicator (``state.comm.local_rank``/``local_size``), else ``(0, 1)``.
+    """
+    for rank_var, size_var in _LOCAL_RANK_ENV:
+        rank, size = os.environ.get(rank_var, ""), os.environ.get(size_var, "")
+        if rank.isdigit() and size.isdigit():
+            return int(rank), int(size)
+    comm = getattr(state, "comm", None)
+    rank, size = getattr(comm, "local_rank", None), getattr(comm, "local_size", None)
+    if isinstance(rank, int) and isinstance(size, int):
+        return rank, size
+    return 0, 1
+
+
+def default_core(local_rank: int, local_size: int, cores: list[int]) -> int | None:
+    """The core the engine of ``local_rank`` pins to, or None (more local ranks than cores).
+
+    Counted from the last allowed core down, so node-local ranks never share one and the
+    engines keep away from core 0, where main threads and interrupts tend to sit.
+    """
+    if not cores or local_size > len(cores) or not 0 <= local_rank < len(cores):
+        return None
+    return cores[len(cores) - 1 - local_rank]
+
+
+# -- the process's engine ------------------------------------------------------------------
+
+_engine: ProgressEngine | None = None
+_engine_lock = threading.Lock()
+
+
+def get_engine() -> ProgressEngine:
+    """The process's engine, created on first use (its thread starts on first submission).
+
+    Creating it registers ``finalize_engine`` with ``al.finalize`` and with ``atexit``.
+    """
+    global _engine
+    engine = _engine
+    if engine is None:
+        with _engine_lock:
+            if _engine is None:
+                _engine = ProgressEngine()
+                runtime.at_finalize(finalize_engine)
+                atexit.register(finalize_engine)
+            engine = _engine
+    return engine
+
+
+def submit(state: State) -> Request:
+    """Queue ``state`` on the process's engine; return its ``Request`` (see ``Request``)."""
+    return (_engine or get_engine()).submit(state)
+
+
+def shutdown(timeout: float | None = None) -> bool:
+    """Shut the process's engine down (``ProgressEngine.shutdown``); True if nothing failed."""
+    engine = _engine
+    return True if engine is None else engine.shutdown(timeout)
+
+
+def finalize_engine() -> None:
+    """``al.finalize``/exit hook: shut down, bounded by ``AL_TIMEOUT`` (default 30 s)."""
+    engine = _engine
+    if engine is not None and not engine._finished:
+        timeout = engine.config.timeout_s
+        engine.shutdown(DEFAULT_FINALIZE_TIMEOUT_S if timeout is None else timeout)
+
+
+def _forget_engine_in_child() -> None:
+    global _engine, _engine_lock
+    _engine, _engine_lock = None, threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_engine_in_child)

@@ -1,0 +1,180 @@
+"""The handle a nonblocking call returns: ``Request.wait``, ``Request.test``, ``wait_all``...
+
+A request completes when the engine sees its state's ``step()`` return ``COMPLETE`` (or fails
+when ``start``/``step`` raised).  ``wait`` and ``test`` do not just look at a flag: while the
+engine's driver token is free they run engine passes themselves on the calling thread, like
+``MPI_Wait`` progressing MPI.  Under the GIL this is what makes a short operation cheap: the
+caller finishes it without handing the interpreter to the engine thread and back (each handoff
+is a 20-50 µs thread wake-up here).  See ``progress.py`` for the token.
+"""
+from __future__ import annotations
+
+import os
+import threading
+import time
+from typing import TYPE_CHECKING, Iterable
+
+from ..errors import OperationError
+
+if TYPE_CHECKING:
+    from .progress import ProgressEngine
+    from .state import State
+
+__all__ = ["Request", "test_all", "wait_all"]
+
+# Creating the lazily-built completion Event; only blocking waiters (the slow path) take it.
+_event_lock = threading.Lock()
+
+
+class Request:
+    """Handle of one nonblocking operation, returned by every ``al.nonblocking_*`` call.
+
+    ``seq`` numbers requests in submission order within the process (traces and timeout
+    messages use it).  The buffers given to the call must not be touched until ``wait``
+    returns or ``test`` returns True.
+    """
+
+    __slots__ = ("state", "seq", "bounded", "parked", "_engine", "_done", "_error", "_event")
+
+    def __init__(self, state: State, engine: ProgressEngine, seq: int) -> None:
+        self.state = state
+        self.seq = seq
+        self.bounded = False   # counted against AL_PE_NUM_CONCURRENT_OPS (set on admission)
+        self.parked = False    # returned ADVANCE behind the head of its pipeline stage
+        self._engine = engine
+        self._done = False
+        self._error: BaseException | None = None
+        self._event: threading.Event | None = None
+
+    @property
+    def done(self) -> bool:
+        """True once the operation completed or failed (does not drive progress)."""
+        return self._done
+
+    def wait(self, timeout: float | None = None) -> None:
+        """Block the host until the operation completes; raise its error if it failed.
+
+        ``timeout`` in seconds; ``None`` means ``AL_TIMEOUT`` if set, else forever.  On
+        timeout raises ``al.TimeoutError`` and the request stays pending (wait again later).
+        A failed operation raises ``al.OperationError`` whose ``__cause__`` is the exception
+        its state raised, with the engine-side traceback.
+        """
+        if not self._done:
+            self._engine.wait(self, timeout)
+        if self._error is not None:
+            self._raise_error()
+
+    def test(self) -> bool:
+        """Return True if the operation has completed, False if not; never blocks.
+
+        Unlike ``MPI_Test`` there is no "one call late": the first call that observes
+        completion returns True (each call runs one engine pass when the engine is free).
+        A False return first yields the GIL (``os.sched_yield``), so a busy ``test`` loop
+        does not starve the other threads.  Raises the operation's error, like ``wait``,
+        once it has failed.
+        """
+        if not self._done:
+            self._engine.poll()
+            if not self._done:
+                os.sched_yield()
+                return False
+        if self._error is not None:
+            self._raise_error()
+        return True
+
+    def wait_on_stream(self, stream=None) -> None:
+        """Order ``stream`` (default: the operation's stream) after this operation.
+
+        For stream-bound states that expose ``completion_event()`` the host does not block:
+        ``stream.wait_event(event)`` is enqueued and the call returns.  Host-only operations
+        have nothing a stream could wait on, so this waits on the host (``wait()``), which
+        orders any work enqueued afterwards as well.
+        """
+        event = self.state.completion_event()
+        target = stream if stream is not None else self.state.compute_stream
+        if event is None or target is None:
+            self.wait()
+            return
+        if self._done and self._error is not None:
+            self._raise_error()
+        target.wait_event(event)
+
+    def _finish(self, error: BaseException | None = None) -> bool:
+        """Mark the request complete, failed with ``error`` if given; False if it already was.
+
+        ``error`` is raised as is by ``wait``/``test``; states' own exceptions go through
+        ``_fail`` so that they arrive wrapped in ``al.OperationError``.
+        """
+        if self._done:
+            return False
+        self._error = error
+        self._done = True
+        event = self._event
+        if event is not None:
+            event.set()
+        return True
+
+    def _fail(self, cause: BaseException) -> bool:
+        """Fail with ``al.OperationError`` chained to ``cause`` (keeps its traceback)."""
+        error = OperationError(f"{self.state.name} (request #{self.seq}) failed: "
+                               f"{type(cause).__name__}: {cause}")
+        error.__cause__ = cause
+        error.__suppress_context__ = True
+        return self._finish(error)
+
+    def _block(self, timeout: float | None) -> bool:
+        """Sleep until complete; False if ``timeout`` seconds passed first."""
+        event = self._event
+        if event is None:
+            with _event_lock:
+                if self._event is None:
+                    self._event = threading.Event()
+                event = self._event
+        # _finish sets _done before reading _event: either it saw our event or we see _done.
+        if self._done:
+            return True
+        return event.wait(timeout)
+
+    def _raise_error(self):
+        # Fresh traceback each time, so repeated waits do not grow the stored one.
+        raise self._error.with_traceback(None)
+
+    def __repr__(self) -> str:
+        status = "pending" if not self._done else ("failed" if self._error else "complete")
+        return f"<Request #{self.seq} {self.state.name} {status}>"
+
+
+def wait_all(requests: Iterable[Request], timeout: float | None = None) -> None:
+    """Wait for every request; then raise the first failure, if any.
+
+    All requests are waited for before an error is raised, so every buffer is safe to reuse
+    afterwards.  ``timeout`` bounds the whole call (``al.TimeoutError`` if exceeded).
+    """
+    requests = list(requests)
+    deadline = None if timeout is None else time.monotonic() + timeout
+    for request in requests:
+        remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+        if not request._done:
+            request._engine.wait(request, remaining)
+    for request in requests:
+        if request._error is not None:
+            request._raise_error()
+
+
+def test_all(requests: Iterable[Request]) -> bool:
+    """Return True if every request has completed (one engine pass first, when free).
+
+    Yields the GIL before returning False, like ``Request.test``.
+
+    Once all have completed, raises the first failure, if any, like ``wait_all``.
+    """
+    requests = list(requests)
+    for engine in {id(r._engine): r._engine for r in requests if not r._done}.values():
+        engine.poll()
+    if not all(r._done for r in requests):
+        os.sched_yield()
+        return False
+    for request in requests:
+        if request._error is not None:
+            request._raise_error()
+    return True
