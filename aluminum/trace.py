@@ -78,12 +78,15 @@ def output_path(path: str, rank: int) -> str:
 def write(path: str | None = None) -> str | None:
     """Write this rank's trace file now (once; later calls do nothing); return its path.
 
+    A process that recorded nothing writes nothing (``python -m aluminum.run`` imports
+    aluminum too, and would otherwise overwrite rank 0's file with an empty one).
+
     Stops the progress engine first (bounded by ``AL_TIMEOUT``) so that completion events of
     in-flight operations are in the file.
     """
     global _written
     path = path or PATH
-    if path is None:
+    if path is None or not _events:   # e.g. the launcher process, which only imports us
         return None
     with _write_lock:
         if _written:

@@ -10,23 +10,34 @@ Semantics (../shared/DESIGN.md §2, after Aluminum's ``progress.cpp``):
   None without one): each communicator is its own "host stream".  One queue for all host
   operations would deadlock threads that use different communicators: rank 0 could fill
   the bound with comm A's operations while rank 1 fills it with comm B's, each waiting for
-  operations the other rank has queued behind them.  A BOUNDED state is admitted while fewer than
-  ``AL_PE_NUM_CONCURRENT_OPS`` bounded states run, or whenever its stream has nothing running;
-  an UNBOUNDED state is always admitted (a send posted before its receive must not block it).
+  operations the other rank has queued behind them.
+- A BOUNDED state is admitted while fewer than ``AL_PE_NUM_CONCURRENT_OPS`` bounded states
+  run, or whenever its stream has nothing running; an UNBOUNDED state is always admitted (a
+  send posted before its receive must not block it).
 - Each stream has pipeline stages; an admitted state is started and enters stage 0, and each
   pass steps every running state once.  ``ADVANCE`` moves a state to the next stage only from
   the head of its stage; a state behind the head is parked (not stepped) until it is the head.
 - A state whose ``start``/``step`` raises fails only its own request.
-- Idle: spin ``AL_PE_SPIN_US`` then sleep on an Event until the next submission.
 
-The driver token.  Under the GIL two busy Python threads in one process starve each other (a
-thread waiting for the GIL gets it only every 5 ms switch interval).  So exactly one thread
-runs engine passes at a time: whoever holds ``_driver``.  That is the engine thread, or a
-thread inside ``Request.wait``/``test``, which runs passes itself for up to ``WAIT_DRIVE_S``
-(like ``MPI_Wait`` progressing MPI) so a short operation completes without any thread
-handoff; the engine thread sleeps on the token meanwhile.  Spinning loops call
-``os.sched_yield()``, which releases the GIL long enough for threads that wait for it (numpy
-work in other threads keeps its speed), unlike a bare loop or ``time.sleep(0)``.
+The driver token and the GIL.  Two busy Python threads in one process starve each other: a
+thread that lost the GIL gets it back at the other's next blocking call, or after the 5 ms
+switch interval, and being woken costs it 20-50 µs here.  So exactly one thread runs engine
+passes at a time, whoever holds ``_driver``:
+
+- A thread in ``Request.wait`` takes the token when it is free and drives until its request
+  is done (like ``MPI_Wait`` progressing MPI): a short operation completes with no thread
+  handoff at all.  ``Request.test`` runs one pass.  Such callers drive every queued
+  operation, not only their own.
+- The engine thread drives when no caller does: operations nobody waits on progress in the
+  background.  Seeing the token held, or being woken for work a caller then drove itself,
+  it concludes that callers drive and naps (``NAP_S`` at a time, not woken by submissions)
+  instead of sleeping until the next submission wakes it, until ``LAZY_S`` passes without
+  submissions or it finds work nobody drove.
+- Waiting is spin, then yield, then sleep.  While passes change nothing, the engine thread
+  yields for ``AL_PE_SPIN_US``, then sleeps ``BACKOFF_S`` between passes; an idle engine
+  spins ``AL_PE_SPIN_US``, then naps or sleeps.  Yielding is ``os.sched_yield()``, which
+  lets threads waiting for the GIL take it (numpy in other threads keeps its speed), unlike a
+  bare loop; ``time.sleep(0)`` would sleep ~100 µs on these machines.
 """
 from __future__ import annotations
 
@@ -50,11 +61,15 @@ __all__ = ["EngineConfig", "ProgressEngine", "get_engine", "shutdown", "submit"]
 DEFAULT_CONCURRENT_OPS = 4
 DEFAULT_SPIN_US = 100.0
 DEFAULT_FINALIZE_TIMEOUT_S = 30.0
-WAIT_DRIVE_S = 2e-3   # how long a waiting thread drives the engine before it sleeps
+WAIT_YIELD_S = 2e-3   # a waiter driving a stalled operation yields this long, then backs off
 # A busy engine whose passes have changed nothing for AL_PE_SPIN_US sleeps this long between
 # passes (a submission still wakes it at once): on oversubscribed cores polling an operation
 # that waits for a slow peer would otherwise take CPU time from the peer and from compute.
 BACKOFF_S = 50e-6
+# While callers drive their own operations the idle engine naps NAP_S at a time instead of
+# being woken by each submission, and sleeps for good after LAZY_S without submissions.
+NAP_S = 200e-6
+LAZY_S = 20e-3
 _MAX_IDLE_QUEUES = 64  # prune empty stream queues beyond this many, even while busy
 
 _CONTINUE, _ADVANCE, _COMPLETE = Action.CONTINUE, Action.ADVANCE, Action.COMPLETE
@@ -134,7 +149,10 @@ class ProgressEngine:
         # release (cheaper than Event.set).  A stale release only causes a spurious wake-up.
         self._wake_lock = threading.Lock()
         self._wake_lock.acquire()
-        self._sleeping = False
+        self._sleeping = False     # asleep until woken: submissions must wake it
+        self._napping = False      # asleep for NAP_S: only waiters leaving work wake it
+        self._callers_drive = False  # callers drive their own ops: nap, don't need waking
+        self._last_seq = 0         # seq of the latest submission
         self._stopping = False     # drain, then exit
         self._abandon = False      # exit at the next pass boundary
         self._closed = False       # refuse submissions
@@ -153,7 +171,16 @@ class ProgressEngine:
         if self._closed:
             raise CommunicatorError(f"{state.name}: the progress engine was shut down "
                                     "(al.finalize()); no new operations can start")
-        request = Request(state, self, next(self._seq))
+        key = state.compute_stream
+        if key is None:
+            key = getattr(state, "comm", None)
+        try:
+            hash(key)
+        except TypeError:
+            raise TypeError(f"{state.name}: compute_stream (or comm) must be hashable to "
+                            f"order operations on it, got {type(key).__name__}") from None
+        request = Request(state, self, next(self._seq), key)
+        self._last_seq = request.seq
         if trace.ENABLED:
             trace.engine_event("submit", state.name, request.seq, state.compute_stream)
         self._inbox.append(request)
@@ -172,39 +199,42 @@ class ProgressEngine:
         """Return once ``request`` is done, driving the engine meanwhile when the token is free.
 
         ``timeout=None`` means ``AL_TIMEOUT`` (forever if unset); raises ``al.TimeoutError``.
-        The fast path (token free, operation done within ``WAIT_DRIVE_S``) reads no clock
-        until a pass makes no progress.
+        A thread that gets the token drives until its request is done (see ``_drive``); one
+        that does not spins ``AL_PE_SPIN_US`` for it, then sleeps until completion.
         """
         limit = self.config.timeout_s if timeout is None else timeout
-        start = None if limit is None else _clock()
-        budget = WAIT_DRIVE_S if limit is None else min(WAIT_DRIVE_S, limit)
+        deadline = None if limit is None else _clock() + limit
         driver = self._driver
-        if driver.acquire(False):
-            try:
-                self._drive(request, budget)
-            finally:
-                driver.release()
-                if self._sleeping and self._has_work():
-                    self._wake()
-            if request._done:
-                return
-        spin_end = _clock() + budget
-        while not request._done and _clock() < spin_end:
+        spin_end = None
+        while not request._done:
             if driver.acquire(False):
                 try:
-                    self._drive(request, spin_end - _clock())
+                    self._drive(request, deadline)
                 finally:
                     driver.release()
-                    self._wake_if_needed()
-            else:
+                    if self._has_work() and (self._sleeping or self._napping):
+                        self._wake()   # hand what is left back to the engine at once
+                if not request._done:
+                    break              # the deadline passed
+                return
+            now = _clock()
+            if spin_end is None:
+                spin_end = now + self.config.spin_s
+            if now < spin_end:
                 _yield()
+                continue
+            if threading.current_thread() is self._thread:
+                raise OperationError(f"{_describe(request)}: a state cannot wait for a "
+                                     "request inside start()/step(): the engine thread "
+                                     "would wait for itself")
+            remaining = None if deadline is None else max(0.0, deadline - now)
+            if not request._block(remaining):
+                break
         if request._done:
             return
-        remaining = None if limit is None else max(0.0, start + limit - _clock())
-        if not request._block(remaining):
-            source = "AL_TIMEOUT" if timeout is None else "timeout"
-            raise TimeoutError(f"{_describe(request)} did not complete within {source}="
-                               f"{limit:g} s; it is still pending")
+        source = "AL_TIMEOUT" if timeout is None else "timeout"
+        raise TimeoutError(f"{_describe(request)} did not complete within {source}="
+                           f"{limit:g} s; it is still pending")
 
     def poll(self) -> None:
         """Run one engine pass on this thread if no one else is driving (for ``test``)."""
@@ -213,20 +243,36 @@ class ProgressEngine:
                 self._pass()
             finally:
                 self._driver.release()
-                self._wake_if_needed()
+                # Only a deep sleeper is woken: a napping engine will look soon enough, and
+                # waking it on every test() of a busy test() loop would make it fight the
+                # caller for the GIL.
+                if self._sleeping and self._has_work():
+                    self._wake()
 
-    def _drive(self, request: Request, budget: float) -> None:
-        """Run passes until ``request`` is done or ``budget`` seconds have passed since the
-        first pass that made no progress (so a quick operation never reads the clock)."""
+    def _drive(self, request: Request, deadline: float | None) -> None:
+        """Run passes until ``request`` is done or ``deadline`` passes.
+
+        While passes change nothing: spin for ``AL_PE_SPIN_US`` (a yield would let the engine
+        thread take the GIL, and getting it back costs a 20-50 µs wake-up, more than a short
+        operation takes), then yield the GIL each pass until stalled ``WAIT_YIELD_S``, then
+        sleep ``BACKOFF_S`` between passes.  The clock is read only once a pass changed
+        nothing, so a quick operation never reads it.
+        """
         run_pass = self._pass
-        until = None
+        spin_s = self.config.spin_s
+        stalled_since = None
         while not request._done:
-            if not run_pass():
-                now = _clock()
-                if until is None:
-                    until = now + budget
-                elif now >= until:
-                    return
+            if run_pass():
+                stalled_since = None
+                continue
+            now = _clock()
+            if stalled_since is None:
+                stalled_since = now
+            elif deadline is not None and now >= deadline:
+                return
+            elif now - stalled_since > WAIT_YIELD_S:
+                time.sleep(BACKOFF_S)
+            elif now - stalled_since > spin_s:
                 _yield()
 
     def _has_work(self) -> bool:
@@ -237,11 +283,6 @@ class ProgressEngine:
             self._wake_lock.release()
         except RuntimeError:   # already released by another waker
             pass
-
-    def _wake_if_needed(self) -> None:
-        # The engine thread sleeps while a waiter drives; hand back what the waiter left.
-        if self._sleeping and self._has_work():
-            self._wake()
 
     # -- the engine thread -------------------------------------------------------------------
 
@@ -275,7 +316,11 @@ class ProgressEngine:
         try:
             while not self._abandon:
                 if not driver.acquire(False):
-                    self._sleep(driver)    # a waiter drives; it wakes us if it leaves work
+                    # A caller drives.  Nap rather than queue for the token: each time this
+                    # thread takes the GIL from a driving caller, it costs that caller a
+                    # 20-50 µs wake-up to get it back.
+                    self._callers_drive = True
+                    self._nap(NAP_S)
                     stalled_since = None
                     continue
                 try:
@@ -294,7 +339,7 @@ class ProgressEngine:
                     if stalled_since is None:
                         stalled_since = now
                     if now - stalled_since > self.config.spin_s:
-                        self._sleep(None, BACKOFF_S)
+                        self._sleep(BACKOFF_S)
                     else:
                         _yield()
         except BaseException as exc:   # an engine bug: fail everything rather than hang
@@ -304,30 +349,57 @@ class ProgressEngine:
             raise
 
     def _idle(self) -> None:
-        """Spin ``AL_PE_SPIN_US`` for new work, then sleep until a submission wakes us."""
+        """Wait for work: spin ``AL_PE_SPIN_US``, nap while callers drive, then sleep."""
         end = _clock() + self.config.spin_s
         while _clock() < end:
             if self._has_work() or self._stopping:
                 return
             _yield()
+        if self._callers_drive and self._nap_while_callers_drive():
+            return
         if self._streams and self._driver.acquire(False):
             try:
                 self._prune()
             finally:
                 self._driver.release()
-        self._sleep(None)
+        self._sleep()
 
-    def _sleep(self, driver: threading.Lock | None, timeout: float = -1) -> None:
-        """Block until woken (or ``timeout`` s); with ``driver``, only while it is held."""
+    def _nap_while_callers_drive(self) -> bool:
+        """Poll every ``NAP_S`` while submissions keep coming; True once there is work.
+
+        Callers that wait for their own operations drive them; waking the engine for each
+        submission would only make it take the GIL from them.  Work found undriven after a
+        nap (a caller that did not wait) turns this off until a wake-up is futile again.
+        """
+        seen, quiet_since = self._last_seq, _clock()
+        while not self._stopping:
+            self._nap(NAP_S)
+            if self._has_work():
+                if not self._driver.locked():
+                    self._callers_drive = False
+                return True
+            if self._last_seq != seen:
+                seen, quiet_since = self._last_seq, _clock()
+            elif _clock() - quiet_since > LAZY_S:
+                return False
+        return True
+
+    def _nap(self, seconds: float) -> None:
+        """Sleep ``seconds``; submissions do not wake a nap, a waiter handing work back does."""
+        wake = self._wake_lock
+        wake.acquire(False)
+        self._napping = True
+        wake.acquire(timeout=seconds)
+        self._napping = False
+
+    def _sleep(self, timeout: float = -1) -> None:
+        """Sleep until a submission wakes us (or ``timeout`` s pass, when given)."""
         wake = self._wake_lock
         wake.acquire(False)   # re-arm: a stale wake-up may have released it
         # Announce, then re-check: a submitter (or leaving driver) that acted before seeing
         # ``_sleeping`` is caught by the re-check; one that saw it releases the lock.
         self._sleeping = True
-        if driver is not None:
-            if driver.locked():
-                wake.acquire()
-        elif timeout >= 0:    # backing off: only new submissions matter
+        if timeout >= 0:      # backing off while busy: only new submissions matter
             if not (self._inbox or self._stopping):
                 wake.acquire(timeout=timeout)
         elif not (self._has_work() or self._stopping):
@@ -344,13 +416,9 @@ class ProgressEngine:
         inbox, streams = self._inbox, self._streams
         while inbox:
             request = inbox.popleft()
-            state = request.state
-            key = state.compute_stream
-            if key is None:
-                key = getattr(state, "comm", None)
-            queue = streams.get(key)
+            queue = streams.get(request.key)
             if queue is None:
-                queue = streams[key] = _StreamQueue()
+                queue = streams[request.key] = _StreamQueue()
             queue.waiting.append(request)
             self._queued += 1
         changed = False

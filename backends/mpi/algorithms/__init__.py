@@ -1,5 +1,23 @@
 """Custom MPI algorithms (ring, recursive doubling, Rabenseifner, shared memory).
 
-``CUSTOM_ALGORITHMS[op][name]`` is the State class of algorithm ``name`` for ``op``.
+``CUSTOM_ALGORITHMS[op][name]`` is the State class of algorithm ``name`` for ``op``.  Each
+class lives in its own file and writes its algorithm as one generator (program.py), so the
+blocking and the nonblocking call run the same code.
 """
-CUSTOM_ALGORITHMS: dict[str, dict[str, type]] = {}
+from .rabenseifner import RabenseifnerAllreduce
+from .recursive_doubling import RecursiveDoublingAllreduce
+from .ring_allgather import RingAllgather
+from .ring_allreduce import RingAllreduce
+from .ring_reduce_scatter import RingReduceScatter
+from .shared_memory import SharedMemoryAllreduce
+
+CUSTOM_ALGORITHMS: dict[str, dict[str, type]] = {
+    "allreduce": {
+        "recursive_doubling": RecursiveDoublingAllreduce,
+        "ring": RingAllreduce,
+        "rabenseifner": RabenseifnerAllreduce,
+        "shared_memory": SharedMemoryAllreduce,
+    },
+    "reduce_scatter": {"ring": RingReduceScatter},
+    "allgather": {"ring": RingAllgather},
+}

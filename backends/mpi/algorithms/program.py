@@ -1,0 +1,107 @@
+"""The base of the custom MPI algorithms: a State whose algorithm is a generator.
+
+An algorithm is written top to bottom as a generator method ``program``; every ``yield`` means
+"waiting on messages or peers, poll me again".  ``start`` runs it to its first wait (posting
+the first sends), ``step`` resumes it once and never blocks, so the same code serves the
+blocking call (driven on the caller's thread) and the nonblocking one (driven by the engine).
+
+Each operation takes its tag from ``comm.next_tag()`` in ``__init__``, i.e. in issue order,
+which is the same on every rank; messages travel on the communicator's private duplicate, so
+concurrent operations never match each other's messages.  Messages carry raw bytes: every
+dtype (bfloat16, long double, ...) moves the same way and only numpy interprets them.
+"""
+from __future__ import annotations
+
+import os
+from typing import Iterator
+
+import numpy as np
+from mpi4py import MPI
+
+from ....engine.state import Action, State
+from .vector_copy import copy_vector
+
+SPIN_POLLS = 50
+
+
+class ProgramState(State):
+    """A State running the generator ``program()``; subclasses write the algorithm there."""
+
+    def __init__(self, comm):
+        self.comm = comm
+        self.mpi = comm.mpi_comm
+        self.tag = comm.next_tag()
+        self._program: Iterator[None] | None = None
+        self._finished = False
+        self._idle_polls = 0
+
+    def program(self) -> Iterator[None]:
+        raise NotImplementedError
+
+    def start(self) -> None:
+        self._program = self.program()
+        self._finished = self._resume()
+
+    def step(self) -> Action:
+        if self._finished or self._resume():
+            return Action.COMPLETE
+        return Action.CONTINUE
+
+    def _resume(self) -> bool:
+        """Run the program to its next wait; True once it has returned."""
+        try:
+            next(self._program)
+        except StopIteration:
+            return True
+        return False
+
+    def idle(self) -> None:
+        """Called while a wait is unsatisfied: spin a little, then give the core away.
+
+        A peer usually answers within microseconds, and giving the core away costs a whole
+        time slice on a busy machine, so the first ``SPIN_POLLS`` polls of a wait just spin.
+        After that each poll calls ``sched_yield`` (which also releases the GIL): with more
+        ranks than cores a spinning rank would delay the very peer it waits for, and in a
+        process where other threads run Python it would hold the GIL from them.
+        """
+        self._idle_polls += 1
+        if self._idle_polls > SPIN_POLLS:
+            os.sched_yield()
+
+    def progressed(self) -> None:
+        """Called when a wait is over: the next wait spins first again."""
+        self._idle_polls = 0
+
+    # -- messages --------------------------------------------------------------------------
+
+    def isend(self, block: np.ndarray, peer: int) -> MPI.Request:
+        return self.mpi.Isend(block.view(np.uint8), peer, self.tag)
+
+    def irecv(self, block: np.ndarray, peer: int) -> MPI.Request:
+        return self.mpi.Irecv(block.view(np.uint8), peer, self.tag)
+
+    def exchange(self, send: np.ndarray, dest: int, recv: np.ndarray, source: int):
+        """Send ``send`` to ``dest`` while receiving ``recv`` from ``source``; wait for both."""
+        requests = [self.irecv(recv, source), self.isend(send, dest)]
+        yield from self.wait(requests)
+
+    def wait(self, requests: list[MPI.Request]):
+        """Yield until every request has completed."""
+        while not MPI.Request.Testall(requests):
+            self.idle()
+            yield
+        self.progressed()
+
+
+def result_buffer(sendbuf, recvbuf) -> np.ndarray:
+    """``recvbuf``'s array holding this rank's contribution (copied in when out of place)."""
+    if sendbuf is not recvbuf:
+        copy_vector(recvbuf.array, sendbuf.array)
+    return recvbuf.array
+
+
+def partition(count: int, parts: int) -> list[int]:
+    """Offsets of ``parts`` nearly equal blocks of ``count`` elements (``parts + 1`` values);
+    the first ``count % parts`` blocks hold one element more, and blocks may be empty."""
+    base, extra = divmod(count, parts)
+    return [i * base + min(i, extra) for i in range(parts + 1)]

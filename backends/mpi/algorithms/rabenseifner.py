@@ -1,0 +1,69 @@
+"""Rabenseifner's allreduce: a recursive-halving reduce-scatter, then a recursive-doubling
+allgather; 2 log2(p) α + 2((p−1)/p) nβ."""
+from __future__ import annotations
+
+import numpy as np
+
+from .power_of_two import PowerOfTwoFold
+from .program import ProgramState, partition, result_buffer
+
+
+class RabenseifnerAllreduce(ProgramState):
+    """Allreduce by recursive halving then recursive doubling, for any number of ranks.
+
+    The vector is cut into one block per participant.  Halving: each round a rank swaps half
+    of its current window of blocks with the partner differing in the round's (highest
+    remaining) bit and reduces the half it keeps, until it owns its own block.  Doubling: the
+    owned windows are swapped back, doubling each round.  Non-powers of two fold first (see
+    power_of_two.py).  Each block is reduced by one rank only: identical bits everywhere.
+    """
+
+    name = "allreduce/rabenseifner"
+
+    def __init__(self, comm, stream, sendbuf, recvbuf, op):
+        super().__init__(comm)
+        self.sendbuf, self.recvbuf, self.op = sendbuf, recvbuf, op
+
+    def program(self):
+        result = result_buffer(self.sendbuf, self.recvbuf)
+        fold = PowerOfTwoFold(self.comm.rank, self.comm.size)
+        if fold.sits_out:
+            yield from self.wait([self.isend(result, fold.partner)])
+            yield from self.wait([self.irecv(result, fold.partner)])
+        elif fold.size > 1 or fold.absorbs:
+            me = fold.virtual_rank
+            offsets = partition(result.size, fold.size)
+            # The largest half ever kept is the first one (leading blocks are the longer).
+            incoming = np.empty(result.size if fold.absorbs else offsets[fold.size >> 1],
+                                result.dtype)
+            if fold.absorbs:
+                yield from self.wait([self.irecv(incoming, fold.partner)])
+                self.op.reduce_into(result, incoming)
+
+            def blocks(first: int, stop: int) -> np.ndarray:
+                return result[offsets[first]:offsets[stop]]
+
+            lo, hi = 0, fold.size                       # my window, in blocks
+            mask = fold.size >> 1
+            while mask:                                 # recursive halving reduce-scatter
+                partner = fold.real_rank(me ^ mask)
+                mid = lo + mask
+                keep, give = ((lo, mid), (mid, hi)) if me & mask == 0 else ((mid, hi), (lo, mid))
+                kept = blocks(*keep)
+                partial = incoming[:kept.size]
+                yield from self.exchange(blocks(*give), partner, partial, partner)
+                self.op.reduce_into(kept, partial)
+                lo, hi = keep
+                mask >>= 1
+
+            mask = 1
+            while mask < fold.size:                     # recursive doubling allgather
+                partner = fold.real_rank(me ^ mask)
+                theirs = (hi, hi + mask) if me & mask == 0 else (lo - mask, lo)
+                yield from self.exchange(blocks(lo, hi), partner, blocks(*theirs), partner)
+                lo, hi = min(lo, theirs[0]), max(hi, theirs[1])
+                mask <<= 1
+
+            if fold.absorbs:
+                yield from self.wait([self.isend(result, fold.partner)])
+        self.op.finish(result, self.comm.size)

@@ -1,0 +1,107 @@
+"""The shared-memory window of one communicator: staging slots, result slots and flags.
+
+Allocated once per communicator (``MPI.Win.Allocate_shared`` on its node-local communicator,
+a collective, on the first ``shared_memory`` operation) and cached in ``comm._scratch``, so
+``comm.free()`` releases it.  Layout (bytes), ``S`` slots of ``chunk`` bytes:
+
+    flags    one 128-byte line per rank (its progress counters; no false sharing)
+    staging  per rank, S slots: the parts of a chunk of its vector that other ranks reduce
+    results  S slots: each rank writes its finished slice of a chunk here for the others
+
+Synchronisation is by counters, never by barriers: each rank publishes, per kind of work, the
+last *round* (one chunk of one operation; numbered across operations, identically on every
+rank) it has finished, and others spin until a counter reaches the round they need.
+Publishing issues ``MPI.Win.Sync`` (a memory barrier) before the store, and a reader issues it
+after seeing the counter, so data written before a counter is visible to whoever sees it.
+"""
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+from mpi4py import MPI
+
+LINE = 16                      # int64 counters per rank: one 128-byte line each
+COPIED_IN, REDUCED, COPIED_OUT = 0, 1, 2
+_PAGE = 4096
+
+
+class SharedWindow:
+    """Shared staging memory and progress counters for the node-local ranks of a communicator.
+
+    Operations on one window run one at a time, in issue order: each takes a ``ticket`` (and
+    its rounds) when it is built, and may start once ``serving`` reaches its ticket.
+    """
+
+    KEY = "shared_memory_window"
+    CHUNK_BYTES = 1 << 20
+    SLOTS = 2
+
+    @classmethod
+    def of(cls, comm) -> "SharedWindow":
+        """The communicator's window, allocated on first use (collective over the node)."""
+        window = comm._scratch.get(cls.KEY)
+        if window is None:
+            window = comm._scratch[cls.KEY] = cls(comm.local_comm)
+        return window
+
+    def __init__(self, local: MPI.Comm, chunk_bytes: int = CHUNK_BYTES, slots: int = SLOTS):
+        self.rank, self.size = local.Get_rank(), local.Get_size()
+        self.chunk_bytes, self.slots = chunk_bytes, slots
+        control = -(-self.size * LINE * 8 // _PAGE) * _PAGE
+        total = control + (self.size + 1) * slots * chunk_bytes
+        self._win = MPI.Win.Allocate_shared(total if self.rank == 0 else 0, 1, comm=local)
+        memory, _ = self._win.Shared_query(0)
+        self._win.Lock_all(MPI.MODE_NOCHECK)
+        self.flags = memoryview(memory)[:control].cast("q")
+        data = np.frombuffer(memory, np.uint8, offset=control)
+        slot = [data[i * chunk_bytes:(i + 1) * chunk_bytes]
+                for i in range((self.size + 1) * slots)]
+        self._staging = [slot[q * slots:(q + 1) * slots] for q in range(self.size)]
+        self._results = slot[self.size * slots:]
+        self._typed: dict[np.dtype, tuple] = {}
+        mine = self.rank * LINE
+        self.flags[mine:mine + LINE] = memoryview(bytes(LINE * 8)).cast("q")
+        self._win.Sync()
+        local.Barrier()
+        self._peers = [q * LINE for q in range(self.size) if q != self.rank]
+        self._tickets = itertools.count()
+        self._rounds = 0
+        self.serving = 0
+        self.failure: BaseException | None = None
+
+    def reserve(self, rounds: int) -> tuple[int, int]:
+        """A ticket and the first of ``rounds`` consecutive round numbers, in issue order."""
+        first = self._rounds + 1
+        self._rounds += rounds
+        return next(self._tickets), first
+
+    def views(self, dtype: np.dtype):
+        """``(staging[rank][slot], results[slot])`` as arrays of ``dtype``."""
+        found = self._typed.get(dtype)
+        if found is None:
+            staging = [[s.view(dtype) for s in slots] for slots in self._staging]
+            found = self._typed[dtype] = (staging, [r.view(dtype) for r in self._results])
+        return found
+
+    def publish(self, round_: int, *kinds: int) -> None:
+        """Tell the other ranks this rank has finished ``kinds`` of work for ``round_``."""
+        self._win.Sync()
+        for kind in kinds:
+            self.flags[self.rank * LINE + kind] = round_
+
+    def reached(self, kind: int, round_: int) -> bool:
+        """True once every other rank has published ``kind`` for ``round_`` (or later)."""
+        flags = self.flags
+        for line in self._peers:
+            if flags[line + kind] < round_:
+                return False
+        self._win.Sync()
+        return True
+
+    def close(self) -> None:
+        """Free the window (collective over the node; called by ``comm.free()``)."""
+        win, self._win = self._win, None
+        if win is not None and not MPI.Is_finalized():
+            win.Unlock_all()
+            win.Free()

@@ -1,0 +1,397 @@
+"""``python -m aluminum.bench``: latency sweeps, peer comparison, tuner and cost model.
+
+    python -m aluminum.bench --np 2 allreduce --algo all --compare mpi4py,torch-gloo
+    mpiexec -n 4 python -m aluminum.bench allreduce --sizes 4:1MiB --json out.json
+    python -m aluminum.bench tune --np 2          # writes the selector's table
+    python -m aluminum.bench tune --show          # prints the rules in use
+    python -m aluminum.bench model --np 8 --alpha 2us --beta 0.15ns
+    python -m aluminum.bench plot out.json out.png
+
+With ``--np N`` the command starts itself on N ranks with the bundled mpiexec (aluminum's
+launcher, which sets what this machine needs); under mpiexec (or with no ``--np``) it runs
+directly on the ranks it has. ``tune --np 2,4`` runs one job per size, accumulating rules.
+For ``model``, ``--np`` is the number of ranks to predict for: nothing is launched.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from .sizes import parse_sizes
+
+_MPI_ENV = ("OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_SIZE", "PMI_RANK")
+_COMMUNICATORS = {"mpi": "MPICommunicator", "ht": "HostTransferCommunicator",
+                  "nccl": "NCCLCommunicator"}
+
+
+def _sizes_type(text: str) -> str:
+    parse_sizes(text)        # reject bad sizes at parse time; --step applies later
+    return text
+
+
+def _parser() -> argparse.ArgumentParser:
+    from .ops import ALIASES, SPECS
+
+    parser = argparse.ArgumentParser(prog="python -m aluminum.bench", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--np", dest="top_np", default=None, metavar="N",
+                        help="start N ranks with the bundled mpiexec (also accepted after "
+                             "the command)")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="<op>|tune|model|plot")
+
+    def common(sub: argparse.ArgumentParser, iters: int, warmup: int, rounds: int) -> None:
+        sub.add_argument("--np", type=str, default=None, metavar="N",
+                         help="start N ranks with the bundled mpiexec (omit under mpiexec)")
+        sub.add_argument("--sizes", type=_sizes_type, default="4:64MiB",
+                         help="lo:hi (geometric) or a,b,c; units KiB, MiB, GiB (default "
+                              "4:64MiB)")
+        sub.add_argument("--step", type=int, default=2, help="factor between sizes (2 or 4)")
+        sub.add_argument("--backend", default="mpi", help="mpi (default), ht or nccl")
+        sub.add_argument("--iters", type=int, default=iters,
+                         help=f"timed iterations at small sizes, fewer above 64KiB "
+                              f"(default {iters})")
+        sub.add_argument("--warmup", type=int, default=warmup,
+                         help=f"untimed iterations at small sizes (default {warmup})")
+        sub.add_argument("--rounds", type=int, default=rounds,
+                         help=f"measure each point this many times, keep the best round "
+                              f"(default {rounds})")
+        sub.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+        sub.add_argument("--timeout", type=float, default=None,
+                         help="with --np: kill the job after this many seconds")
+
+    for op in [*SPECS, *ALIASES]:
+        sub = commands.add_parser(op, help=f"sweep {op}" if op in SPECS else argparse.SUPPRESS)
+        common(sub, 1000, 100, 1)
+        sub.add_argument("--algo", default="automatic",
+                         help="comma list of algorithms, 'all', 'automatic' (default); e.g. "
+                              "automatic,all")
+        sub.add_argument("--compare", default="", help="peers: mpi4py,torch-gloo")
+        sub.add_argument("--dtype", default="float32", help="element type (default float32)")
+        sub.add_argument("--inplace", action="store_true", help="in place (default: out of "
+                                                                "place, as OSU)")
+        sub.add_argument("--nonblocking", action="store_true",
+                         help="time nonblocking start + wait")
+        sub.add_argument("--json", nargs="?", const="-", default=None, metavar="PATH",
+                         help="write the result as JSON (to stdout without PATH)")
+        sub.add_argument("--csv", nargs="?", const="-", default=None, metavar="PATH",
+                         help="write the result as CSV (to stdout without PATH)")
+        sub.add_argument("--plot", default=None, metavar="PNG", help="latency plot (matplotlib)")
+
+    tune = commands.add_parser("tune", help="measure every algorithm, write the selector table")
+    common(tune, 300, 30, 3)
+    tune.add_argument("--ops", default="", help="comma list (default: every op with a choice)")
+    tune.add_argument("--output", default=None, help="table path (default: $AL_TUNING_FILE, "
+                                                     "else the user cache)")
+    tune.add_argument("--note", default="measured by python -m aluminum.bench tune",
+                      help="the table's note field")
+    tune.add_argument("--fresh", action="store_true",
+                      help="drop the destination's rules for other comm sizes")
+    tune.add_argument("--show", action="store_true", help="print the rules (after tuning, if "
+                                                          "--np is given)")
+
+    model = commands.add_parser("model", help="predicted times per algorithm, crossovers")
+    model.add_argument("--np", type=int, default=None, metavar="P", help="ranks to model")
+    model.add_argument("--alpha", default=None, help="latency, e.g. 2e-6 or 2us (default: "
+                                                     "the table's)")
+    model.add_argument("--beta", default=None, help="time per byte, e.g. 1.5e-10 or 0.15ns "
+                                                    "(default: the table's)")
+    model.add_argument("--op", default="all", help="allreduce, reduce_scatter, allgather or "
+                                                   "all")
+    model.add_argument("--algo", default="", help="comma list (default: every modelled one)")
+    model.add_argument("--sizes", type=_sizes_type, default="4:64MiB")
+    model.add_argument("--step", type=int, default=2)
+
+    plot = commands.add_parser("plot", help="plot a result saved with --json")
+    plot.add_argument("json", help="result file from --json PATH")
+    plot.add_argument("png", help="output image")
+    return parser
+
+
+def _under_mpiexec() -> bool:
+    return any(key in os.environ for key in _MPI_ENV)
+
+
+def _without_np(argv: list[str]) -> list[str]:
+    out, skip = [], False
+    for arg in argv:
+        if skip:
+            skip = False
+        elif arg == "--np":
+            skip = True
+        elif not arg.startswith("--np="):
+            out.append(arg)
+    return out
+
+
+def _launch(nps: list[int], argv: list[str], timeout: float | None) -> int:
+    """One job per entry of `nps`; a ``tune --fresh`` starts fresh only in the first, so the
+    later jobs add their comm sizes to its table."""
+    from aluminum.launcher import launch
+
+    code = 0
+    for i, n in enumerate(nps):
+        if i == 1:
+            argv = [arg for arg in argv if arg != "--fresh"]
+        try:
+            code = launch(n, [sys.executable, "-m", "aluminum.bench", *argv],
+                          timeout=timeout).returncode
+        except KeyboardInterrupt:
+            return 130
+        except Exception as exc:  # noqa: BLE001 - report a failed launch plainly
+            print(f"aluminum.bench: launching {n} ranks failed: {exc}", file=sys.stderr)
+            return 1
+        if code:
+            return code
+    return code
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if args.top_np is not None:
+        if args.command == "model" and args.np is None:
+            try:
+                args.np = int(args.top_np)
+            except ValueError:
+                parser.error(f"--np: expected an integer, got {args.top_np!r}")
+        elif args.command not in ("model", "plot"):
+            args.np = args.np or args.top_np
+    if args.command == "model":
+        return _model(args, parser)
+    if args.command == "plot":
+        return _plot_file(args)
+    if args.np is not None and not _under_mpiexec():
+        from .sweep import busy_warning
+
+        if not args.quiet and busy_warning():
+            print(busy_warning(), file=sys.stderr)
+        try:
+            nps = [int(n) for n in args.np.split(",")]
+        except ValueError:
+            parser.error(f"--np: expected N or N,M,... got {args.np!r}")
+        if len(nps) > 1 and args.command != "tune":
+            parser.error("--np: a list of sizes is only for tune")
+        return _launch(nps, _without_np(argv), args.timeout)
+    if args.command == "tune":
+        return _tune(args, parser)
+    return _sweep(args, parser)
+
+
+def _model(args, parser) -> int:
+    from aluminum import costmodel
+
+    from .model import default_parameters, format_model, parse_seconds
+
+    if args.np is None or args.np < 1:
+        parser.error("model: --np P (the number of ranks to model, >= 1) is required")
+    defaults = default_parameters()
+    try:
+        alpha = defaults.alpha if args.alpha is None else parse_seconds(args.alpha)
+        beta = defaults.beta if args.beta is None else parse_seconds(args.beta)
+        sizes = parse_sizes(args.sizes, args.step)
+    except ValueError as exc:
+        parser.error(str(exc))
+    op_names = ["allreduce", "reduce_scatter", "allgather"] if args.op == "all" else [args.op]
+    for op in op_names:
+        known = costmodel.algorithms(op)
+        if not known:
+            parser.error(f"--op: the model knows allreduce, reduce_scatter and allgather, "
+                         f"got {op!r}")
+        names = [a for a in args.algo.split(",") if a] or list(known)
+        unknown = [a for a in names if a not in known]
+        if unknown:
+            if args.op != "all":
+                parser.error(f"--algo: the model knows {', '.join(known)} for {op}, got "
+                             f"{', '.join(unknown)}")
+            names = [a for a in names if a in known]
+            if not names:
+                continue
+        print(format_model(op, args.np, alpha, beta, sizes, names))
+    return 0
+
+
+def _plot_file(args) -> int:
+    from .plot import PlotUnavailable, plot
+    from .report import load_json
+
+    try:
+        print(f"wrote {plot(load_json(args.json), args.png)}")
+    except (PlotUnavailable, OSError, ValueError) as exc:
+        print(f"aluminum.bench plot: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _communicator(backend: str):
+    import aluminum as al
+
+    name = _COMMUNICATORS.get(backend)
+    cls = getattr(al, name, None) if name else None
+    if cls is None:
+        raise LookupError(f"--backend: this aluminum has no communicator for {backend!r} "
+                          f"(known: {', '.join(n for n, c in _COMMUNICATORS.items() if hasattr(al, c))})")
+    return cls()
+
+
+def _algos(text: str, op: str, backend: str) -> list[str]:
+    import aluminum as al
+
+    try:
+        offered = al.algorithms(op, backend)
+    except al.AluminumError:
+        offered = []
+    names: list[str] = []
+    for token in (t.strip() for t in text.split(",")):
+        if token == "all":
+            names += offered or ["automatic"]
+        elif token == "automatic" or token in offered:
+            names.append(token)
+        elif token:
+            raise LookupError(f"--algo: {op} on the {backend} backend offers "
+                              f"{', '.join(offered) or 'no algorithms yet'} (or all, "
+                              f"automatic), got {token!r}")
+    return list(dict.fromkeys(names)) or ["automatic"]
+
+
+def _sweep(args, parser) -> int:
+    import numpy as np
+    from mpi4py import MPI
+
+    import aluminum as al
+    from aluminum import dtypes
+
+    from . import ops, peers as peer_module, sweep
+
+    world = MPI.COMM_WORLD
+    rank = world.Get_rank()
+    try:
+        spec = ops.spec(args.command)
+        dtype = dtypes.bfloat16 if args.dtype == "bfloat16" else np.dtype(args.dtype)
+        sizes = parse_sizes(args.sizes, args.step)
+        peer_names = peer_module.parse_peers(args.compare)
+        if spec.name == "send" and world.Get_size() < 2:
+            raise ValueError("send/recv ping-pong needs at least 2 ranks (--np 2)")
+        comm = _communicator(args.backend)
+        algos = _algos(args.algo, spec.name, args.backend)
+    except (ValueError, TypeError, LookupError, al.AluminumError) as exc:
+        if rank == 0:
+            print(f"aluminum.bench: {exc}", file=sys.stderr)
+        return 2
+    peers = _make_peers(peer_names, world)
+    config = sweep.Config(spec.name, sizes, algos, [p.name for p in peers], args.backend,
+                          dtype, args.inplace, args.nonblocking, args.iters, args.warmup,
+                          not args.quiet, max(1, args.rounds))
+    series = sweep.run(config, comm, world, peers)
+    for peer in peers:
+        peer.close()
+    if rank == 0:
+        result = _result(config, comm, series)
+        _emit(result, args)
+    al.finalize()
+    return 0
+
+
+def _make_peers(names: list[str], world) -> list:
+    from .peers import PeerUnavailable, make_peer
+
+    made = []
+    for name in names:
+        try:
+            peer, error = make_peer(name, world), ""
+        except PeerUnavailable as exc:
+            peer, error = None, str(exc)
+        errors = world.allgather(error)
+        error = next((e for e in errors if e), "")
+        if error:
+            if world.Get_rank() == 0:
+                print(f"[bench] skipping {name}: {error}", file=sys.stderr)
+            continue
+        made.append(peer)
+    return made
+
+
+def _result(config, comm, series):
+    import datetime
+    import socket
+
+    from mpi4py import MPI
+
+    from .sweep import Result
+
+    return Result(config.op, config.backend, comm.size, str(config.dtype), config.inplace,
+                  config.nonblocking, series,
+                  datetime.datetime.now().isoformat(timespec="seconds"), socket.gethostname(),
+                  MPI.Get_library_version().splitlines()[0].split(",")[0].strip(),
+                  comm.local_size)
+
+
+def _emit(result, args) -> None:
+    from . import report
+
+    outputs = {"json": (args.json, report.dumps_json), "csv": (args.csv, report.dumps_csv)}
+    to_stdout = False
+    for kind, (where, dump) in outputs.items():
+        if where is None:
+            continue
+        text = dump(result)
+        if where == "-":
+            sys.stdout.write(text)
+            to_stdout = True
+        else:
+            with open(where, "w", encoding="utf-8") as handle:
+                handle.write(text)
+            print(f"[bench] wrote {where}", file=sys.stderr)
+    if not to_stdout:
+        sys.stdout.write(report.format_table(result))
+    sys.stdout.flush()
+    if args.plot:
+        from .plot import PlotUnavailable, plot
+
+        try:
+            print(f"[bench] wrote {plot(result, args.plot)}", file=sys.stderr)
+        except PlotUnavailable as exc:
+            print(f"[bench] no plot: {exc}", file=sys.stderr)
+
+
+def _tune(args, parser) -> int:
+    from mpi4py import MPI
+
+    import aluminum as al
+    from aluminum import selector
+
+    from . import tune
+
+    world = MPI.COMM_WORLD
+    rank = world.Get_rank()
+    if args.show and world.Get_size() == 1 and args.np is None:
+        import aluminum.backends  # noqa: F401 - registers algorithm names for validation
+
+        sys.stdout.write(tune.format_rules(selector.current_table()))
+        return 0
+    if world.Get_size() < 2:
+        print("aluminum.bench tune: needs at least 2 ranks (--np N or mpiexec -n N)",
+              file=sys.stderr)
+        return 2
+    try:
+        comm = _communicator(args.backend)
+        sizes = parse_sizes(args.sizes, args.step)
+    except (ValueError, LookupError, al.AluminumError) as exc:
+        if rank == 0:
+            print(f"aluminum.bench tune: {exc}", file=sys.stderr)
+        return 2
+    only = [op for op in args.ops.split(",") if op] or None
+    path = tune.run(comm, world, sizes, iters=args.iters, warmup=args.warmup,
+                    rounds=max(1, args.rounds), output=args.output, note=args.note,
+                    only=only, fresh=args.fresh, progress=not args.quiet)
+    if rank == 0:
+        print(f"[tune] wrote {path}", file=sys.stderr)
+        if args.show:
+            sys.stdout.write(tune.format_rules(selector.read_table(path)))
+    al.finalize()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

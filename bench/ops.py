@@ -1,0 +1,275 @@
+"""What the benchmark runs for each operation: buffer layout, bus-bandwidth factor, our call.
+
+Sizes follow nccl-tests: ``Size`` is the bytes of the largest buffer of the operation — the
+vector for allreduce, reduce and bcast; the whole input of reduce_scatter, alltoall and
+scatter; the whole output of allgather and gather (one rank's share is Size/p). That is also
+the byte count the selector is asked about (aluminum/costmodel.py uses the same ``n``), so a
+tuned threshold means what the Size column says. Counts are rounded down to a multiple of p
+(at least one element per rank), as nccl-tests does, so the Size reported is the size run.
+
+busbw = algbw × factor (nccl-tests, PERFORMANCE.md): allreduce 2(p−1)/p; reduce_scatter,
+allgather, alltoall, gather, scatter and their v-variants (p−1)/p; bcast, reduce, sendrecv,
+multisendrecv and the send/recv ping-pong 1; barrier moves no data.
+
+Point-to-point: ``sendrecv`` sends to rank+1 and receives from rank−1 (a ring shift);
+``send`` (alias ``recv``) is an OSU-style ping-pong between ranks 0 and 1 whose time is half
+the round trip; ``multisendrecv`` exchanges Size/(p−1) bytes with every other rank. Rooted
+operations use root 0. In-place layouts follow MPI's: the root's buffer is the whole
+gathered/scattered vector, the other ranks' buffers their own block. ``multisendrecv`` is
+always out of place (its receive buffers must be disjoint from its send buffers).
+
+The selector is asked about Size, except for gather and scatter (and their v-variants),
+whose dispatch passes one rank's share, Size/p (``OpSpec.selector_bytes``).
+"""
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import numpy as np
+
+import aluminum as al
+
+ROOT = 0
+
+
+@dataclass(frozen=True)
+class OpSpec:
+    """How one operation is laid out and measured."""
+
+    name: str
+    kind: str               # "vector", "split_input", "split_output", "barrier", "p2p"
+    bus_factor: Callable[[int], float]
+    reduces: bool = False   # takes op=SUM
+    rooted: bool = False
+    variable: bool = False  # a v-variant: passes counts (and displacements)
+    share_selected: bool = False  # the selector sees one rank's share (Size/p), not Size
+
+    def selector_bytes(self, size: int, p: int) -> int:
+        """The byte count aluminum's dispatch asks the selector about for this Size."""
+        return size // p if self.share_selected else size
+
+
+def _all_reduce_factor(p: int) -> float:
+    return 2 * (p - 1) / p
+
+
+def _share_factor(p: int) -> float:
+    return (p - 1) / p
+
+
+def _one(p: int) -> float:
+    return 1.0
+
+
+def _zero(p: int) -> float:
+    return 0.0
+
+
+SPECS: dict[str, OpSpec] = {spec.name: spec for spec in (
+    OpSpec("allreduce", "vector", _all_reduce_factor, reduces=True),
+    OpSpec("reduce", "vector", _one, reduces=True, rooted=True),
+    OpSpec("bcast", "vector", _one, rooted=True),
+    OpSpec("reduce_scatter", "split_input", _share_factor, reduces=True),
+    OpSpec("reduce_scatterv", "split_input", _share_factor, reduces=True, variable=True),
+    OpSpec("alltoall", "split_input", _share_factor),
+    OpSpec("alltoallv", "split_input", _share_factor, variable=True),
+    OpSpec("scatter", "split_input", _share_factor, rooted=True, share_selected=True),
+    OpSpec("scatterv", "split_input", _share_factor, rooted=True, variable=True,
+           share_selected=True),
+    OpSpec("allgather", "split_output", _share_factor),
+    OpSpec("allgatherv", "split_output", _share_factor, variable=True),
+    OpSpec("gather", "split_output", _share_factor, rooted=True, share_selected=True),
+    OpSpec("gatherv", "split_output", _share_factor, rooted=True, variable=True,
+           share_selected=True),
+    OpSpec("barrier", "barrier", _zero),
+    OpSpec("sendrecv", "p2p", _one),
+    OpSpec("send", "p2p", _one),
+    OpSpec("multisendrecv", "p2p", _one),
+)}
+ALIASES = {"recv": "send", "pingpong": "send"}
+
+
+def spec(op: str) -> OpSpec:
+    """The OpSpec of `op` (aliases allowed); ValueError listing the choices otherwise."""
+    found = SPECS.get(ALIASES.get(op, op))
+    if found is None:
+        raise ValueError(f"op: expected one of {', '.join(SPECS)}, got {op!r}")
+    return found
+
+
+@dataclass
+class Case:
+    """The buffers of one (op, size) point on this rank; `recv` is None in place."""
+
+    spec: OpSpec
+    size: int                    # bytes, as reported and as the selector sees them
+    count: int                   # elements of one rank's block (the vector for "vector" ops)
+    rank: int
+    p: int
+    send: Any
+    recv: Any
+    counts: list[int]
+    displs: list[int]
+
+
+def block_count(spec_: OpSpec, size: int, itemsize: int, p: int) -> int:
+    """Elements per block for a requested size in bytes (at least one)."""
+    if spec_.kind in ("split_input", "split_output"):
+        return max(1, size // itemsize // p)
+    if spec_.name == "multisendrecv":
+        return max(1, size // itemsize // max(1, p - 1))
+    return max(1, size // itemsize)
+
+
+def actual_size(spec_: OpSpec, size: int, itemsize: int, p: int) -> int:
+    """The bytes a point requested as `size` really moves (see the module docstring)."""
+    if spec_.kind == "barrier":
+        return 0
+    count = block_count(spec_, size, itemsize, p)
+    if spec_.kind in ("split_input", "split_output"):
+        return count * p * itemsize
+    if spec_.name == "multisendrecv":
+        return count * max(1, p - 1) * itemsize
+    return count * itemsize
+
+
+def build_case(spec_: OpSpec, size: int, dtype: np.dtype, inplace: bool, rank: int, p: int,
+               zeros: Callable[[int, np.dtype], Any] = np.zeros) -> Case:
+    """Allocate the buffers of one point; `zeros(count, dtype)` allocates (numpy or cupy)."""
+    count = block_count(spec_, size, dtype.itemsize, p)
+    whole = count * p
+    counts, displs = [count] * p, [count * r for r in range(p)]
+    root = rank == ROOT
+    kind = spec_.kind
+    if kind == "barrier":
+        send = recv = None
+    elif kind == "vector":
+        send = zeros(count, dtype)
+        recv = None if inplace or spec_.name == "bcast" else zeros(count, dtype)
+    elif kind == "split_input":
+        has_input = not spec_.rooted or root
+        if inplace:
+            send, recv = zeros(whole if has_input else count, dtype), None
+        else:
+            in_count = whole if has_input else 1
+            out_count = whole if spec_.name.startswith("alltoall") else count
+            send, recv = zeros(max(in_count, 1), dtype), zeros(out_count, dtype)
+    elif kind == "split_output":
+        has_output = not spec_.rooted or root
+        if inplace:
+            send, recv = zeros(whole if has_output else count, dtype), None
+        else:
+            send, recv = zeros(count, dtype), zeros(whole if has_output else 1, dtype)
+    elif spec_.name == "multisendrecv":
+        # Receive buffers must be disjoint from send buffers: never in place.
+        send = [zeros(count, dtype) for _ in range(max(p - 1, 0))]
+        recv = [zeros(count, dtype) for _ in range(max(p - 1, 0))]
+    else:
+        send = zeros(count, dtype)
+        recv = None if inplace or spec_.name == "send" else zeros(count, dtype)
+    return Case(spec_, actual_size(spec_, size, dtype.itemsize, p), count, rank, p,
+                send, recv, counts, displs)
+
+
+def _accepts_algo(fn: Callable) -> bool:
+    try:
+        return "algo" in inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return False
+
+
+def our_function(op: str, nonblocking: bool) -> Callable:
+    """``al.<op>`` or ``al.nonblocking_<op>``; LookupError when this build lacks it."""
+    name = ("nonblocking_" if nonblocking else "") + op
+    fn = getattr(al, name, None)
+    if fn is None:
+        raise LookupError(f"this aluminum has no al.{name} yet")
+    return fn
+
+
+def our_call(case: Case, comm, algo: str, nonblocking: bool) -> Callable[[], None]:
+    """A no-argument callable running one of our operations to completion.
+
+    Nonblocking: start, then ``wait()``. Stream-bound backends: the host also waits for the
+    communicator's stream, so the time includes the device work. ``algo`` is passed only
+    to operations that accept it; for the others only "automatic" or "mpi_passthrough"
+    (their one implementation) make sense."""
+    spec_ = case.spec
+    name = spec_.name
+    fn = our_function(name, nonblocking)
+    kw: dict[str, Any] = {}
+    if _accepts_algo(fn):
+        kw["algo"] = algo
+    elif algo not in ("automatic", "mpi_passthrough"):
+        raise LookupError(f"al.{fn.__name__} takes no algo=, so it cannot run {algo!r}")
+    if spec_.rooted:
+        kw["root"] = ROOT
+    if case.recv is not None and spec_.kind != "p2p":
+        kw["recvbuf"] = case.recv
+    if name == "send":
+        call = _pingpong(case, comm, nonblocking)
+    else:
+        call = _bind(case, comm, fn, kw)
+    if nonblocking and name != "send":
+        start = call
+        call = lambda: start().wait()  # noqa: E731
+    stream = getattr(comm, "stream", None)
+    if stream is not None and comm.backend.uses_streams:
+        run = call
+        call = lambda: (run(), stream.synchronize())  # noqa: E731
+    return call
+
+
+def _bind(case: Case, comm, fn: Callable, kw: dict) -> Callable[[], Any]:
+    send, recv, p, rank = case.send, case.recv, case.p, case.rank
+    name = case.spec.name
+    if name == "barrier":
+        return lambda: fn(comm, **kw)
+    if name == "sendrecv":
+        right, left = (rank + 1) % p, (rank - 1) % p
+        recvbuf = send if recv is None else recv
+        return lambda: fn(send, right, recvbuf, left, comm, **kw)
+    if name == "multisendrecv":
+        peers = [r for r in range(p) if r != rank]
+        sends = list(zip(send, peers))
+        recvs = list(zip(send if recv is None else recv, peers))
+        return lambda: fn(sends, recvs, comm, **kw)
+    if name == "reduce_scatterv":
+        return lambda: fn(send, case.counts, comm, **kw)
+    if name in ("allgatherv", "gatherv", "scatterv"):
+        return lambda: fn(send, case.counts, case.displs, comm, **kw)
+    if name == "alltoallv":
+        c, d = case.counts, case.displs
+        return lambda: fn(send, c, d, c, d, comm, **kw)
+    return lambda: fn(send, comm, **kw)
+
+
+def _pingpong(case: Case, comm, nonblocking: bool) -> Callable[[], Any]:
+    """One round trip between ranks 0 and 1 (each half waited on); other ranks idle."""
+    send_fn = our_function("send", nonblocking)
+    recv_fn = our_function("recv", nonblocking)
+    buf = case.send
+    if nonblocking:
+        def send(peer):
+            send_fn(buf, peer, comm).wait()
+
+        def recv(peer):
+            recv_fn(buf, peer, comm).wait()
+    else:
+        def send(peer):
+            send_fn(buf, peer, comm)
+
+        def recv(peer):
+            recv_fn(buf, peer, comm)
+    if case.rank == 0:
+        return lambda: (send(1), recv(1))
+    if case.rank == 1:
+        return lambda: (recv(0), send(0))
+    return lambda: None
+
+
+def per_call_divisor(op: str) -> int:
+    """How many one-way latencies one timed call holds (2 for the ping-pong)."""
+    return 2 if spec(op).name == "send" else 1

@@ -1,0 +1,218 @@
+"""Every custom MPI algorithm against a numpy reference, on every rank (run on 1-4 ranks).
+
+Allreduce algorithms go through ``al.allreduce(..., algo=name)``; the ring reduce-scatter and
+allgather through ``al.reduce_scatter``/``al.allgather(..., algo="ring")``.  Besides values,
+allreduce results must be bit-identical on every rank, checked on data whose floating-point
+sums are inexact (so a rank that reduced in another order would show).
+"""
+import threading
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import aluminum as al
+from aluminum.backends.mpi.algorithms.shared_window import SharedWindow
+from aluminum.buffers import as_buffer
+from conftest import rank_data
+from rank_allreduce import CASES, reference
+
+ALGOS = ["recursive_doubling", "ring", "rabenseifner", "shared_memory"]
+FLOAT_DTYPES = [np.float16, np.float32, np.float64, al.bfloat16]
+SIZES = st.one_of(st.sampled_from([0, 1, 2, 3, 4, 5, 7, 1023]), st.integers(0, 3000))
+
+
+def assert_identical_on_all_ranks(comm, result):
+    gathered = comm.mpi_comm.allgather(result.tobytes())
+    bad = [r for r, g in enumerate(gathered) if g != gathered[0]]
+    assert not bad, f"ranks {bad} disagree with rank 0 on the result"
+
+
+def run_allreduce(comm, mine, op, algo, inplace):
+    """Allreduce ``mine`` and return the result; out of place checks ``mine`` is untouched."""
+    if inplace:
+        al.allreduce(mine, comm, op=op, algo=algo)
+        return mine
+    original, result = mine.copy(), np.full_like(mine, 7)
+    al.allreduce(mine, comm, op=op, recvbuf=result, algo=algo)
+    np.testing.assert_array_equal(mine, original)
+    return result
+
+
+@settings(max_examples=80)
+@given(algo=st.sampled_from(ALGOS), count=SIZES, case=CASES, inplace=st.booleans(),
+       seed=st.integers(0, 2**16))
+def test_allreduce_matches_numpy(comm, algo, count, case, inplace, seed):
+    dtype, op = case
+    result = run_allreduce(comm, rank_data(count, dtype, comm.rank, seed), op, algo, inplace)
+    np.testing.assert_array_equal(result, reference(count, dtype, op, comm.size, seed),
+                                  err_msg=f"{algo} {np.dtype(dtype)} {op.name} count={count}")
+    assert_identical_on_all_ranks(comm, result)
+
+
+def inexact_data(count, dtype, op, rank, seed):
+    """Values of mixed sign, with signed zeros, whose sums and products round; magnitudes
+    vary widely for sums, stay near 1 for products (so float16 products stay finite)."""
+    rng = np.random.default_rng(seed * 7919 + rank)
+    if op is al.PROD:
+        values = rng.uniform(0.5, 1.5, count) * rng.choice([-1.0, 1.0], count)
+    else:
+        values = rng.standard_normal(count) * 10.0 ** rng.integers(-3, 4, count)
+    values[rng.random(count) < 0.1] = 0.0
+    values[rng.random(count) < 0.1] = -0.0
+    return values.astype(dtype)
+
+
+@given(algo=st.sampled_from(ALGOS), count=SIZES, dtype=st.sampled_from(FLOAT_DTYPES),
+       op=st.sampled_from([al.SUM, al.PROD, al.MIN, al.MAX, al.AVG]), inplace=st.booleans(),
+       seed=st.integers(0, 2**16))
+def test_inexact_floats_bit_identical_and_close(comm, algo, count, dtype, op, inplace, seed):
+    result = run_allreduce(comm, inexact_data(count, dtype, op, comm.rank, seed), op, algo,
+                           inplace)
+    assert_identical_on_all_ranks(comm, result)
+    data = np.array([inexact_data(count, dtype, op, r, seed).astype(np.float64)
+                     for r in range(comm.size)]).reshape(comm.size, count)
+    exact = {al.SUM: data.sum(0), al.AVG: data.mean(0), al.PROD: data.prod(0),
+             al.MIN: data.min(0), al.MAX: data.max(0)}[op]
+    eps = 2.0 ** -7 if dtype == al.bfloat16 else float(np.finfo(dtype).eps)
+    scale = np.abs(data).prod(0) if op is al.PROD else np.abs(data).sum(0)
+    tolerance = 2 * comm.size * eps * scale + (2 * eps if op is al.PROD else 0)
+    error = np.abs(result.astype(np.float64) - exact)
+    assert np.all(error <= tolerance), f"{algo} off by {error.max()} (> tolerance)"
+
+
+@pytest.mark.parametrize("algo", ALGOS)
+@pytest.mark.parametrize("count, dtype", [((1 << 18) + 3, np.float32), (1 << 17, np.int64)])
+def test_allreduce_about_a_mebibyte(comm, algo, count, dtype):
+    mine = (np.arange(count) % 1000 + comm.rank).astype(dtype)
+    expected = sum((np.arange(count) % 1000 + r).astype(dtype) for r in range(comm.size))
+    result = run_allreduce(comm, mine, al.SUM, algo, inplace=False)
+    np.testing.assert_array_equal(result, expected)
+    assert_identical_on_all_ranks(comm, result)
+
+
+@pytest.fixture
+def small_chunk_comm():
+    """A fresh communicator whose shared window has 4 KiB chunks: many pipelined rounds,
+    short last chunks and slot reuse, on small vectors."""
+    with al.MPICommunicator() as fresh:
+        fresh._scratch[SharedWindow.KEY] = SharedWindow(fresh.local_comm, chunk_bytes=4096)
+        yield fresh
+
+
+SEQUENCE = [(5000, np.float32), (7, np.float64), (0, np.float32), (3333, np.int8),
+            (1024, np.float32), (2049, al.bfloat16), (1, np.uint64), (4097, np.float16)]
+
+
+@pytest.mark.parametrize("inplace", [True, False])
+def test_shared_memory_back_to_back(small_chunk_comm, inplace):
+    comm = small_chunk_comm
+    for repeat in range(3):
+        for i, (count, dtype) in enumerate(SEQUENCE):
+            seed = 100 * repeat + i
+            result = run_allreduce(comm, rank_data(count, dtype, comm.rank, seed), al.SUM,
+                                   "shared_memory", inplace)
+            np.testing.assert_array_equal(result, reference(count, dtype, al.SUM, comm.size,
+                                                            seed))
+
+
+def test_shared_memory_interleaved_with_other_algorithms(small_chunk_comm):
+    comm = small_chunk_comm
+    for i in range(12):
+        algo = ["shared_memory", ALGOS[i % 3], "shared_memory"][i % 3]
+        count, dtype = SEQUENCE[i % len(SEQUENCE)]
+        result = run_allreduce(comm, rank_data(count, dtype, comm.rank, i), al.MAX, algo,
+                               inplace=i % 2 == 0)
+        np.testing.assert_array_equal(result, reference(count, dtype, al.MAX, comm.size, i))
+
+
+def test_shared_memory_refuses_ranks_on_other_nodes(comm):
+    if comm.size == 1:
+        pytest.skip("one rank is always on one node")
+    buf = np.arange(4, dtype=np.float32)
+    with al.MPICommunicator() as spread:
+        spread.local_size = 1                  # as if the other ranks lived elsewhere
+        with pytest.raises(al.UnsupportedError, match="one node"):
+            al.allreduce(buf, spread, algo="shared_memory")
+    np.testing.assert_array_equal(buf, np.arange(4, dtype=np.float32))
+
+
+def test_threads_on_different_communicators(comm):
+    """Blocking calls from several threads at once, one communicator per thread."""
+    comms = [al.MPICommunicator() for _ in ALGOS]
+    errors = []
+
+    def work(thread_comm, algo, index):
+        try:
+            for i in range(6):
+                count, seed = 1000 * i + index, 10 * index + i
+                result = run_allreduce(thread_comm, rank_data(count, np.int32, comm.rank, seed),
+                                       al.SUM, algo, inplace=i % 2 == 0)
+                np.testing.assert_array_equal(
+                    result, reference(count, np.int32, al.SUM, comm.size, seed))
+        except BaseException as exc:        # reported by the main thread
+            errors.append((algo, exc))
+
+    threads = [threading.Thread(target=work, args=(c, a, i))
+               for i, (c, a) in enumerate(zip(comms, ALGOS))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    for c in comms:
+        c.free()
+    assert not errors, errors
+
+
+def test_nonblocking_on_one_communicator(comm):
+    """Operations of every algorithm in flight together on one communicator never mix."""
+    pytest.importorskip("aluminum.engine.progress")
+    cases = [(ALGOS[i % len(ALGOS)], 777 * i + 5, i) for i in range(10)]
+    buffers = [rank_data(count, np.int64, comm.rank, seed) for _, count, seed in cases]
+    requests = [al.nonblocking_allreduce(buf, comm, algo=algo)
+                for buf, (algo, _, _) in zip(buffers, cases)]
+    al.wait_all(requests)
+    for buf, (algo, count, seed) in zip(buffers, cases):
+        np.testing.assert_array_equal(
+            buf, reference(count, np.int64, al.SUM, comm.size, seed), err_msg=algo)
+
+
+@given(count=st.integers(0, 300), case=CASES, inplace=st.booleans(), seed=st.integers(0, 999))
+def test_ring_reduce_scatter(comm, count, case, inplace, seed):
+    dtype, op = case
+    size = comm.size
+    mine = rank_data(count * size, dtype, comm.rank, seed)
+    expected = reference(count * size, dtype, op, size, seed)[comm.rank * count:][:count]
+    if inplace:
+        al.reduce_scatter(mine, comm, op=op, algo="ring")
+        result = mine[:count]
+    else:
+        result = np.full(count, 3, dtype)
+        al.reduce_scatter(mine, comm, op=op, recvbuf=result, algo="ring")
+    np.testing.assert_array_equal(result, expected)
+
+
+@given(count=st.integers(0, 300), dtype=st.sampled_from([np.int8, np.float64, al.bfloat16]),
+       inplace=st.booleans(), seed=st.integers(0, 999))
+def test_ring_allgather(comm, count, dtype, inplace, seed):
+    size = comm.size
+    blocks = [rank_data(count, dtype, r, seed) for r in range(size)]
+    if inplace:
+        result = np.zeros(count * size, dtype)
+        result[comm.rank * count:][:count] = blocks[comm.rank]
+        al.allgather(result, comm, algo="ring")
+    else:
+        result = np.zeros(count * size, dtype)
+        al.allgather(blocks[comm.rank], comm, recvbuf=result, algo="ring")
+    np.testing.assert_array_equal(result, np.concatenate(blocks))
+
+
+def test_states_drive_directly(comm):
+    """The State classes also run without the public API (as the engine and bench use them)."""
+    from aluminum.backends.mpi.algorithms import CUSTOM_ALGORITHMS
+
+    data = np.full(10, comm.rank + 1, np.float64)
+    buf = as_buffer(data)
+    CUSTOM_ALGORITHMS["allreduce"]["ring"].run_blocking(comm, None, buf, buf, al.AVG)
+    np.testing.assert_array_equal(data, np.full(10, (comm.size + 1) / 2))

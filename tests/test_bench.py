@@ -1,0 +1,263 @@
+"""Tests of the benchmark package: sizes, bandwidth formulas, reports, tuner output, plots.
+
+One test runs a real 2-rank sweep through the self-launching CLI and reads its JSON back.
+"""
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import aluminum as al
+from aluminum import selector
+from aluminum.bench import model, ops, peers, report, sweep, tune
+from aluminum.bench.__main__ import _without_np
+from aluminum.bench.sizes import format_size, parse_size, parse_sizes
+
+KIB, MIB = 1 << 10, 1 << 20
+
+
+# --- sizes ---------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("text, expected", [
+    ("4", 4), ("1KiB", KIB), ("1k", KIB), ("2KB", 2 * KIB), ("64MiB", 64 * MIB),
+    ("1GiB", 1 << 30), (" 8 B ", 8)])
+def test_parse_size(text, expected):
+    assert parse_size(text) == expected
+
+
+@pytest.mark.parametrize("text", ["", "KiB", "1.5KiB", "-4", "4 parsecs"])
+def test_parse_size_rejects(text):
+    with pytest.raises(ValueError, match="expected a size"):
+        parse_size(text)
+
+
+def test_parse_sizes_ranges_and_lists():
+    assert parse_sizes("4:64MiB") == [4 << i for i in range(25)]
+    assert parse_sizes("4:64MiB", step=4) == [4 << 2 * i for i in range(13)]
+    assert parse_sizes("4:1000") == [4, 8, 16, 32, 64, 128, 256, 512, 1000]   # hi included
+    assert parse_sizes("1MiB,8,8,1KiB") == [8, KIB, MIB]
+    for bad, step in (("64:4", 2), ("0:8", 2), ("4:8", 1), (",", 2)):
+        with pytest.raises(ValueError):
+            parse_sizes(bad, step)
+
+
+def test_format_size():
+    assert [format_size(n) for n in (12, KIB, 1536, 64 * MIB, 3 << 30)] == \
+        ["12B", "1KiB", "1.5KiB", "64MiB", "3GiB"]
+
+
+# --- layouts and bandwidth -----------------------------------------------------------------
+
+def test_bus_bandwidth_matches_nccl_tests_formulas():
+    # 1 MiB in 1 ms: algbw = 1.048576 GB/s; busbw factors by hand for p = 4.
+    expected = {"allreduce": 1.5, "reduce_scatter": 0.75, "allgather": 0.75,
+                "alltoall": 0.75, "gather": 0.75, "scatter": 0.75, "bcast": 1.0,
+                "reduce": 1.0, "sendrecv": 1.0, "barrier": 0.0}
+    times = np.full((4, 10), 1e-3)
+    for op, factor in expected.items():
+        point = sweep.summarize(times, MIB, 10, ops.spec(op).bus_factor(4))
+        assert point.algbw_gbps == pytest.approx(1.048576)
+        assert point.busbw_gbps == pytest.approx(1.048576 * factor), op
+
+
+def test_summarize_takes_the_slowest_rank_per_iteration():
+    per_rank = np.array([[1e-6, 5e-6, 2e-6], [3e-6, 1e-6, 2e-6]])
+    point = sweep.summarize(per_rank, 4, 3, 2.0)
+    assert (point.avg_us, point.min_us, point.max_us, point.median_us) == \
+        pytest.approx((10 / 3, 2.0, 5.0, 3.0))
+    assert sweep.summarize(per_rank, 4, 3, 1.0, divisor=2).avg_us == pytest.approx(5 / 3)
+
+
+@pytest.mark.parametrize("op, size, p, actual", [
+    ("allreduce", 4, 3, 4), ("allreduce", 6, 3, 4), ("allgather", 4, 3, 12),
+    ("allgather", 64, 3, 60), ("reduce_scatter", 1024, 4, 1024), ("barrier", 64, 2, 0),
+    ("multisendrecv", 64, 3, 64), ("multisendrecv", 4, 3, 8)])
+def test_actual_size_rounds_like_nccl_tests(op, size, p, actual):
+    assert ops.actual_size(ops.spec(op), size, 4, p) == actual
+
+
+def test_build_case_layouts_follow_mpi():
+    f32 = np.dtype(np.float32)
+    case = ops.build_case(ops.spec("allgather"), 48, f32, False, 1, 3)
+    assert (case.send.size, case.recv.size, case.size) == (4, 12, 48)
+    case = ops.build_case(ops.spec("allgather"), 48, f32, True, 1, 3)
+    assert (case.send.size, case.recv) == (12, None)
+    root = ops.build_case(ops.spec("scatter"), 48, f32, True, 0, 3)
+    leaf = ops.build_case(ops.spec("scatter"), 48, f32, True, 2, 3)
+    assert (root.send.size, leaf.send.size) == (12, 4)
+    assert ops.spec("gather").selector_bytes(48, 3) == 16
+    assert ops.spec("allgather").selector_bytes(48, 3) == 48
+
+
+def test_iterations_scale_down_with_size():
+    assert sweep.scaled(1000, 4, 20) == 1000
+    assert sweep.scaled(1000, 64 * KIB, 20) == 1000
+    assert sweep.scaled(1000, 256 * KIB, 20) == 250
+    assert sweep.scaled(1000, 64 * MIB, 20) == 20
+    assert sweep.scaled(5, 64 * MIB, 20) == 5
+
+
+def test_parse_peers():
+    assert peers.parse_peers("mpi4py, torch-gloo,mpi4py") == ["mpi4py", "torch-gloo"]
+    assert peers.parse_peers("") == []
+    with pytest.raises(ValueError, match="nccl"):
+        peers.parse_peers("nccl")
+
+
+def test_without_np_removes_only_the_launch_option():
+    assert _without_np(["--np", "2", "allreduce", "--np=3", "--iters", "5"]) == \
+        ["allreduce", "--iters", "5"]
+
+
+# --- reports -------------------------------------------------------------------------------
+
+def _point(size, avg, algo=""):
+    return sweep.Point(size, 100, avg, avg * 0.9, avg * 2, avg, size / avg / 1e3,
+                       size / avg / 1e3, algo)
+
+
+def _result():
+    return sweep.Result(
+        "allreduce", "mpi", 2, "float32", False, False,
+        [sweep.Series("automatic", "ours", [_point(4, 2.0, "recursive_doubling"),
+                                            _point(MIB, 100.0, "shared_memory")]),
+         sweep.Series("ring", "ours", [_point(4, 6.0), _point(MIB, 150.0)]),
+         sweep.Series("mpi4py", "peer", [_point(4, 1.0), _point(MIB, 200.0)]),
+         sweep.Series("torch-gloo", "peer", [], skipped="torch is not installed")],
+        "2026-11-22T10:00:00", "vm", "Open MPI v5.0.11", 2)
+
+
+def test_json_round_trip(tmp_path):
+    result = _result()
+    assert report.from_json(json.loads(json.dumps(report.to_json(result)))) == result
+    path = tmp_path / "r.json"
+    path.write_text(report.dumps_json(result))
+    assert report.load_json(str(path)) == result
+    with pytest.raises(ValueError, match="aluminum-bench/1"):
+        report.from_json({"format": "something-else"})
+
+
+def test_table_has_every_column_ratio_and_fastest_mark():
+    text = report.format_table(_result())
+    header = next(line for line in text.splitlines() if "Series" in line)
+    for title in ("Size", "Iters", "Avg(us)", "Min(us)", "Max(us)", "algbw(GB/s)",
+                  "busbw(GB/s)", "xmpi4py"):
+        assert title in header
+    assert "xtorch-gloo" not in header            # skipped peers get no column...
+    assert "torch-gloo: not measured (torch is not installed)" in text   # ...but a reason
+    rows = {tuple(line.split()[:2]): line.split() for line in text.splitlines()
+            if line and not line.startswith("#") and len(line.split()) > 7}
+    assert rows[("4", "automatic->recursive_doubling")][-1] == "2.00x"
+    assert rows[("1048576", "automatic->shared_memory*")][-1] == "0.50x"
+    assert rows[("4", "mpi4py*")][3] == "1.00"
+    assert "2(p-1)/p" in text
+    assert "# Avg latency (us) by size" in text
+
+
+def test_csv_has_one_line_per_point():
+    lines = report.dumps_csv(_result()).splitlines()
+    assert lines[0].split(",") == list(report.CSV_FIELDS)
+    assert len(lines) == 1 + 6
+    assert lines[1].startswith("allreduce,mpi,2,float32,False,False,automatic,ours,")
+
+
+# --- tuner ---------------------------------------------------------------------------------
+
+def _series(avgs):
+    return [_point(4 << i, avg) for i, avg in enumerate(avgs)]
+
+
+def test_choose_keeps_winners_within_tolerance_and_starts_rules_where_they_win():
+    points = {"mpi_passthrough": _series([5.0, 5.0, 10.0, 100.0]),
+              "recursive_doubling": _series([3.0, 3.05, 9.0, 200.0]),
+              "shared_memory": _series([9.0, 2.99, 9.1, 50.0])}
+    # 8 B: shared_memory is faster by < TOLERANCE, so recursive_doubling stays.
+    assert tune.choose(points, "mpi_passthrough") == [
+        (0, "recursive_doubling"), (32, "shared_memory")]
+    # One size won narrowly by another algorithm between two of the same: smoothed away.
+    island = {"mpi_passthrough": _series([5.0, 5.0, 10.0, 100.0]),
+              "shared_memory": _series([9.0, 4.6, 12.0, 120.0])}
+    assert tune.choose(island, "mpi_passthrough") == [(0, "mpi_passthrough")]
+    island["shared_memory"][1].avg_us = 4.0         # wins by 20%: a real crossover
+    assert tune.choose(island, "mpi_passthrough") == [
+        (0, "mpi_passthrough"), (8, "shared_memory"), (16, "mpi_passthrough")]
+    # Within tolerance of the best, the default wins a fresh choice.
+    assert tune.choose({"mpi_passthrough": _series([3.05]), "ring": _series([3.0])},
+                       "mpi_passthrough") == [(0, "mpi_passthrough")]
+
+
+def test_tuner_writes_a_table_the_selector_accepts(tmp_path):
+    path = tmp_path / "tuning.json"
+    old = selector.Rule("mpi", "allreduce", 4, ((0, "ring"),))
+    selector.write_table(selector.Table((old,)), path)
+    rules = [selector.Rule("mpi", "allreduce", 2, ((0, "recursive_doubling"),
+                                                   (65536, "shared_memory"))),
+             selector.Rule("mpi", "reduce_scatter", 2, ((0, "mpi_passthrough"),))]
+    meta = {"created": "now", "host": "vm", "mpi": "Open MPI", "ranks_per_node": 2,
+            "note": "test"}
+    tune.write(path, rules, al.costmodel.AlphaBeta(2e-6, 1.5e-10), meta)
+    known = lambda backend, op: al.algorithms(op, backend)  # noqa: E731
+    table = selector.read_table(path, known)
+    assert {(r.op, r.comm_size) for r in table.rules} == \
+        {("allreduce", 2), ("allreduce", 4), ("reduce_scatter", 2)}     # merged
+    assert json.loads(path.read_text())["format"] == "aluminum-tuning/1"
+    assert table.model == (2e-6, 1.5e-10) and table.metadata["note"] == "test"
+    shown = tune.format_rules(table)
+    assert "mpi allreduce, 2 ranks:" in shown and "64KiB and up" in shown
+    with pytest.raises(selector.TuningTableError, match="unknown"):
+        tune.write(path, [selector.Rule("mpi", "allreduce", 2, ((0, "bogus"),))], None, {})
+
+
+# --- cost model ----------------------------------------------------------------------------
+
+def test_model_crossover_is_exact():
+    # p = 4: recursive doubling 2(a + nb), ring 6a + 1.5nb: equal at n = 8a/b.
+    alpha, beta = 2e-6, 1.5e-10
+    found = model.exact_crossovers("allreduce", 4, alpha, beta, ["recursive_doubling", "ring"],
+                                   parse_sizes("4:64MiB"))
+    assert found == [(106667, "ring")]
+    text = model.format_model("allreduce", 4, alpha, beta, [4, MIB],
+                              ["recursive_doubling", "ring"])
+    assert "ring from 106667 B" in text
+
+
+@pytest.mark.parametrize("text, seconds", [("2e-6", 2e-6), ("2us", 2e-6), ("0.15ns", 1.5e-10),
+                                           ("0.15ns/B", 1.5e-10), ("1ms", 1e-3)])
+def test_parse_seconds(text, seconds):
+    assert model.parse_seconds(text) == pytest.approx(seconds)
+
+
+# --- plot and an end-to-end run ------------------------------------------------------------
+
+def _check_png(path):
+    data = path.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    width, height = int.from_bytes(data[16:20], "big"), int.from_bytes(data[20:24], "big")
+    assert width > 300 and height > 200
+
+
+def test_plot_writes_a_png(tmp_path):
+    pytest.importorskip("matplotlib", reason="--plot needs matplotlib (aluminum[plot])")
+    from aluminum.bench.plot import plot
+
+    _check_png(plot(_result(), tmp_path / "latency.png"))
+
+
+def test_cli_sweep_on_two_ranks_writes_json(tmp_path):
+    out = tmp_path / "sweep.json"
+    cmd = [sys.executable, "-m", "aluminum.bench", "--np", "2", "allreduce", "--sizes",
+           "4:1KiB", "--iters", "5", "--warmup", "1", "--algo", "automatic,mpi_passthrough",
+           "--compare", "mpi4py", "--json", str(out), "--timeout", "90"]
+    run = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "# aluminum.bench allreduce" in run.stdout and "xmpi4py" in run.stdout
+    result = report.load_json(str(out))
+    assert (result.op, result.ranks, result.dtype) == ("allreduce", 2, "float32")
+    assert [s.name for s in result.series] == ["automatic", "mpi_passthrough", "mpi4py"]
+    for series in result.series:
+        assert [pt.size for pt in series.points] == [4 << i for i in range(9)]
+        assert all(pt.iters == 5 and 0 < pt.min_us <= pt.avg_us <= pt.max_us
+                   for pt in series.points)
+    assert all(pt.algo in al.algorithms("allreduce") for pt in result.get("automatic").points)
