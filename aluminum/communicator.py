@@ -43,7 +43,11 @@ class Communicator:
         self._tags = itertools.count(1)
         self._scratch: dict = {}
         if self.backend.setup is not None:
-            self.backend.setup(self)
+            try:
+                self.backend.setup(self)
+            except BaseException:
+                self.free()
+                raise
         runtime.register_communicator(self)
 
     @property
