@@ -142,7 +142,7 @@ class HostTransferState(State):
         (True or blocks), e.g. only the blocks a v-variant writes, so the rest of ``buf`` is
         never touched.
         """
-        if buf.device == HOST and not self.stage_host:
+        if buf.device == HOST and not self.stage_host and (h2d or self._writes):
             self._direct = True
             self._writes = True
             return buf
@@ -193,8 +193,6 @@ class HostTransferState(State):
         mpi_backend = get_backend("mpi")
         algorithm = mpi_backend.state_class(op, "automatic", self.comm, nbytes)
         self.mpi = algorithm(self.comm, None, *mpi_args)
-        if self._direct:
-            hold_stream = True
         if self._direct:   # MPI will touch the user's memory: not before the stream gets here
             wait_for_stream = True
         wait_for_stream = self._reads if wait_for_stream is None else wait_for_stream
