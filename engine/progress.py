@@ -29,15 +29,18 @@ passes at a time, whoever holds ``_driver``:
   handoff at all.  ``Request.test`` runs one pass.  Such callers drive every queued
   operation, not only their own.
 - The engine thread drives when no caller does: operations nobody waits on progress in the
-  background.  Seeing the token held, or being woken for work a caller then drove itself,
-  it concludes that callers drive and naps (``NAP_S`` at a time, not woken by submissions)
-  instead of sleeping until the next submission wakes it, until ``LAZY_S`` passes without
-  submissions or it finds work nobody drove.
-- Waiting is spin, then yield, then sleep.  While passes change nothing, the engine thread
-  yields for ``AL_PE_SPIN_US``, then sleeps ``BACKOFF_S`` between passes; an idle engine
-  spins ``AL_PE_SPIN_US``, then naps or sleeps.  Yielding is ``os.sched_yield()``, which
-  lets threads waiting for the GIL take it (numpy in other threads keeps its speed), unlike a
-  bare loop; ``time.sleep(0)`` would sleep ~100 µs on these machines.
+  background.  Finding the token held, it concludes that callers drive and, once idle,
+  naps (``NAP_S`` at a time, not woken by submissions) instead of sleeping until the next
+  submission wakes it, until ``LAZY_S`` passes without submissions or it finds work nobody
+  drove: a submission nobody waits for starts at most ``NAP_S`` late, and then the engine
+  is woken by submissions again.
+- Waiting is spin, then yield, then sleep.  While passes change nothing, a driving waiter
+  spins ``AL_PE_SPIN_US``, then yields every ``YIELD_EVERY_S`` up to ``WAIT_YIELD_S``, then
+  sleeps ``BACKOFF_S`` between passes; the engine thread yields for ``AL_PE_SPIN_US``, then
+  sleeps ``BACKOFF_S`` between passes (a submission wakes it).  An idle engine spins
+  ``AL_PE_SPIN_US``, then naps or sleeps.  Yielding is ``os.sched_yield()``, which lets
+  threads waiting for the GIL take it (numpy in other threads keeps its speed), unlike a bare
+  loop; ``time.sleep(0)`` would sleep ~100 µs on these machines.
 """
 from __future__ import annotations
 
@@ -62,15 +65,17 @@ DEFAULT_CONCURRENT_OPS = 4
 DEFAULT_SPIN_US = 100.0
 DEFAULT_FINALIZE_TIMEOUT_S = 30.0
 WAIT_YIELD_S = 2e-3   # a waiter driving a stalled operation yields this long, then backs off
+YIELD_EVERY_S = 50e-6  # ...yielding the GIL this often
 # A busy engine whose passes have changed nothing for AL_PE_SPIN_US sleeps this long between
 # passes (a submission still wakes it at once): on oversubscribed cores polling an operation
 # that waits for a slow peer would otherwise take CPU time from the peer and from compute.
 BACKOFF_S = 50e-6
 # While callers drive their own operations the idle engine naps NAP_S at a time instead of
 # being woken by each submission, and sleeps for good after LAZY_S without submissions.
-NAP_S = 200e-6
+NAP_S = 1e-3
 LAZY_S = 20e-3
 _MAX_IDLE_QUEUES = 64  # prune empty stream queues beyond this many, even while busy
+_POLLS = 16            # polls of a lone waited-for state between looks at the clock
 
 _CONTINUE, _ADVANCE, _COMPLETE = Action.CONTINUE, Action.ADVANCE, Action.COMPLETE
 _UNBOUNDED = RunType.UNBOUNDED
@@ -252,28 +257,55 @@ class ProgressEngine:
     def _drive(self, request: Request, deadline: float | None) -> None:
         """Run passes until ``request`` is done or ``deadline`` passes.
 
-        While passes change nothing: spin for ``AL_PE_SPIN_US`` (a yield would let the engine
-        thread take the GIL, and getting it back costs a 20-50 µs wake-up, more than a short
-        operation takes), then yield the GIL each pass until stalled ``WAIT_YIELD_S``, then
-        sleep ``BACKOFF_S`` between passes.  The clock is read only once a pass changed
-        nothing, so a quick operation never reads it.
+        While passes change nothing: spin for ``AL_PE_SPIN_US``, then yield the GIL once
+        every ``YIELD_EVERY_S`` until stalled ``WAIT_YIELD_S``, then sleep ``BACKOFF_S``
+        between passes.  Yields are rationed because each one lets the napping engine thread
+        take the GIL, and getting it back costs this thread a 20-50 µs wake-up.  The clock
+        is read only once a pass changed nothing, so a quick operation never reads it.
         """
         run_pass = self._pass
         spin_s = self.config.spin_s
-        stalled_since = None
+        stalled_since = next_yield = None
         while not request._done:
-            if run_pass():
+            if self._queued == 1 and request.queue is not None and not request.parked \
+                    and not self._inbox:
+                changed = self._step_alone(request)
+            else:
+                changed = run_pass()
+            if changed:
                 stalled_since = None
                 continue
             now = _clock()
             if stalled_since is None:
-                stalled_since = now
+                stalled_since, next_yield = now, now + spin_s
             elif deadline is not None and now >= deadline:
                 return
             elif now - stalled_since > WAIT_YIELD_S:
                 time.sleep(BACKOFF_S)
-            elif now - stalled_since > spin_s:
+            elif now >= next_yield:
                 _yield()
+                next_yield = now + YIELD_EVERY_S
+
+    def _step_alone(self, request: Request) -> bool:
+        """Step the only request in flight, as a pass would, up to ``_POLLS`` times while it
+        returns CONTINUE and nothing new is submitted; True once it did anything else.
+
+        A state that polls (waiting on a peer) steps tens of times per operation, so the walk
+        over queues and the clock reads a pass loop makes would add up.
+        """
+        step, inbox = request.state.step, self._inbox
+        for _ in range(_POLLS):
+            try:
+                action = step()
+            except BaseException as exc:  # noqa: BLE001 - fails only this request
+                self._settle(request.queue, request, 0, None, exc)
+                return True
+            if action is not _CONTINUE:
+                self._settle(request.queue, request, 0, action)
+                return True
+            if inbox:
+                break
+        return False
 
     def _has_work(self) -> bool:
         return bool(self._inbox) or self._queued > 0
@@ -369,7 +401,7 @@ class ProgressEngine:
 
         Callers that wait for their own operations drive them; waking the engine for each
         submission would only make it take the GIL from them.  Work found undriven after a
-        nap (a caller that did not wait) turns this off until a wake-up is futile again.
+        nap (a caller that did not wait) turns this off until the token is found held again.
         """
         seen, quiet_since = self._last_seq, _clock()
         while not self._stopping:
@@ -460,59 +492,66 @@ class ProgressEngine:
                 continue
             if trace.ENABLED:
                 trace.engine_event("start", state.name, request.seq, state.compute_stream)
+            request.queue, request.stage = queue, 0
             queue.stages[0].append(request)
             queue.running += 1
         return admitted
 
     def _step(self, queue: _StreamQueue) -> bool:
-        stages = queue.stages
+        """Step each running state of ``queue`` once, stage by stage; True if any changed."""
         changed = False
-        index = 0
-        while index < len(stages):
-            stage = stages[index]
+        for stage in queue.stages:          # a list: stages appended meanwhile are visited
             i = 0
             while i < len(stage):
                 request = stage[i]
                 if request.parked:
-                    if i == 0:   # the head left: move on to the next stage
+                    if i == 0:              # the head left: move on to the next stage
                         request.parked = False
-                        self._next_stage(stages, index).append(stage.pop(0))
+                        self._advance(queue, request)
                         changed = True
                     else:
                         i += 1
                     continue
                 try:
                     action = request.state.step()
-                    if action is not _CONTINUE and action is not _ADVANCE \
-                            and action is not _COMPLETE:
-                        raise TypeError(f"step() returned {action!r}, expected an Action")
                 except BaseException as exc:  # noqa: BLE001 - fails only this request
-                    del stage[i]
-                    queue.running -= 1
-                    self._retire(request, exc)
+                    self._settle(queue, request, i, None, exc)
                     changed = True
                     continue
                 if action is _CONTINUE:
                     i += 1
-                elif action is _COMPLETE:
-                    del stage[i]
-                    queue.running -= 1
-                    self._retire(request, None)
-                    changed = True
-                elif i == 0:
-                    self._next_stage(stages, index).append(stage.pop(0))
-                    changed = True
-                else:
-                    request.parked = True
+                    continue
+                changed = True
+                if self._settle(queue, request, i, action):
                     i += 1
-            index += 1
         return changed
 
+    def _settle(self, queue: _StreamQueue, request: Request, position: int, action,
+                error: BaseException | None = None) -> bool:
+        """Apply a step's outcome other than CONTINUE to the request at ``position`` of its
+        stage; True if it stays there (ADVANCE behind the head parks it)."""
+        if error is None and action is _ADVANCE:
+            if position:
+                request.parked = True
+                return True
+            self._advance(queue, request)
+            return False
+        if error is None and action is not _COMPLETE:
+            error = TypeError(f"step() returned {action!r}, expected an Action")
+        del queue.stages[request.stage][position]
+        queue.running -= 1
+        self._retire(request, error)
+        return False
+
     @staticmethod
-    def _next_stage(stages: list[list[Request]], index: int) -> list[Request]:
-        if index + 1 == len(stages):
+    def _advance(queue: _StreamQueue, request: Request) -> None:
+        """Move the head of a stage to the end of the next stage."""
+        stages = queue.stages
+        stages[request.stage].pop(0)
+        request.stage += 1
+        if request.stage == len(stages):
             stages.append([])
-        return stages[index + 1]
+        stages[request.stage].append(request)
 
     def _retire(self, request: Request, error: BaseException | None) -> None:
         self._queued -= 1
@@ -540,7 +579,7 @@ class ProgressEngine:
         self._wake()
         thread = self._thread
         clean = True
-        if thread is not None and thread is not threading.current_thread():
+        if thread is not None and thread.is_alive() and thread is not threading.current_thread():
             thread.join(timeout)
             clean = not thread.is_alive()
         if not clean:

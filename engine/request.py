@@ -34,13 +34,15 @@ class Request:
     returns or ``test`` returns True.
     """
 
-    __slots__ = ("state", "seq", "key", "bounded", "parked", "_engine", "_done", "_error",
-                 "_event")
+    __slots__ = ("state", "seq", "key", "queue", "stage", "bounded", "parked", "_engine",
+                 "_done", "_error", "_event")
 
     def __init__(self, state: State, engine: ProgressEngine, seq: int, key=None) -> None:
         self.state = state
         self.seq = seq
         self.key = key         # the admission queue: compute stream, else communicator
+        self.queue = None      # once admitted: its stream queue, and its pipeline stage there
+        self.stage = 0
         self.bounded = False   # counted against AL_PE_NUM_CONCURRENT_OPS (set on admission)
         self.parked = False    # returned ADVANCE behind the head of its pipeline stage
         self._engine = engine

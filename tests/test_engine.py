@@ -217,6 +217,31 @@ def test_failing_state_fails_only_its_own_request(make_engine):
         al.wait_all([bad_step] + good, timeout=WAIT)   # waits for all, then raises
 
 
+def test_a_lone_waited_state_is_stepped_like_any_other(make_engine):
+    engine = make_engine()
+    engine._thread = threading.Thread(target=lambda: None)   # only the waiter drives
+
+    class TwoStage(State):
+        name = "two-stage"
+        script = [Action.CONTINUE, Action.ADVANCE, Action.CONTINUE, Action.COMPLETE]
+
+        def __init__(self):
+            self.steps = 0
+
+        def step(self):
+            self.steps += 1
+            return self.script[self.steps - 1]
+
+    request = engine.submit(TwoStage())
+    request.wait(timeout=WAIT)
+    assert request.state.steps == 4 and request.stage == 1
+    with pytest.raises(al.OperationError):
+        engine.submit(Fake("x", fail="step")).wait(timeout=WAIT)
+    with pytest.raises(al.OperationError):
+        engine.submit(Fake("y", fail="start")).wait(timeout=WAIT)
+    assert engine._queued == 0 and engine._bounded == 0
+
+
 def test_bad_action_fails_the_request(make_engine):
     engine = make_engine()
 
@@ -390,6 +415,20 @@ def test_idle_engine_sleeps(make_engine):
     while not request.done and time.monotonic() < deadline:
         time.sleep(0.001)
     assert request.done
+
+
+def test_background_progress_after_callers_drove(make_engine):
+    """Callers that wait drive their own ops, and the engine learns to nap instead of being
+    woken by each submission; an op nobody waits for must still run in the background."""
+    engine = make_engine()
+    for i in range(200):
+        engine.submit(Fake(i, steps=3)).wait(timeout=WAIT)
+    for _ in range(3):
+        request = engine.submit(Fake("unattended", steps=3))
+        deadline = time.monotonic() + WAIT
+        while not request.done and time.monotonic() < deadline:
+            time.sleep(0.0005)               # .done does not drive: only the engine can
+        assert request.done
 
 
 # -- configuration ------------------------------------------------------------------------
