@@ -11,9 +11,9 @@ from .validate import (check_comm, check_stream, expect_count, input_buffer, out
 
 __all__ = ["allreduce", "nonblocking_allreduce"]
 
-# (backend, comm size, dtype, count, op, algo) -> (State class, ReductionOp) for blocking in-place calls on
-# numpy arrays that already passed validation once: a repeat call skips the selector and the
-# argument parsing, which otherwise cost more than a small MPI allreduce itself.
+# (backend, comm size, dtype, count, op, algo) -> (State class, ReductionOp) for in-place
+# calls on numpy arrays that already passed validation once: a repeat call skips the selector
+# and the argument parsing, which otherwise cost more than a small MPI allreduce itself.
 _inplace_plans: dict = {}
 dispatch.plan_caches.append(_inplace_plans)
 
@@ -28,16 +28,10 @@ def allreduce(buf, comm, stream=None, *, op=ReductionOp.SUM, recvbuf=None,
     enqueued on ``stream`` (default: the communicator's); on the MPI backend it returns when
     the result is in place.
     """
-    if recvbuf is None and stream is None and type(buf) is np.ndarray:
-        try:
-            plan = _inplace_plans.get((comm.backend, comm.size, buf.dtype, buf.size, op, algo))
-        except (AttributeError, TypeError):   # not a communicator, unhashable op: full path
-            plan = None
-        if plan is not None and comm._mpi is not None and buf.flags.c_contiguous \
-                and buf.flags.writeable:
-            flat = buf if buf.ndim == 1 else buf.reshape(-1)
-            record = Buffer(buf, flat, None, buf.dtype, buf.size, HOST, True)
-            plan[0].run_blocking(comm, None, record, record, plan[1])
+    if recvbuf is None and stream is None:
+        plan = _cached_plan(buf, comm, op, algo)
+        if plan is not None:
+            plan[0].run_blocking(comm, None, plan[2], plan[2], plan[1])
             return
     _allreduce(True, buf, comm, stream, op, recvbuf, algo)
 
@@ -46,7 +40,26 @@ def nonblocking_allreduce(buf, comm, stream=None, *, op=ReductionOp.SUM, recvbuf
                           algo: str = "automatic"):
     """Start ``allreduce`` and return a ``Request``; buffers must not be touched until it
     completes (``req.wait()`` or ``req.test()``)."""
+    if recvbuf is None and stream is None:
+        plan = _cached_plan(buf, comm, op, algo)
+        if plan is not None:
+            return dispatch.submit(plan[0](comm, None, plan[2], plan[2], plan[1]))
     return _allreduce(False, buf, comm, stream, op, recvbuf, algo)
+
+
+def _cached_plan(buf, comm, op, algo):
+    """``(State class, ReductionOp, Buffer)`` for a repeat in-place call, else None."""
+    if type(buf) is not np.ndarray:
+        return None
+    try:
+        plan = _inplace_plans.get((comm.backend, comm.size, buf.dtype, buf.size, op, algo))
+    except (AttributeError, TypeError):   # not a communicator, unhashable op: full path
+        return None
+    if plan is None or comm._mpi is None or not buf.flags.c_contiguous \
+            or not buf.flags.writeable:
+        return None
+    flat = buf if buf.ndim == 1 else buf.reshape(-1)
+    return plan[0], plan[1], Buffer(buf, flat, None, buf.dtype, buf.size, HOST, True)
 
 
 def _allreduce(blocking, buf, comm, stream, op, recvbuf, algo):
@@ -63,7 +76,7 @@ def _allreduce(blocking, buf, comm, stream, op, recvbuf, algo):
     op = reduction_op(op, sendbuf.dtype)
     stream = check_stream(stream, comm)
     state_class = comm.backend.state_class("allreduce", algo, comm, recvbuf.nbytes)
-    if blocking and inplace and stream is None and type(buf) is np.ndarray \
+    if inplace and stream is None and type(buf) is np.ndarray \
             and not trace.ENABLED and not dispatch.checks_enabled():
         dispatch.remember(_inplace_plans, (comm.backend, comm.size, buf.dtype, buf.size, raw_op,
                                            algo),

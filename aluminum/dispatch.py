@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from . import debug, selector, trace
+from .engine.progress import submit
 
 # Per-op caches of validated decisions (see aluminum/allreduce.py); cleared whenever the
 # selector reloads its table, so a cached algorithm choice never outlives the table.
@@ -21,8 +22,6 @@ def run(comm, op: str, state_class: type, nbytes: int, blocking: bool, args: tup
     if blocking:
         state_class.run_blocking(comm, *args)
         return None
-    from .engine.progress import submit
-
     return submit(state_class(comm, *args))
 
 
