@@ -80,6 +80,7 @@ def test_as_stream_wraps_cupy_and_foreign_handles_equal_by_handle():
     assert runtime.runtime_for(a.cupy_stream) is rt
 
 
+@needs_cupy
 def test_as_stream_rejects_host_streams():
     with pytest.raises(TypeError, match="stream: expected a cupy stream"):
         runtime.cuda_runtime().as_stream(host.HostStream())
