@@ -21,6 +21,7 @@ import sys
 from .sizes import parse_sizes
 
 _MPI_ENV = ("OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_SIZE", "PMI_RANK")
+_PLACEMENTS = {"both": (True, False), "inplace": (True,), "outofplace": (False,)}
 _COMMUNICATORS = {"mpi": "MPICommunicator", "ht": "HostTransferCommunicator",
                   "nccl": "NCCLCommunicator"}
 
@@ -85,6 +86,8 @@ def _parser() -> argparse.ArgumentParser:
                                                      "else the user cache)")
     tune.add_argument("--note", default="measured by python -m aluminum.bench tune",
                       help="the table's note field")
+    tune.add_argument("--placement", choices=("both", "inplace", "outofplace"),
+                      default="both", help="which calls to tune for (default both)")
     tune.add_argument("--fresh", action="store_true",
                       help="drop the destination's rules for other comm sizes")
     tune.add_argument("--show", action="store_true", help="print the rules (after tuning, if "
@@ -384,7 +387,8 @@ def _tune(args, parser) -> int:
     only = [op for op in args.ops.split(",") if op] or None
     path = tune.run(comm, world, sizes, iters=args.iters, warmup=args.warmup,
                     rounds=max(1, args.rounds), output=args.output, note=args.note,
-                    only=only, fresh=args.fresh, progress=not args.quiet)
+                    only=only, placements=_PLACEMENTS[args.placement], fresh=args.fresh,
+                    progress=not args.quiet)
     if rank == 0:
         print(f"[tune] wrote {path}", file=sys.stderr)
         if args.show:

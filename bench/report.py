@@ -138,14 +138,40 @@ def format_table(result: Result) -> str:
             lines.append("")
     if len(measured) > 1:
         lines += ["", *format_matrix(result)]
+    lines += automatic_summary(result)
     return "\n".join(lines).rstrip() + "\n"
+
+
+def automatic_gaps(result: Result) -> list[tuple[int, float, float, str]]:
+    """Per size: (size, automatic's Avg, the fastest other algorithm's Avg, its name)."""
+    ours = {s.name: {pt.size: pt.avg_us for pt in s.points}
+            for s in result.series if s.kind == "ours" and s.points}
+    auto = ours.pop("automatic", None)
+    gaps = []
+    for size, avg in sorted((auto or {}).items()):
+        others = [(times[size], name) for name, times in ours.items() if size in times]
+        if others:
+            best, name = min(others)
+            gaps.append((size, avg, best, name))
+    return gaps
+
+
+def automatic_summary(result: Result) -> list[str]:
+    """One line: how far "automatic" is from the fastest explicit algorithm, at worst."""
+    gaps = automatic_gaps(result)
+    if not gaps:
+        return []
+    size, avg, best, name = max(gaps, key=lambda g: (g[1] / g[2] if g[2] > 0 else 1.0))
+    return ["", f"# automatic vs the fastest algorithm at each size: worst {ratio(avg, best)}"
+                f" at {size} B ({avg:.2f} us vs {name} {best:.2f} us)"]
 
 
 def format_matrix(result: Result) -> list[str]:
     """Avg latency (µs) per size, one column per series; * marks the fastest."""
     measured = [s for s in result.series if s.points]
     widths = [max(10, len(s.name) + 2) for s in measured]
-    lines = ["# Avg latency (us) by size", "#" + "Size".rjust(11) + "".join(
+    lines = [f"# {result.op} on {result.ranks} ranks: Avg latency (us) by size",
+             "#" + "Size".rjust(11) + "".join(
         s.name.rjust(w) for s, w in zip(measured, widths))]
     sizes = sorted({pt.size for s in measured for pt in s.points})
     for size in sizes:

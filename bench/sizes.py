@@ -47,9 +47,10 @@ def parse_sizes(text: str, step: int = 2) -> list[int]:
 
 
 def format_size(nbytes: int) -> str:
-    """67108864 -> ``"64MiB"``, 1536 -> ``"1.5KiB"``, 12 -> ``"12B"``."""
+    """67108864 -> ``"64MiB"``, 1536 -> ``"1.5KiB"``, 12 -> ``"12B"``; a count that is not
+    a whole number of tenths of a unit stays in bytes (1048572 -> ``"1048572B"``)."""
     for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if nbytes >= scale:
+        if nbytes >= scale and (nbytes * 10) % scale == 0:
             value = nbytes / scale
-            return f"{value:.0f}{unit}" if value == int(value) else f"{value:.3g}{unit}"
+            return f"{value:.0f}{unit}" if value == int(value) else f"{value:.1f}{unit}"
     return f"{nbytes}B"

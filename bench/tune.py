@@ -1,16 +1,22 @@
 """``python -m aluminum.bench tune``: measure every algorithm, write the selector's table.
 
 For every operation the backend offers more than one algorithm for, the tuner sweeps all of
-them side by side (bench/sweep.py, same sizes and buffers) and keeps, per size, the one with
-the lowest Avg latency (best of ``--rounds`` rounds) — with hysteresis, because neighbouring
-sizes on a busy 2-core machine jitter by a few percent: an algorithm within ``TOLERANCE`` of
-the fastest is kept if it won the previous size, else the backend's default
-(``mpi_passthrough``, the conservative choice) is taken if it is within ``TOLERANCE``. A
-lone size whose winner differs from the same winner on both sides, and beats it by less
-than ``ISLAND_TOLERANCE``, is given to its neighbours' winner (one noisy point should not
-make two thresholds). A change of winner starts a new threshold at the first size where it
-won, so a size between two measured ones uses the smaller's winner (the selector's
-nearest-lower rule).
+them side by side (bench/sweep.py, same sizes and buffers; each point the best of
+``--rounds`` rounds), in place and out of place: the table has no placement dimension, and
+the two rank algorithms differently here (Open MPI's in-place allreduce of 128 KiB is 4×
+faster than its out-of-place one), so a choice must hold for both. It then assigns one
+algorithm to each size: at most ``MAX_SLOWDOWN`` (5%) slower than the fastest in either
+mode, and otherwise as few changes of algorithm as possible — each change must buy at least
+``SWITCH_PENALTY`` (10%) of summed relative slowdown — because neighbouring sizes on a busy
+2-core machine jitter by a few percent and a threshold per jitter would be noise, not
+tuning. The backend's default (``mpi_passthrough``: C all the way, the least disturbed by a
+busy CPU) is preferred unless another algorithm is more than ``DEFAULT_PREFERENCE`` (2%)
+faster. A change of algorithm starts a new threshold at the first size where it applies, so
+a size between two measured ones uses the smaller's choice (the selector's nearest-lower
+rule).
+
+The measured Avg latencies of every op are printed (stdout, rank 0) before its rule, so the
+evidence for each threshold is on screen.
 
 It also runs a raw-MPI ping-pong between ranks 0 and 1 and fits the α-β model the selector
 falls back on for comm sizes and operations the table lacks: α from the small sizes
@@ -27,6 +33,7 @@ import datetime
 import os
 import socket
 import sys
+import time
 import warnings
 from pathlib import Path
 from typing import Sequence
@@ -36,11 +43,12 @@ from mpi4py import MPI
 
 from aluminum import costmodel, selector
 
-from . import ops, sweep
+from . import ops, report, sweep
 from .sizes import format_size
 
-TOLERANCE = 0.05
-ISLAND_TOLERANCE = 0.10
+MAX_SLOWDOWN = 0.05
+SWITCH_PENALTY = 0.10
+DEFAULT_PREFERENCE = 0.02
 PINGPONG_SMALL = [4, 16, 64, 256, 1024]
 PINGPONG_LARGE = [64 << 10, 256 << 10, 1 << 20, 4 << 20]
 
@@ -50,26 +58,39 @@ def tunable_ops(backend) -> list[str]:
     return [op for op in ops.SPECS if len(backend.ops.get(op, ())) > 1]
 
 
-def choose(points: dict[str, list[sweep.Point]], default: str) -> list[tuple[int, str]]:
-    """By-bytes rule entries from each algorithm's points (same sizes in every list)."""
-    names = list(points)
-    sizes = [pt.size for pt in points[names[0]]]
-    avg = [{name: points[name][i].avg_us for name in names} for i in range(len(sizes))]
-    winners: list[str] = []
-    for here in avg:
-        best = min(here.values())
-        close = [name for name in names if here[name] <= best * (1 + TOLERANCE)]
-        if winners and winners[-1] in close:
-            winners.append(winners[-1])
-        elif default in close:
-            winners.append(default)
-        else:
-            winners.append(min(names, key=here.__getitem__))
-    for i in range(1, len(sizes) - 1):
-        around = winners[i - 1]
-        if winners[i + 1] == around != winners[i] and \
-                avg[i][around] <= avg[i][winners[i]] * (1 + ISLAND_TOLERANCE):
-            winners[i] = around
+def choose(modes: Sequence[dict[str, list[sweep.Point]]],
+           default: str) -> list[tuple[int, str]]:
+    """By-bytes rule entries from each algorithm's points in each mode (in place, out of
+    place; every list over the same sizes).
+
+    An algorithm's slowdown at a size is its worst over the modes, relative to each mode's
+    fastest there. Picks one algorithm per size with slowdown at most ``MAX_SLOWDOWN`` (or
+    the least possible, when every algorithm exceeds it), minimising total slowdown plus
+    ``SWITCH_PENALTY`` per change of algorithm and ``DEFAULT_PREFERENCE`` per size not given
+    to `default`: a shortest path over sizes × algorithms, as in Viterbi decoding."""
+    names = [name for name in modes[0] if all(name in mode for mode in modes)]
+    sizes = [pt.size for pt in modes[0][names[0]]]
+    # cost[name] = (total, path) of the best assignment of the sizes so far ending in name
+    cost: dict[str, tuple[float, list[str]]] = {name: (0.0, []) for name in names}
+    for i in range(len(sizes)):
+        slowdown = dict.fromkeys(names, 0.0)
+        for mode in modes:
+            best = min(mode[name][i].avg_us for name in names)
+            for name in names:
+                if best > 0:
+                    slowdown[name] = max(slowdown[name], mode[name][i].avg_us / best - 1)
+        allowed = max(MAX_SLOWDOWN, min(slowdown.values()))
+        step: dict[str, tuple[float, list[str]]] = {}
+        for name in names:
+            if slowdown[name] > allowed:
+                continue
+            here = slowdown[name] + (0.0 if name == default else DEFAULT_PREFERENCE)
+            total, path = min(((c + (SWITCH_PENALTY if i and prev != name else 0.0), p)
+                               for prev, (c, p) in cost.items() if c != float("inf")),
+                              key=lambda cp: cp[0])
+            step[name] = (total + here, path + [name])
+        cost = {name: step.get(name, (float("inf"), [])) for name in names}
+    winners = min(cost.values(), key=lambda cp: cp[0])[1]
     by_bytes: list[tuple[int, str]] = []
     for size, winner in zip(sizes, winners):
         if not by_bytes or by_bytes[-1][1] != winner:
@@ -79,26 +100,31 @@ def choose(points: dict[str, list[sweep.Point]], default: str) -> list[tuple[int
 
 def fit_pingpong(world: MPI.Comm, iters: int = 200,
                  rounds: int = 3) -> costmodel.AlphaBeta | None:
-    """α, β from a raw-MPI ping-pong between ranks 0 and 1 (None on one rank; collective)."""
-    if world.Get_size() < 2:
-        return None
+    """α, β from a raw-MPI ping-pong between ranks 0 and 1 (None on other ranks; collective).
+
+    The other ranks wait without spinning (a polled ``Ibarrier`` with sleeps), so that on an
+    oversubscribed node they do not steal the two ranks' cores and inflate α."""
     rank = world.Get_rank()
-    sync = world.Dup()
+    pair = world.Split(0 if rank < 2 else MPI.UNDEFINED, rank)
     one_way: dict[int, float] = {}
-    for size in PINGPONG_SMALL + PINGPONG_LARGE:
-        buf = np.zeros(size, np.uint8)
-        if rank == 0:
-            fn = lambda: (sync.Send(buf, 1), sync.Recv(buf, 1))  # noqa: E731
-        elif rank == 1:
-            fn = lambda: (sync.Recv(buf, 0), sync.Send(buf, 0))  # noqa: E731
-        else:
-            fn = lambda: None  # noqa: E731
-        n = sweep.scaled(iters, size, 20)
-        one_way[size] = min(float(np.median(sweep.time_calls(fn, n, max(2, n // 10),
-                                                             sync.Barrier)))
-                            for _ in range(rounds)) / 2
-    sync.Free()
-    if rank != 0:
+    if pair != MPI.COMM_NULL and pair.Get_size() == 2:
+        for size in PINGPONG_SMALL + PINGPONG_LARGE:
+            buf = np.zeros(size, np.uint8)
+            peer = 1 - rank
+            if rank == 0:
+                fn = lambda: (pair.Send(buf, peer), pair.Recv(buf, peer))  # noqa: E731
+            else:
+                fn = lambda: (pair.Recv(buf, peer), pair.Send(buf, peer))  # noqa: E731
+            n = sweep.scaled(iters, size, 20)
+            one_way[size] = min(float(np.median(sweep.time_calls(fn, n, max(2, n // 10),
+                                                                 pair.Barrier)))
+                                for _ in range(rounds)) / 2
+    if pair != MPI.COMM_NULL:
+        pair.Free()
+    done = world.Ibarrier()
+    while not done.Test():
+        time.sleep(1e-3)
+    if rank != 0 or not one_way:
         return None
     small = costmodel.fit_alpha_beta(PINGPONG_SMALL, [one_way[s] for s in PINGPONG_SMALL])
     large = costmodel.fit_alpha_beta(PINGPONG_LARGE, [one_way[s] for s in PINGPONG_LARGE])
@@ -126,8 +152,11 @@ def merge(path: Path, rules: Sequence[selector.Rule]) -> list[selector.Rule]:
 
 def run(comm, world: MPI.Comm, sizes: list[int], *, iters: int, warmup: int, rounds: int,
         output: str | None, note: str, only: list[str] | None = None,
-        fresh: bool = False, progress: bool = True) -> Path | None:
-    """Sweep, fit, write the table (rank 0); return its path on rank 0, None elsewhere."""
+        placements: Sequence[bool] = (True, False), fresh: bool = False,
+        progress: bool = True) -> Path | None:
+    """Sweep, fit, write the table (rank 0); return its path on rank 0, None elsewhere.
+
+    `placements` lists the modes to sweep: True in place, False out of place."""
     backend = comm.backend
     p, rank = world.Get_size(), world.Get_rank()
     targets = [op for op in tunable_ops(backend) if not only or op in only]
@@ -137,18 +166,23 @@ def run(comm, world: MPI.Comm, sizes: list[int], *, iters: int, warmup: int, rou
               file=sys.stderr)
     rules = []
     for op in targets:
-        algos = backend.algorithms(op)
-        config = sweep.Config(op, sizes, algos, backend=backend.name, iters=iters,
-                              warmup=warmup, progress=progress, rounds=rounds)
-        series = sweep.run(config, comm, world, [])
+        modes = []
+        for inplace in placements:
+            config = sweep.Config(op, sizes, backend.algorithms(op), backend=backend.name,
+                                  inplace=inplace, iters=iters, warmup=warmup,
+                                  progress=progress, rounds=rounds)
+            series = sweep.run(config, comm, world, [])
+            if rank == 0:
+                result = sweep.Result(op, backend.name, p, "float32", inplace, False, series)
+                print("\n".join(report.format_matrix(result)), flush=True)
+                modes.append({s.name: s.points for s in series if s.points})
         if rank != 0:
             continue
-        measured = {s.name: s.points for s in series if s.points}
-        if not measured:
+        if not all(modes):
             print(f"[tune] {op}: no algorithm could run; no rule", file=sys.stderr)
             continue
         by_bytes = [(ops.spec(op).selector_bytes(size, p), algo) for size, algo in
-                    choose(measured, backend.default_algorithm or next(iter(measured)))]
+                    choose(modes, backend.default_algorithm or next(iter(modes[0])))]
         rules.append(selector.Rule(backend.name, op, p, tuple(by_bytes)))
         print(f"[tune] {op} on {p} ranks: " + ", ".join(
             f"{format_size(t)}: {a}" for t, a in by_bytes), file=sys.stderr, flush=True)

@@ -44,8 +44,8 @@ def test_parse_sizes_ranges_and_lists():
 
 
 def test_format_size():
-    assert [format_size(n) for n in (12, KIB, 1536, 64 * MIB, 3 << 30)] == \
-        ["12B", "1KiB", "1.5KiB", "64MiB", "3GiB"]
+    assert [format_size(n) for n in (12, KIB, 1536, 64 * MIB, 3 << 30, MIB - 4)] == \
+        ["12B", "1KiB", "1.5KiB", "64MiB", "3GiB", "1048572B"]
 
 
 # --- layouts and bandwidth -----------------------------------------------------------------
@@ -153,7 +153,10 @@ def test_table_has_every_column_ratio_and_fastest_mark():
     assert rows[("1048576", "automatic->shared_memory*")][-1] == "0.50x"
     assert rows[("4", "mpi4py*")][3] == "1.00"
     assert "2(p-1)/p" in text
-    assert "# Avg latency (us) by size" in text
+    assert "# allreduce on 2 ranks: Avg latency (us) by size" in text
+    assert "automatic vs the fastest algorithm at each size: worst 0.67x at 1048576 B" in text
+    assert report.automatic_gaps(_result()) == [(4, 2.0, 6.0, "ring"),
+                                                (MIB, 100.0, 150.0, "ring")]
 
 
 def test_csv_has_one_line_per_point():
@@ -169,23 +172,41 @@ def _series(avgs):
     return [_point(4 << i, avg) for i, avg in enumerate(avgs)]
 
 
-def test_choose_keeps_winners_within_tolerance_and_starts_rules_where_they_win():
+def test_choose_follows_the_fastest_with_few_thresholds():
     points = {"mpi_passthrough": _series([5.0, 5.0, 10.0, 100.0]),
               "recursive_doubling": _series([3.0, 3.05, 9.0, 200.0]),
-              "shared_memory": _series([9.0, 2.99, 9.1, 50.0])}
-    # 8 B: shared_memory is faster by < TOLERANCE, so recursive_doubling stays.
-    assert tune.choose(points, "mpi_passthrough") == [
+              "shared_memory": _series([9.0, 2.99, 9.6, 50.0])}
+    # 8 B: shared_memory is faster by < MAX_SLOWDOWN, not worth two thresholds.
+    assert tune.choose([points], "mpi_passthrough") == [
         (0, "recursive_doubling"), (32, "shared_memory")]
     # One size won narrowly by another algorithm between two of the same: smoothed away.
     island = {"mpi_passthrough": _series([5.0, 5.0, 10.0, 100.0]),
-              "shared_memory": _series([9.0, 4.6, 12.0, 120.0])}
-    assert tune.choose(island, "mpi_passthrough") == [(0, "mpi_passthrough")]
+              "shared_memory": _series([9.0, 4.8, 12.0, 120.0])}
+    assert tune.choose([island], "mpi_passthrough") == [(0, "mpi_passthrough")]
     island["shared_memory"][1].avg_us = 4.0         # wins by 20%: a real crossover
-    assert tune.choose(island, "mpi_passthrough") == [
+    assert tune.choose([island], "mpi_passthrough") == [
         (0, "mpi_passthrough"), (8, "shared_memory"), (16, "mpi_passthrough")]
-    # Within tolerance of the best, the default wins a fresh choice.
-    assert tune.choose({"mpi_passthrough": _series([3.05]), "ring": _series([3.0])},
+    # Within MAX_SLOWDOWN of the best, the default wins.
+    assert tune.choose([{"ring": _series([3.0]), "mpi_passthrough": _series([3.05])}],
                        "mpi_passthrough") == [(0, "mpi_passthrough")]
+    # Two placements: the choice must hold in both; with none within MAX_SLOWDOWN in both,
+    # the least bad wins.
+    in_place = {"mpi_passthrough": _series([3.0, 30.0]), "ring": _series([9.0, 40.0]),
+                "shared_memory": _series([3.1, 41.0])}
+    out_of_place = {"mpi_passthrough": _series([20.0, 130.0]), "ring": _series([9.0, 70.0]),
+                    "shared_memory": _series([9.2, 71.0])}
+    assert tune.choose([in_place, out_of_place], "mpi_passthrough") == [
+        (0, "shared_memory"), (8, "ring")]
+
+
+def test_choose_never_picks_more_than_max_slowdown():
+    rng = np.random.default_rng(0)
+    avgs = {name: rng.uniform(1, 2, 30) for name in ("a", "b", "c")}
+    points = {name: _series(list(values)) for name, values in avgs.items()}
+    rules = selector.Rule("mpi", "allreduce", 2, tuple(tune.choose([points], "a")))
+    for i in range(30):
+        chosen = avgs[rules.choose(4 << i)][i]
+        assert chosen <= min(v[i] for v in avgs.values()) * (1 + tune.MAX_SLOWDOWN)
 
 
 def test_tuner_writes_a_table_the_selector_accepts(tmp_path):

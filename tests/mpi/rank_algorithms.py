@@ -216,3 +216,16 @@ def test_states_drive_directly(comm):
     buf = as_buffer(data)
     CUSTOM_ALGORITHMS["allreduce"]["ring"].run_blocking(comm, None, buf, buf, al.AVG)
     np.testing.assert_array_equal(data, np.full(10, (comm.size + 1) / 2))
+
+
+@pytest.mark.parametrize("dtype", [np.bool_, np.int8, np.float16, al.bfloat16, np.float32,
+                                   np.float64, np.longdouble])
+@pytest.mark.parametrize("count", [0, 1, 3, 1025, 4099, 300001])
+def test_copy_vector_is_exact(dtype, count):
+    """The copy the algorithms use, over every word size and misaligned views."""
+    from aluminum.backends.mpi.algorithms.vector_copy import copy_vector
+
+    source = rank_data(count + 1, dtype, 0)[1:]         # misaligned by one element
+    target = np.zeros(count + 3, dtype)[3:]
+    copy_vector(target, source)
+    assert target.tobytes() == source.tobytes()

@@ -1,4 +1,4 @@
-"""The shared-memory window of one communicator: staging slots, result slots and flags.
+"""The shared-memory window of one communicator: staging slots and progress counters.
 
 Allocated once per communicator (``MPI.Win.Allocate_shared`` on its node-local communicator,
 a collective, on the first ``shared_memory`` operation) and cached in ``comm._scratch``, so
@@ -6,7 +6,6 @@ a collective, on the first ``shared_memory`` operation) and cached in ``comm._sc
 
     flags    one 128-byte line per rank (its progress counters; no false sharing)
     staging  per rank, S slots: the parts of a chunk of its vector that other ranks reduce
-    results  S slots: each rank writes its finished slice of a chunk here for the others
 
 Synchronisation is by counters, never by barriers: each rank publishes, per kind of work, the
 last *round* (one chunk of one operation; numbered across operations, identically on every
@@ -49,17 +48,15 @@ class SharedWindow:
         self.rank, self.size = local.Get_rank(), local.Get_size()
         self.chunk_bytes, self.slots = chunk_bytes, slots
         control = -(-self.size * LINE * 8 // _PAGE) * _PAGE
-        total = control + (self.size + 1) * slots * chunk_bytes
+        total = control + self.size * slots * chunk_bytes
         self._win = MPI.Win.Allocate_shared(total if self.rank == 0 else 0, 1, comm=local)
         memory, _ = self._win.Shared_query(0)
         self._win.Lock_all(MPI.MODE_NOCHECK)
         self.flags = memoryview(memory)[:control].cast("q")
         data = np.frombuffer(memory, np.uint8, offset=control)
-        slot = [data[i * chunk_bytes:(i + 1) * chunk_bytes]
-                for i in range((self.size + 1) * slots)]
-        self._staging = [slot[q * slots:(q + 1) * slots] for q in range(self.size)]
-        self._results = slot[self.size * slots:]
-        self._typed: dict[np.dtype, tuple] = {}
+        self._staging = [[data[(q * slots + s) * chunk_bytes:(q * slots + s + 1) * chunk_bytes]
+                          for s in range(slots)] for q in range(self.size)]
+        self._typed: dict[np.dtype, list] = {}
         mine = self.rank * LINE
         self.flags[mine:mine + LINE] = memoryview(bytes(LINE * 8)).cast("q")
         self._win.Sync()
@@ -76,12 +73,12 @@ class SharedWindow:
         self._rounds += rounds
         return next(self._tickets), first
 
-    def views(self, dtype: np.dtype):
-        """``(staging[rank][slot], results[slot])`` as arrays of ``dtype``."""
+    def staging(self, dtype: np.dtype) -> list[list[np.ndarray]]:
+        """``staging[rank][slot]``: each rank's slots as arrays of ``dtype``."""
         found = self._typed.get(dtype)
         if found is None:
-            staging = [[s.view(dtype) for s in slots] for slots in self._staging]
-            found = self._typed[dtype] = (staging, [r.view(dtype) for r in self._results])
+            found = self._typed[dtype] = [[s.view(dtype) for s in slots]
+                                          for slots in self._staging]
         return found
 
     def publish(self, round_: int, *kinds: int) -> None:

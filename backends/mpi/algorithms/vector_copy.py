@@ -13,17 +13,16 @@ import numpy as np
 
 _LOOP_MIN_BYTES = 2 << 10
 _LOOP_MAX_BYTES = 8 << 20
-_WORDS = (np.dtype(np.uint64), np.dtype(np.uint32), np.dtype(np.uint16))
+# The widest unsigned word dividing a byte count, by the count's remainder modulo 8.
+_WORD = {0: np.dtype(np.uint64), 4: np.dtype(np.uint32), 2: np.dtype(np.uint16),
+         6: np.dtype(np.uint16)}
 
 
 def copy_vector(target: np.ndarray, source: np.ndarray) -> None:
     """``target[:] = source`` for 1-D contiguous arrays of one dtype and length."""
     nbytes = source.nbytes
-    if _LOOP_MIN_BYTES <= nbytes < _LOOP_MAX_BYTES:
-        for word in _WORDS:
-            if nbytes % word.itemsize == 0:
-                words, into = source.view(word), target.view(word)
-                if words.flags.aligned and into.flags.aligned:
-                    np.positive(words, out=into)
-                    return
-    np.copyto(target, source)
+    word = _WORD.get(nbytes & 7) if _LOOP_MIN_BYTES <= nbytes < _LOOP_MAX_BYTES else None
+    if word is None:
+        np.copyto(target, source)
+    else:
+        np.positive(source.view(word), out=target.view(word))
