@@ -81,7 +81,8 @@ def _parser() -> argparse.ArgumentParser:
 
     tune = commands.add_parser("tune", help="measure every algorithm, write the selector table")
     common(tune, 300, 30, 3)
-    tune.add_argument("--ops", default="", help="comma list (default: every op with a choice)")
+    tune.add_argument("--ops", default="", help="comma list (default: every op with a choice;"
+                                                " none: only refit the ping-pong model)")
     tune.add_argument("--output", default=None, help="table path (default: $AL_TUNING_FILE, "
                                                      "else the user cache)")
     tune.add_argument("--note", default="measured by python -m aluminum.bench tune",
