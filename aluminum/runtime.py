@@ -9,6 +9,7 @@ so the user's own mpi4py code keeps working.  It also runs at interpreter exit.
 from __future__ import annotations
 
 import atexit
+import itertools
 import threading
 import weakref
 
@@ -22,7 +23,10 @@ from .errors import CommunicatorError  # noqa: E402
 _lock = threading.Lock()
 _state = "uninitialized"            # -> "initialized" -> "finalized"
 _world: MPI.Comm | None = None
-_communicators: "weakref.WeakSet" = weakref.WeakSet()
+# Creation order: freeing shared windows is collective, so every rank must free its
+# communicators in the same (creation) order or finalize can deadlock.
+_communicators: "weakref.WeakValueDictionary" = weakref.WeakValueDictionary()
+_created = itertools.count()
 _finalize_hooks: list = []
 
 
@@ -67,7 +71,7 @@ def at_finalize(hook) -> None:
 
 
 def register_communicator(comm) -> None:
-    _communicators.add(comm)
+    _communicators[next(_created)] = comm
 
 
 def finalize() -> None:
@@ -80,5 +84,5 @@ def finalize() -> None:
         return
     for hook in _finalize_hooks:
         hook()
-    for comm in list(_communicators):
+    for _, comm in sorted(_communicators.items(), key=lambda item: item[0]):
         comm.free()

@@ -10,10 +10,12 @@ chunk ("round") every rank
     ``recvbuf``.
 Each element crosses between processes twice, once in and once out, which is the least shared
 memory allows without reading another process's private memory.  Reducing *in place* in the
-stager's slot matters on these machines: writing a cache line that another core has just
-*read* costs up to four times a local write, while taking over a line another core has just
-*written* is cheap, and the in-place scheme only ever does the latter (measured 512 KiB
-halves, idle machine: 120 µs vs 45 µs per such pass).
+stager's slot matters on these machines: writing cache lines another core has just *read*
+costs up to four times a local write, while taking over lines another core has just
+*written* costs about a local write (512 KiB on an idle machine: 63-119 µs against 26-45 µs,
+depending on where the host puts the two vCPUs).  An earlier version that reduced into
+``recvbuf`` and published the result in a separate slot paid the expensive kind twice per
+round and ran up to 1.5x slower at 1-4 MiB.
 
 Chunks of ``SharedWindow.CHUNK_BYTES`` keep the staging slots cache-resident (they are reused
 every round, so only the user's buffers stream through DRAM); with ``SharedWindow.SLOTS``
@@ -28,9 +30,9 @@ bits), which beats the pipeline's second synchronisation while the redundant ari
 cheap.
 
 A single-copy design (each rank reading its peers' buffers directly with
-``process_vm_readv``) was measured and rejected: the kernel copies with ``rep movsb``, 3-10x
-slower here than numpy's vectorised loops (512 KiB: 66 µs vs 26 µs), and it needs ptrace
-permission between the ranks.
+``process_vm_readv``) was measured and rejected: the kernel copies with ``rep movsb``,
+2.5-10x slower here than numpy's vectorised loops (128 KiB: 92 µs vs 9 µs; 512 KiB: 66 µs vs
+26 µs), and it needs ptrace permission between the ranks.
 """
 from __future__ import annotations
 
