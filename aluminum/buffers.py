@@ -41,7 +41,7 @@ class Buffer:
     def ptr(self) -> int:
         """Address of the first element."""
         if self.address is None:
-            return self.array.__array_interface__["data"][0]
+            self.address = self.array.__array_interface__["data"][0]
         return self.address
 
     @property

@@ -234,8 +234,9 @@ def _communicator(backend: str):
     name = _COMMUNICATORS.get(backend)
     cls = getattr(al, name, None) if name else None
     if cls is None:
+        known = ", ".join(n for n, c in _COMMUNICATORS.items() if hasattr(al, c))
         raise LookupError(f"--backend: this aluminum has no communicator for {backend!r} "
-                          f"(known: {', '.join(n for n, c in _COMMUNICATORS.items() if hasattr(al, c))})")
+                          f"(known: {known})")
     return cls()
 
 

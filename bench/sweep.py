@@ -1,7 +1,9 @@
 """OSU-style latency sweep of one operation over sizes, for our algorithms and for peers.
 
 Per size, every series (each requested algorithm, then each peer) runs on the same buffers,
-one after the other, so drift on a busy machine hits them alike. Per series: ``warmup``
+one after the other, so drift on a busy machine hits them alike; the series that goes first
+rotates from size to size (and round to round), so no series always pays for a fresh size
+(cold caches; buffer pages are faulted in at allocation). Per series: ``warmup``
 untimed calls, then ``iters`` timed calls, each preceded by an untimed barrier (raw MPI on a
 private communicator). A nonblocking call is timed from start to the end of ``wait()``.
 
@@ -192,7 +194,7 @@ def run(config: Config, comm, world: MPI.Comm, peers: list) -> list[Series]:
     progress = Progress(config.progress and rank == 0, len(sizes),
                         f"{spec.name} on {p} ranks")
     default = getattr(comm.backend, "default_algorithm", "") or "mpi_passthrough"
-    for size in sizes:
+    for index, size in enumerate(sizes):
         case = ops.build_case(spec, size, config.dtype, config.inplace, rank, p, zeros)
         iters = scaled(config.iters, case.size, MIN_ITERS)
         warmup = scaled(config.warmup, case.size, MIN_WARMUP)
@@ -203,7 +205,7 @@ def run(config: Config, comm, world: MPI.Comm, peers: list) -> list[Series]:
         best: dict[int, Point] = {}
         order = list(calls)
         for round_ in range(config.rounds):
-            shift = round_ % len(order) if order else 0
+            shift = (index + round_) % len(order) if order else 0
             for i in order[shift:] + order[:shift]:
                 times = time_calls(calls[i], iters, warmup, sync.Barrier)
                 gathered = np.empty((p, iters)) if rank == 0 else None
@@ -218,7 +220,8 @@ def run(config: Config, comm, world: MPI.Comm, peers: list) -> list[Series]:
                 point.algo = selector.select_algorithm(
                     comm.backend.name, spec.name, p, spec.selector_bytes(case.size, p), default)
             series[i].points.append(point)
-        progress.point_done(case.size, {series[i].name: pt.avg_us for i, pt in best.items()})
+        progress.point_done(case.size,
+                            {series[i].name: pt.avg_us for i, pt in sorted(best.items())})
     sync.Free()
     return series
 
@@ -264,10 +267,18 @@ def _distinct_sizes(spec: ops.OpSpec, sizes: list[int], itemsize: int, p: int) -
     return list(seen.values())
 
 
+def _touched_zeros(count: int, dtype: np.dtype) -> np.ndarray:
+    """Zeros whose pages are already faulted in (np.zeros maps them lazily, so the first
+    series to write a fresh buffer would pay the page faults)."""
+    array = np.empty(count, dtype)
+    array.fill(0)
+    return array
+
+
 def _allocator(comm) -> Callable[[int, np.dtype], Any]:
     """numpy for host backends; cupy device memory for stream-bound (GPU) backends."""
     if not comm.backend.uses_streams:
-        return np.zeros
+        return _touched_zeros
     import cupy
 
     return lambda count, dtype: cupy.zeros(count, dtype)

@@ -189,12 +189,15 @@ def test_choose_follows_the_fastest_with_few_thresholds():
     # Within MAX_SLOWDOWN of the best, the default wins.
     assert tune.choose([{"ring": _series([3.0]), "mpi_passthrough": _series([3.05])}],
                        "mpi_passthrough") == [(0, "mpi_passthrough")]
-    # Two placements: the choice must hold in both; with none within MAX_SLOWDOWN in both,
-    # the least bad wins.
+    # Two placements: the choice must hold in both, never more than DEFAULT_MARGIN slower
+    # than the default in either; with none within MAX_SLOWDOWN in both, the least bad wins.
     in_place = {"mpi_passthrough": _series([3.0, 30.0]), "ring": _series([9.0, 40.0]),
                 "shared_memory": _series([3.1, 41.0])}
     out_of_place = {"mpi_passthrough": _series([20.0, 130.0]), "ring": _series([9.0, 70.0]),
                     "shared_memory": _series([9.2, 71.0])}
+    assert tune.choose([in_place, out_of_place], "mpi_passthrough") == [
+        (0, "shared_memory"), (8, "mpi_passthrough")]        # ring: 33% slower in place
+    in_place["ring"][1].avg_us = 32.0
     assert tune.choose([in_place, out_of_place], "mpi_passthrough") == [
         (0, "shared_memory"), (8, "ring")]
 
