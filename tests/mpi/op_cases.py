@@ -74,3 +74,32 @@ def packed_displs(counts, gaps, reverse):
 def filler(count, dtype):
     """A recognisable value for elements an operation must leave alone."""
     return np.full(count, 7, dtype)
+
+
+GAPS = st.lists(st.integers(0, 3), min_size=4, max_size=4)
+ROOTS = st.integers(0, 3)
+
+
+def layout(counts, gaps, reverse, size):
+    """(counts, displs, extent) for ``size`` ranks; displs None when blocks are packed."""
+    counts, gaps = counts[:size], gaps[:size]
+    if not any(gaps) and not reverse:
+        return counts, None, sum(counts)
+    displs = packed_displs(counts, gaps, reverse)
+    return counts, displs, max((d + c for c, d in zip(counts, displs)), default=0)
+
+
+def place(counts, displs, extent, blocks, dtype):
+    """The buffer a v-variant should produce: each block at its displacement, filler elsewhere."""
+    out = filler(extent, dtype)
+    offset = 0
+    for rank, (count, block) in enumerate(zip(counts, blocks)):
+        start = offset if displs is None else displs[rank]
+        out[start:start + count] = block
+        offset += count
+    return out
+
+
+def ring(comm):
+    """(next rank, previous rank) around the ring."""
+    return (comm.rank + 1) % comm.size, (comm.rank - 1) % comm.size

@@ -18,12 +18,10 @@ from hypothesis import strategies as st
 import aluminum as al
 from aluminum.backends.runtime import host_runtime
 from conftest import rank_data
-from op_cases import (ALL_REDUCTION_CASES, DTYPES, RANK_COUNTS, REDUCTION_CASES, SEEDS,
-                      SMALL_COUNTS, filler, packed_displs, reduced)
+from op_cases import (ALL_REDUCTION_CASES, DTYPES, GAPS, RANK_COUNTS, REDUCTION_CASES, ROOTS,
+                      SEEDS, SMALL_COUNTS, filler, layout, place, reduced, ring)
 
 EXAMPLES = settings(max_examples=12)
-GAPS = st.lists(st.integers(0, 3), min_size=4, max_size=4)
-ROOTS = st.integers(0, 3)
 BLOCKING = pytest.mark.parametrize("blocking", [True, False], ids=["blocking", "nonblocking"])
 
 
@@ -58,24 +56,6 @@ def run(ht, blocking, name, *args, **kwargs):
         assert request.test()
 
 
-def layout(counts, gaps, reverse, size):
-    """(counts, displs, extent) for ``size`` ranks; displs None when blocks are packed."""
-    counts, gaps = counts[:size], gaps[:size]
-    if not any(gaps) and not reverse:
-        return counts, None, sum(counts)
-    displs = packed_displs(counts, gaps, reverse)
-    return counts, displs, max((d + c for c, d in zip(counts, displs)), default=0)
-
-
-def place(counts, displs, extent, blocks, dtype):
-    """What a v-variant produces: each block at its displacement, filler elsewhere."""
-    out = filler(extent, dtype)
-    offset = 0
-    for rank, (count, block) in enumerate(zip(counts, blocks)):
-        start = offset if displs is None else displs[rank]
-        out[start:start + count] = block
-        offset += count
-    return out
 
 
 def start_of(counts, displs, rank):
@@ -381,9 +361,6 @@ def test_alltoallv(ht, blocking, matrix, gaps, reverse, dtype, inplace, seed):
 
 # -- point-to-point and barrier ------------------------------------------------------------
 
-
-def ring(comm):
-    return (comm.rank + 1) % comm.size, (comm.rank - 1) % comm.size
 
 
 @BLOCKING

@@ -7,32 +7,12 @@ from hypothesis import strategies as st
 
 import aluminum as al
 from conftest import rank_data
-from op_cases import (BLOCKING, DTYPES, RANK_COUNTS, SEEDS, SMALL_COUNTS, call, filler,
-                      packed_displs)
+from op_cases import (BLOCKING, DTYPES, GAPS, RANK_COUNTS, ROOTS, SEEDS, SMALL_COUNTS, call,
+                      filler, layout, place)
 
-GAPS = st.lists(st.integers(0, 3), min_size=4, max_size=4)
-ROOTS = st.integers(0, 3)
 EXAMPLES = settings(max_examples=30)
 
 
-def layout(counts, gaps, reverse, size):
-    """(counts, displs, extent) for ``size`` ranks; displs None when blocks are packed."""
-    counts, gaps = counts[:size], gaps[:size]
-    if not any(gaps) and not reverse:
-        return counts, None, sum(counts)
-    displs = packed_displs(counts, gaps, reverse)
-    return counts, displs, max((d + c for c, d in zip(counts, displs)), default=0)
-
-
-def place(counts, displs, extent, blocks, dtype):
-    """The buffer a v-variant should produce: each block at its displacement, filler elsewhere."""
-    out = filler(extent, dtype)
-    offset = 0
-    for rank, (count, block) in enumerate(zip(counts, blocks)):
-        start = offset if displs is None else displs[rank]
-        out[start:start + count] = block
-        offset += count
-    return out
 
 
 @BLOCKING

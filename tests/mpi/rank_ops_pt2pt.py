@@ -8,14 +8,11 @@ from hypothesis import strategies as st
 
 import aluminum as al
 from conftest import rank_data
-from op_cases import BLOCKING, DTYPES, ENGINE, SEEDS, SMALL_COUNTS, call, filler
+from op_cases import BLOCKING, DTYPES, ENGINE, SEEDS, SMALL_COUNTS, call, filler, ring
 
 EXAMPLES = settings(max_examples=30)
 NEEDS_ENGINE = pytest.mark.skipif(not ENGINE, reason="needs the progress engine")
 
-
-def ring(comm):
-    return (comm.rank + 1) % comm.size, (comm.rank - 1) % comm.size
 
 
 @BLOCKING
