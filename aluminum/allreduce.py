@@ -55,8 +55,10 @@ def _cached_plan(buf, comm, op, algo):
         plan = _inplace_plans.get((comm.backend, comm.size, buf.dtype, buf.size, op, algo))
     except (AttributeError, TypeError):   # not a communicator, unhashable op: full path
         return None
-    if plan is None or comm._mpi is None or not buf.flags.c_contiguous \
-            or not buf.flags.writeable:
+    if plan is None or comm._mpi is None:
+        return None
+    flags = buf.flags
+    if not (flags.c_contiguous and flags.writeable):
         return None
     flat = buf if buf.ndim == 1 else buf.reshape(-1)
     return plan[0], plan[1], Buffer(buf, flat, None, buf.dtype, buf.size, HOST, True)

@@ -149,6 +149,10 @@ class ProgressEngine:
         self._streams: dict[object, _StreamQueue] = {}
         self._queued = 0
         self._bounded = 0
+        # The one operation ``submit`` started itself while nothing else was in flight: not
+        # yet in a stream queue; the next pass puts it there (``_attach``).  Token holder only.
+        self._solo: Request | None = None
+        self._completions = 0      # requests retired so far (the idle engine watches it)
         self._driver = threading.Lock()
         # The engine sleeps by acquiring this lock while it holds it; waking it is one
         # release (cheaper than Event.set).  A stale release only causes a spurious wake-up.
@@ -172,22 +176,29 @@ class ProgressEngine:
         return self._thread
 
     def submit(self, state: State) -> Request:
-        """Queue ``state`` for the engine and return its ``Request``; thread-safe, lock-free."""
+        """Queue ``state`` for the engine and return its ``Request``; thread-safe, lock-free.
+
+        When nothing else is in flight and no thread drives, the state is admitted and
+        started right here (see ``_start_now``); otherwise it goes to the inbox.
+        """
         if self._closed:
             raise CommunicatorError(f"{state.name}: the progress engine was shut down "
                                     "(al.finalize()); no new operations can start")
         key = state.compute_stream
         if key is None:
             key = getattr(state, "comm", None)
-        try:
-            hash(key)
-        except TypeError:
-            raise TypeError(f"{state.name}: compute_stream (or comm) must be hashable to "
-                            f"order operations on it, got {type(key).__name__}") from None
+        if not self._queued and self._thread is not None and not self._inbox \
+                and self._driver.acquire(False):
+            try:
+                if not (self._queued or self._inbox or self._finished):
+                    return self._start_now(state, key)
+            finally:
+                self._driver.release()
         request = Request(state, self, next(self._seq), key)
         self._last_seq = request.seq
         if trace.ENABLED:
             trace.engine_event("submit", state.name, request.seq, state.compute_stream)
+        _check_hashable(key, state)
         self._inbox.append(request)
         if self._thread is None:
             self._start(state)
@@ -207,6 +218,17 @@ class ProgressEngine:
         A thread that gets the token drives until its request is done (see ``_drive``); one
         that does not spins ``AL_PE_SPIN_US`` for it, then sleeps until completion.
         """
+        driver = self._driver
+        if request is self._solo and driver.acquire(False):
+            # The common case, the operation submit started alone: poll it here before
+            # anything else (no clock, no pass).
+            try:
+                if request is self._solo:
+                    self._step_alone(request)
+            finally:
+                driver.release()
+            if request._done:
+                return
         limit = self.config.timeout_s if timeout is None else timeout
         deadline = None if limit is None else _clock() + limit
         driver = self._driver
@@ -267,8 +289,8 @@ class ProgressEngine:
         spin_s = self.config.spin_s
         stalled_since = next_yield = None
         while not request._done:
-            if self._queued == 1 and request.queue is not None and not request.parked \
-                    and not self._inbox:
+            if self._queued == 1 and not self._inbox and (
+                    request is self._solo or request.queue is not None and not request.parked):
                 changed = self._step_alone(request)
             else:
                 changed = run_pass()
@@ -298,14 +320,29 @@ class ProgressEngine:
             try:
                 action = step()
             except BaseException as exc:  # noqa: BLE001 - fails only this request
-                self._settle(request.queue, request, 0, None, exc)
+                self._settle_alone(request, None, exc)
                 return True
             if action is not _CONTINUE:
-                self._settle(request.queue, request, 0, action)
+                self._settle_alone(request, action)
                 return True
             if inbox:
                 break
         return False
+
+    def _settle_alone(self, request: Request, action, error: BaseException | None = None):
+        """``_settle`` for the only request in flight, which may still be the solo one."""
+        if request is self._solo:
+            if action is _COMPLETE:   # _retire, inlined: the hot path of short operations
+                self._solo = None
+                self._queued = 0
+                self._completions += 1
+                if trace.ENABLED:
+                    trace.engine_event("complete", request.state.name, request.seq,
+                                       request.state.compute_stream)
+                request._finish()
+                return
+            self._attach(request)
+        self._settle(request.queue, request, 0, action, error)
 
     def _has_work(self) -> bool:
         return bool(self._inbox) or self._queued > 0
@@ -397,18 +434,21 @@ class ProgressEngine:
         self._sleep()
 
     def _nap_while_callers_drive(self) -> bool:
-        """Poll every ``NAP_S`` while submissions keep coming; True once there is work.
+        """Poll every ``NAP_S`` while submissions keep coming; True once work needs us.
 
         Callers that wait for their own operations drive them; waking the engine for each
-        submission would only make it take the GIL from them.  Work found undriven after a
-        nap (a caller that did not wait) turns this off until the token is found held again.
+        submission would only make it take the GIL from them.  Pending work is not a reason
+        to step in (a caller between ``submit`` and ``wait`` has work in flight most of the
+        time); work that saw no completion in a whole nap while nobody held the token is (a
+        caller that did not wait), and turns napping off until the token is found held again.
         """
         seen, quiet_since = self._last_seq, _clock()
         while not self._stopping:
+            completions = self._completions
             self._nap(NAP_S)
-            if self._has_work():
-                if not self._driver.locked():
-                    self._callers_drive = False
+            if self._has_work() and self._completions == completions \
+                    and not self._driver.locked():
+                self._callers_drive = False
                 return True
             if self._last_seq != seen:
                 seen, quiet_since = self._last_seq, _clock()
@@ -446,6 +486,8 @@ class ProgressEngine:
         Only the holder of the driver token may call this.
         """
         inbox, streams = self._inbox, self._streams
+        if self._solo is not None:
+            self._attach(self._solo)
         while inbox:
             request = inbox.popleft()
             queue = streams.get(request.key)
@@ -470,17 +512,53 @@ class ProgressEngine:
                     if not queue.running and not queue.waiting]:
             del streams[key]
 
+    def _start_now(self, state: State, key) -> Request:
+        """Start ``state`` on the submitting thread, which holds the token, while nothing
+        else is queued or running (so admission rules hold trivially); it becomes ``_solo``.
+
+        Like ``MPI_Iallreduce``, the operation is posted before the call returns, and a later
+        ``wait`` only polls it.  ``start()`` comes first and the bookkeeping after it, kept to
+        a minimum: in a loop of short operations the peer is waiting for this post.
+        """
+        try:
+            hash(key)
+        except TypeError:
+            _check_hashable(key, state)
+        seq = next(self._seq)
+        if trace.ENABLED:
+            trace.engine_event("submit", state.name, seq, state.compute_stream)
+            trace.engine_event("admit", state.name, seq, state.compute_stream)
+        request = Request(state, self, seq, key)
+        self._last_seq = seq
+        self._queued = 1
+        try:
+            state.start()
+        except BaseException as exc:  # noqa: BLE001 - fails only this request
+            self._retire(request, exc)
+            return request
+        if trace.ENABLED:
+            trace.engine_event("start", state.name, seq, state.compute_stream)
+        self._solo = request
+        if self._sleeping:
+            self._wake()
+        return request
+
+    def _attach(self, request: Request) -> None:
+        """Put the solo request, started by ``submit``, in its stream queue."""
+        self._solo = None
+        queue = self._streams.get(request.key)
+        if queue is None:
+            queue = self._streams[request.key] = _StreamQueue()
+        self._enter(queue, request)
+
     def _admit(self, queue: _StreamQueue) -> bool:
         waiting, limit = queue.waiting, self.config.max_concurrent
         admitted = False
         while waiting:
             request = waiting[0]
             state = request.state
-            if state.run_type is not _UNBOUNDED:
-                if self._bounded >= limit and queue.running:
-                    break
-                self._bounded += 1
-                request.bounded = True
+            if state.run_type is not _UNBOUNDED and self._bounded >= limit and queue.running:
+                break
             waiting.popleft()
             admitted = True
             if trace.ENABLED:
@@ -492,10 +570,17 @@ class ProgressEngine:
                 continue
             if trace.ENABLED:
                 trace.engine_event("start", state.name, request.seq, state.compute_stream)
-            request.queue, request.stage = queue, 0
-            queue.stages[0].append(request)
-            queue.running += 1
+            self._enter(queue, request)
         return admitted
+
+    def _enter(self, queue: _StreamQueue, request: Request) -> None:
+        """A started request (counted in ``_queued``) runs in stage 0 of ``queue``."""
+        if request.state.run_type is not _UNBOUNDED:
+            self._bounded += 1
+            request.bounded = True
+        request.queue = queue
+        queue.stages[0].append(request)
+        queue.running += 1
 
     def _step(self, queue: _StreamQueue) -> bool:
         """Step each running state of ``queue`` once, stage by stage; True if any changed."""
@@ -555,6 +640,7 @@ class ProgressEngine:
 
     def _retire(self, request: Request, error: BaseException | None) -> None:
         self._queued -= 1
+        self._completions += 1
         if request.bounded:
             self._bounded -= 1
         if trace.ENABLED:
@@ -604,12 +690,25 @@ class ProgressEngine:
         """Fail every request not yet complete; return how many there were."""
         requests = list(self._inbox)
         self._inbox.clear()
+        if self._solo is not None:
+            requests.append(self._solo)
+            self._solo = None
         for queue in list(self._streams.values()):
             requests += queue.waiting
             requests += [request for stage in queue.stages for request in stage]
         self._streams = {}
         self._queued = 0
         return sum(request._finish(make_error(request)) for request in requests)
+
+
+def _check_hashable(key, state: State):
+    """``key`` if it can key the stream queues; else a TypeError naming the state."""
+    try:
+        hash(key)
+    except TypeError:
+        raise TypeError(f"{state.name}: compute_stream (or comm) must be hashable to "
+                        f"order operations on it, got {type(key).__name__}") from None
+    return key
 
 
 def _describe(request: Request) -> str:

@@ -242,6 +242,21 @@ def test_a_lone_waited_state_is_stepped_like_any_other(make_engine):
     assert engine._queued == 0 and engine._bounded == 0
 
 
+def test_idle_engine_starts_a_submission_before_submit_returns(make_engine):
+    """Like MPI_Iallreduce, an op submitted to an idle engine is posted by the call itself;
+    ops submitted behind it still start in order once it is running."""
+    engine = make_engine()
+    engine._thread = threading.Thread(target=lambda: None)   # no engine thread holds the token
+    log, gate = [], threading.Event()
+    first = engine.submit(Fake("first", log, gate=gate))
+    assert started(log) == ["first"]
+    later = [engine.submit(Fake(i, log)) for i in range(3)]
+    gate.set()
+    al.wait_all([first] + later, timeout=WAIT)
+    assert started(log) == ["first", 0, 1, 2]
+    assert engine._queued == 0 and engine._bounded == 0 and engine._solo is None
+
+
 def test_bad_action_fails_the_request(make_engine):
     engine = make_engine()
 

@@ -4,7 +4,9 @@ from __future__ import annotations
 from mpi4py import MPI
 
 from ....engine.state import Action, State
-from ..datatypes import mpi_datatype, mpi_op, mpi_plan
+from ..datatypes import mpi_plan
+
+_CONTINUE, _COMPLETE = Action.CONTINUE, Action.COMPLETE
 
 
 class PassthroughAllreduce(State):
@@ -23,14 +25,13 @@ class PassthroughAllreduce(State):
             op.finish(recvbuf.array, comm.size)
 
     def start(self):
-        dtype = self.recvbuf.dtype
-        datatype = mpi_datatype(dtype)
+        datatype, mpiop, self.needs_finish = mpi_plan(self.op, self.recvbuf.dtype)
         send = MPI.IN_PLACE if self.sendbuf is self.recvbuf else [self.sendbuf.array, datatype]
-        self.request = self.comm.mpi_comm.Iallreduce(
-            send, [self.recvbuf.array, datatype], mpi_op(self.op, dtype))
+        self.request = self.comm._mpi.Iallreduce(send, [self.recvbuf.array, datatype], mpiop)
 
     def step(self):
         if not self.request.Test():
-            return Action.CONTINUE
-        self.op.finish(self.recvbuf.array, self.comm.size)
-        return Action.COMPLETE
+            return _CONTINUE
+        if self.needs_finish:
+            self.op.finish(self.recvbuf.array, self.comm.size)
+        return _COMPLETE
