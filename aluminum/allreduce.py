@@ -4,18 +4,18 @@ from __future__ import annotations
 import numpy as np
 
 from . import dispatch, trace
-from .buffers import HOST, Buffer
+from .buffers import contiguous_host_buffer
 from .reduction import ReductionOp
 from .validate import (check_comm, check_stream, expect_count, input_buffer, output_buffer,
                        reduction_op, same_or_disjoint)
 
 __all__ = ["allreduce", "nonblocking_allreduce"]
 
-# (backend, comm size, dtype, count, op, algo) -> (State class, ReductionOp) for in-place
+# (backend, comm size, dtype, count, op, algo, in place) -> (State class, ReductionOp) for
 # calls on numpy arrays that already passed validation once: a repeat call skips the selector
-# and the argument parsing, which otherwise cost more than a small MPI allreduce itself.
-_inplace_plans: dict = {}
-dispatch.plan_caches.append(_inplace_plans)
+# and the argument parsing, which otherwise cost several times a small MPI allreduce itself.
+_plans: dict = {}
+dispatch.plan_caches.append(_plans)
 
 
 def allreduce(buf, comm, stream=None, *, op=ReductionOp.SUM, recvbuf=None,
@@ -28,10 +28,10 @@ def allreduce(buf, comm, stream=None, *, op=ReductionOp.SUM, recvbuf=None,
     enqueued on ``stream`` (default: the communicator's); on the MPI backend it returns when
     the result is in place.
     """
-    if recvbuf is None and stream is None:
-        plan = _cached_plan(buf, comm, op, algo)
+    if stream is None:
+        plan = _cached_plan(buf, recvbuf, comm, op, algo)
         if plan is not None:
-            plan[0].run_blocking(comm, None, plan[2], plan[2], plan[1])
+            plan[0].run_blocking(comm, None, plan[2], plan[3], plan[1])
             return
     _allreduce(True, buf, comm, stream, op, recvbuf, algo)
 
@@ -40,28 +40,41 @@ def nonblocking_allreduce(buf, comm, stream=None, *, op=ReductionOp.SUM, recvbuf
                           algo: str = "automatic"):
     """Start ``allreduce`` and return a ``Request``; buffers must not be touched until it
     completes (``req.wait()`` or ``req.test()``)."""
-    if recvbuf is None and stream is None:
-        plan = _cached_plan(buf, comm, op, algo)
+    if stream is None:
+        plan = _cached_plan(buf, recvbuf, comm, op, algo)
         if plan is not None:
-            return dispatch.submit(plan[0](comm, None, plan[2], plan[2], plan[1]))
+            return dispatch.submit(plan[0](comm, None, plan[2], plan[3], plan[1]))
     return _allreduce(False, buf, comm, stream, op, recvbuf, algo)
 
 
-def _cached_plan(buf, comm, op, algo):
-    """``(State class, ReductionOp, Buffer)`` for a repeat in-place call, else None."""
+def _cached_plan(buf, recvbuf, comm, op, algo):
+    """``(State class, ReductionOp, send Buffer, receive Buffer)`` for a repeat call on numpy
+    arrays whose checks are cheap to redo, else None (the full path validates and explains)."""
     if type(buf) is not np.ndarray:
         return None
+    inplace = recvbuf is None or recvbuf is buf
+    if not inplace and type(recvbuf) is not np.ndarray:
+        return None
     try:
-        plan = _inplace_plans.get((comm.backend, comm.size, buf.dtype, buf.size, op, algo))
+        plan = _plans.get((comm.backend, comm.size, buf.dtype, buf.size, op, algo, inplace))
     except (AttributeError, TypeError):   # not a communicator, unhashable op: full path
         return None
     if plan is None or comm._mpi is None:
         return None
     flags = buf.flags
-    if not (flags.c_contiguous and flags.writeable):
-        return None
-    flat = buf if buf.ndim == 1 else buf.reshape(-1)
-    return plan[0], plan[1], Buffer(buf, flat, None, buf.dtype, buf.size, HOST, True)
+    if inplace:
+        if not (flags.c_contiguous and flags.writeable):
+            return None
+        send = recv = contiguous_host_buffer(buf, buf, True)
+    else:
+        out_flags = recvbuf.flags
+        if not (flags.c_contiguous and out_flags.c_contiguous and out_flags.writeable) \
+                or recvbuf.dtype != buf.dtype or recvbuf.size != buf.size \
+                or np.may_share_memory(buf, recvbuf):
+            return None
+        send = contiguous_host_buffer(buf, buf, flags.writeable)
+        recv = contiguous_host_buffer(recvbuf, recvbuf, True)
+    return plan[0], plan[1], send, recv
 
 
 def _allreduce(blocking, buf, comm, stream, op, recvbuf, algo):
@@ -78,10 +91,10 @@ def _allreduce(blocking, buf, comm, stream, op, recvbuf, algo):
     op = reduction_op(op, sendbuf.dtype)
     stream = check_stream(stream, comm)
     state_class = comm.backend.state_class("allreduce", algo, comm, recvbuf.nbytes)
-    if inplace and stream is None and type(buf) is np.ndarray \
+    if stream is None and type(buf) is np.ndarray and type(recvbuf.obj) is np.ndarray \
             and not trace.ENABLED and not dispatch.checks_enabled():
-        dispatch.remember(_inplace_plans, (comm.backend, comm.size, buf.dtype, buf.size, raw_op,
-                                           algo),
+        dispatch.remember(_plans, (comm.backend, comm.size, buf.dtype, buf.size, raw_op, algo,
+                                   sendbuf is recvbuf),
                           (state_class, op))
     return dispatch.run(comm, "allreduce", state_class, recvbuf.nbytes, blocking,
                         (stream, sendbuf, recvbuf, op))

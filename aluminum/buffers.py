@@ -96,8 +96,13 @@ def _from_ndarray(obj: object, array: np.ndarray, name: str) -> Buffer:
     if dtype not in dtypes.SUPPORTED_DTYPES:
         raise BufferError(f"{name}: unsupported dtype {dtype}; expected a numpy integer or "
                           f"float type, bool, float16 or bfloat16")
+    return contiguous_host_buffer(obj, array, array.flags.writeable)
+
+
+def contiguous_host_buffer(obj: object, array: np.ndarray, writable: bool) -> Buffer:
+    """The Buffer of the C-contiguous numpy ``array`` (``obj``: what the user passed)."""
     flat = array if array.ndim == 1 else array.reshape(-1)
-    return Buffer(obj, flat, None, dtype, flat.size, HOST, array.flags.writeable)
+    return Buffer(obj, flat, None, array.dtype, flat.size, HOST, writable)
 
 
 def _from_cuda_interface(obj: object, name: str) -> Buffer:

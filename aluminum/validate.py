@@ -79,6 +79,9 @@ def reduction_op(op: object, dtype: np.dtype) -> ReductionOp:
 def same_or_disjoint(sendbuf: Buffer, recvbuf: Buffer, send_name: str = "buf",
                      recv_name: str = "recvbuf") -> bool:
     """True when ``recvbuf`` is ``sendbuf`` itself (in place); raise on partial overlap."""
+    if sendbuf.array is not None and recvbuf.array is not None \
+            and not np.may_share_memory(sendbuf.array, recvbuf.array):
+        return False   # disjoint host arrays: decided without computing addresses
     if sendbuf.ptr == recvbuf.ptr and sendbuf.nbytes == recvbuf.nbytes:
         return True
     if _overlap(sendbuf, recvbuf):
