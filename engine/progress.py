@@ -59,7 +59,7 @@ from ..errors import CommunicatorError, OperationError, TimeoutError
 from .request import Request
 from .state import Action, RunType, State
 
-__all__ = ["EngineConfig", "ProgressEngine", "get_engine", "shutdown", "submit"]
+__all__ = ["EngineConfig", "ProgressEngine", "drive_until", "get_engine", "shutdown", "submit"]
 
 DEFAULT_CONCURRENT_OPS = 4
 DEFAULT_SPIN_US = 100.0
@@ -236,11 +236,9 @@ class ProgressEngine:
         while not request._done:
             if driver.acquire(False):
                 try:
-                    self._drive(request, deadline)
+                    self._drive(lambda: request._done, deadline, request)
                 finally:
-                    driver.release()
-                    if self._has_work() and (self._sleeping or self._napping):
-                        self._wake()   # hand what is left back to the engine at once
+                    self._hand_back()   # what is left goes back to the engine at once
                 if not request._done:
                     break              # the deadline passed
                 return
@@ -276,8 +274,31 @@ class ProgressEngine:
                 if self._sleeping and self._has_work():
                     self._wake()
 
-    def _drive(self, request: Request, deadline: float | None) -> None:
-        """Run passes until ``request`` is done or ``deadline`` passes.
+    def drive_until(self, predicate: Callable[[], bool], timeout: float | None) -> None:
+        """Drive the engine on this thread until ``predicate()`` holds, for a thread that
+        waits on something engine work leads to (a host stream parked on an HT flag).
+
+        Returns at once when another thread drives or nothing is queued, and also once
+        nothing is left to drive or ``timeout`` seconds passed: the caller then blocks on
+        its own terms.
+        """
+        if not self._has_work() or not self._driver.acquire(False):
+            return
+        try:
+            self._drive(predicate, None if timeout is None else _clock() + timeout)
+        finally:
+            self._hand_back()
+
+    def _hand_back(self) -> None:
+        """Release the token; wake a sleeping or napping engine for what is left."""
+        self._driver.release()
+        if self._has_work() and (self._sleeping or self._napping):
+            self._wake()
+
+    def _drive(self, done: Callable[[], bool], deadline: float | None,
+               request: Request | None = None) -> None:
+        """Run passes until ``done()``, nothing is left to drive, or ``deadline`` passes;
+        ``request``: the request ``done`` waits for, polled alone when it is the only one.
 
         While passes change nothing: spin for ``AL_PE_SPIN_US``, then yield the GIL once
         every ``YIELD_EVERY_S`` until stalled ``WAIT_YIELD_S``, then sleep ``BACKOFF_S``
@@ -288,10 +309,12 @@ class ProgressEngine:
         run_pass = self._pass
         spin_s = self.config.spin_s
         stalled_since = next_yield = None
-        while not request._done:
-            if self._queued == 1 and not self._inbox and (
+        while not done():
+            if request is not None and self._queued == 1 and not self._inbox and (
                     request is self._solo or request.queue is not None and not request.parked):
                 changed = self._step_alone(request)
+            elif not self._has_work():
+                return
             else:
                 changed = run_pass()
             if changed:
@@ -780,6 +803,13 @@ def get_engine() -> ProgressEngine:
 def submit(state: State) -> Request:
     """Queue ``state`` on the process's engine; return its ``Request`` (see ``Request``)."""
     return (_engine or get_engine()).submit(state)
+
+
+def drive_until(predicate: Callable[[], bool], timeout: float | None) -> None:
+    """``ProgressEngine.drive_until`` on the process's engine (nothing if it has none)."""
+    engine = _engine
+    if engine is not None:
+        engine.drive_until(predicate, timeout)
 
 
 def shutdown(timeout: float | None = None) -> bool:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import gc
+import os
 import sys
 import threading
 import time
@@ -364,3 +365,69 @@ def test_foreign_streams_are_rejected():
         runtime.host_runtime().as_stream(object())
     with pytest.raises(TypeError, match="stream: expected a HostStream or a CUDA stream"):
         runtime.runtime_for(object())
+
+
+# -- quick items run on the thread that gets the stream there -------------------------------
+
+def test_events_and_flags_need_no_worker_thread(stream):
+    """An HT operation on host memory is events and a flag: no thread hand-off at all."""
+    ready = stream.record_event()
+    assert ready.query()                       # idle stream: completed by record_event itself
+    flag = host.HostStreamFlag()
+    stream.wait_flag(flag)
+    ran_on = []
+    stream.enqueue_instant(lambda: ran_on.append(threading.current_thread()))
+    done = stream.record_event()
+    time.sleep(HOLD)
+    assert not done.query() and ran_on == []   # parked on the flag, nothing blocks
+    flag.set()
+    assert done.query() and ran_on == [threading.current_thread()]   # run by set() itself
+    assert _threads_named(stream.name) == []
+
+
+def test_worker_work_behind_a_flag_goes_to_the_worker(stream):
+    flag = host.HostStreamFlag()
+    stream.wait_flag(flag)
+    ran_on = []
+    stream.enqueue(lambda: ran_on.append(threading.current_thread().name))
+    after = stream.record_event()
+    flag.set()
+    after.synchronize(timeout=DONE)
+    assert ran_on == [stream.name]
+
+
+def test_parked_stream_does_not_spin_its_worker(stream):
+    stream.enqueue(int)                        # start the worker thread
+    stream.synchronize(timeout=DONE)
+    flag = host.HostStreamFlag()
+    stream.enqueue_sleep(0.02)                 # the worker itself reaches the flag
+    stream.wait_flag(flag)
+    stream.enqueue(int)
+    worker = _threads_named(stream.name)[0]
+    before = _thread_cpu_s(worker)
+    time.sleep(0.2)
+    assert _thread_cpu_s(worker) - before < 0.05
+    flag.set()
+    stream.synchronize(timeout=DONE)
+
+
+def test_synchronize_drives_the_installed_progress_hook(stream, monkeypatch):
+    """A thread synchronizing a stream parked on a flag lets the hook (the progress engine,
+    installed by the HT backend) make the progress that sets it."""
+    flag = host.HostStreamFlag()
+    calls = []
+
+    def drive(predicate, timeout):
+        calls.append(predicate())
+        flag.set()
+
+    monkeypatch.setattr(host, "_drive", drive)
+    stream.wait_flag(flag)
+    stream.synchronize(timeout=DONE)
+    assert calls == [False] and flag.is_set()
+
+
+def _thread_cpu_s(thread: threading.Thread) -> float:
+    with open(f"/proc/self/task/{thread.native_id}/stat") as stat:
+        fields = stat.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")

@@ -65,7 +65,7 @@ import warnings
 import numpy as np
 
 from ...buffers import CUDA, HOST, Buffer
-from ...engine.progress import submit
+from ...engine.progress import drive_until, submit
 from ...engine.state import Action, State
 from ...errors import ArgumentError, BufferError
 from .. import get_backend
@@ -77,6 +77,9 @@ __all__ = ["HostTransferState", "PostingOrder", "STAGE_HOST_KEY", "layout_blocks
 _CONTINUE, _COMPLETE = Action.CONTINUE, Action.COMPLETE
 _HOST_RUNTIME = host.RUNTIME
 STAGE_HOST_KEY = "ht_stage_host"   # comm._scratch: stage host buffers too (AL_HT_STAGE_HOST)
+
+# A thread synchronizing a host stream parked on an HT flag drives the MPI step itself.
+host.drive_while_waiting(drive_until)
 
 
 class PostingOrder:
@@ -207,7 +210,7 @@ class HostTransferState(State):
             try:
                 stream.wait_flag(self.flag)
                 if self.runtime is _HOST_RUNTIME:
-                    stream.enqueue(self._raise_on_stream)
+                    stream.enqueue_instant(self._raise_on_stream)
                 for user, staging in self._h2d:
                     copy(user, staging, stream)
                 self.done = stream.record_event()

@@ -1,9 +1,16 @@
-"""Host stream runtime: each stream is a worker thread running enqueued work in FIFO order.
+"""Host stream runtime: each stream runs enqueued work in FIFO order, like a CUDA stream
+whose "device" is a host thread.
 
-It behaves like a CUDA stream whose "device" is a host thread: ``enqueue`` returns at once,
-work runs later in submission order, events mark points in that order, and a stream can wait
-on another stream's event or on a host flag.  The host-transfer backend runs on it unchanged,
-so its algorithms and all stream semantics are testable without a GPU.
+``enqueue`` returns at once, work runs later in submission order on the stream's worker
+thread, events mark points in that order, and a stream can wait on another stream's event or
+on a host flag.  The host-transfer backend runs on it unchanged, so its algorithms and all
+stream semantics are testable without a GPU.
+
+Quick items (events, flag waits, ``enqueue_instant`` work) do not need the worker: they run
+on the thread that enqueues them, or that sets the flag they wait behind, once nothing is
+ahead of them (see ``_Worker``).  An HT operation on host memory is then events and a flag
+only, and runs with no thread hand-off at all: each hand-off costs 20-100 us under the GIL
+here, several times a small MPI operation.
 
 Semantics that differ from a plain thread pool:
 
@@ -34,12 +41,77 @@ __all__ = [
     "alloc_pinned", "copy_async", "default_stream",
 ]
 
-# Why spin before blocking: waking a blocked thread costs 20-50 us here, and an operation's
-# copies and flag waits usually arrive a few microseconds apart.  time.sleep(0) in the loop
-# hands the GIL to the engine and caller threads instead of starving them.
+# Why the worker spins before blocking: waking a blocked thread costs 20-50 us here, and an
+# operation's copies usually arrive a few microseconds apart.  os.sched_yield() in the loop
+# lets the engine and caller threads take the GIL (time.sleep(0) would sleep ~100 us here).
 SPIN_SECONDS = 50e-6
 
 _STOP = object()
+
+# drive(predicate, timeout): makes progress on this thread towards ``predicate()`` while
+# there is engine work to drive, returning when it is true, when nothing is left to drive, or
+# after ``timeout``.  Installed by the host-transfer backend (the progress engine's
+# ``drive_until``), so that a thread synchronizing a stream parked on an HT flag runs the MPI
+# step that sets the flag itself, as ``Request.wait`` does, instead of waiting for a napping
+# engine thread.
+_drive: Callable[[Callable[[], bool], float | None], None] | None = None
+
+
+def drive_while_waiting(drive) -> None:
+    """Install ``drive`` (see ``_drive``) for threads waiting on host streams and events."""
+    global _drive
+    _drive = drive
+
+
+def _await(done: threading.Event, timeout: float | None) -> bool:
+    """Wait for ``done`` (up to ``timeout`` s), driving engine work meanwhile; True if set."""
+    if done.is_set():
+        return True
+    drive = _drive
+    if drive is None:
+        return done.wait(timeout)
+    deadline = None if timeout is None else time.monotonic() + timeout
+    drive(done.is_set, timeout)
+    remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+    return done.wait(remaining)
+
+
+class _Signal:
+    """A one-shot ``threading.Event`` whose condition variable is made only for a thread that
+    blocks on it: most signals here are set and checked on one thread, never waited on, and
+    a real Event costs several microseconds to make and to set."""
+
+    __slots__ = ("_set", "_event")
+
+    def __init__(self) -> None:
+        self._set = False
+        self._event: threading.Event | None = None
+
+    def is_set(self) -> bool:
+        return self._set
+
+    def set(self) -> None:
+        self._set = True
+        event = self._event
+        if event is not None:
+            event.set()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        if self._set:
+            return True
+        event = self._event
+        if event is None:
+            with _signal_lock:
+                if self._event is None:
+                    self._event = threading.Event()
+                event = self._event
+        # set() reads _event after setting _set: either it saw our event or we see _set.
+        if self._set:
+            return True
+        return event.wait(timeout)
+
+
+_signal_lock = threading.Lock()
 
 
 class HostEvent:
@@ -48,7 +120,7 @@ class HostEvent:
     __slots__ = ("_done", "_error")
 
     def __init__(self) -> None:
-        self._done = threading.Event()
+        self._done = _Signal()
         self._error: BaseException | None = None
 
     def query(self) -> bool:
@@ -60,7 +132,7 @@ class HostEvent:
         """
         if self._done.is_set():
             return True
-        time.sleep(0)
+        os.sched_yield()
         return self._done.is_set()
 
     def synchronize(self, timeout: float | None = None) -> None:
@@ -68,7 +140,7 @@ class HostEvent:
 
         Raises the builtin TimeoutError if ``timeout`` seconds pass first.
         """
-        if not self._done.wait(timeout):
+        if not _await(self._done, timeout):
             raise TimeoutError(f"event: not complete after {timeout} s")
         if self._error is not None:
             raise self._error
@@ -79,16 +151,28 @@ class HostEvent:
 
 
 class HostStreamFlag:
-    """A one-shot host flag that host streams can wait on; ``set()`` from any thread."""
+    """A one-shot host flag that host streams can wait on; ``set()`` from any thread.
 
-    __slots__ = ("_event",)
+    A stream that reaches ``wait_flag(flag)`` before the flag is set parks there (no thread
+    blocks); ``set()`` resumes it on the setting thread, which runs the quick work queued
+    behind the flag (events, ``enqueue_instant`` work) and hands anything else to the
+    stream's worker.
+    """
+
+    __slots__ = ("_event", "_lock", "_parked")
 
     def __init__(self) -> None:
-        self._event = threading.Event()
+        self._event = _Signal()
+        self._lock = threading.Lock()
+        self._parked: set[_Worker] = set()
 
     def set(self) -> None:
         """Release every stream waiting on this flag."""
-        self._event.set()
+        with self._lock:
+            self._event.set()
+            parked, self._parked = self._parked, set()
+        for worker in parked:
+            worker.resume()
 
     def is_set(self) -> bool:
         """Return True once ``set`` has been called."""
@@ -98,36 +182,63 @@ class HostStreamFlag:
         """Block the calling thread until the flag is set; False if ``timeout`` passed."""
         return self._event.wait(timeout)
 
+    def _park(self, worker: _Worker) -> bool:
+        """True if set; else remember ``worker`` (parked on this flag) for ``set`` to resume."""
+        with self._lock:
+            if self._event.is_set():
+                return True
+            self._parked.add(worker)
+            return False
+
 
 class _Worker:
-    """The queue and thread behind one HostStream, apart so the stream itself can be collected."""
+    """The queue behind one HostStream, apart so the stream itself can be collected.
+
+    One thread at a time runs the queue's items in order, whichever thread that is (the
+    *runner*, under ``lock``): quick items (events, flag waits, ``enqueue_instant`` work) run
+    on the thread that enqueues them or sets the flag they wait on, as soon as nothing is
+    ahead of them, so an operation whose stream work is only events and flags involves no
+    other thread; other work runs on the worker thread, which starts when first needed.
+    A stream waiting for an unset flag is parked on it, and no thread blocks.
+    """
 
     def __init__(self, name: str) -> None:
         self.name = name
-        self.queue: collections.deque[tuple[Callable[..., Any], tuple]] = collections.deque()
+        self.queue: collections.deque[tuple[Callable[..., Any], tuple, bool]] = \
+            collections.deque()
         self.error: BaseException | None = None
-        self.thread: threading.Thread | None = None
         self._reset_after_fork()
         _WORKERS.add(self)
 
     def _reset_after_fork(self) -> None:
         # A forked child has no worker thread and must not inherit a held lock.
-        self.thread = None
-        self.start_lock = threading.Lock()
+        self.thread: threading.Thread | None = None
+        self.lock = threading.Lock()
+        self.running = False    # some thread is the runner
+        self.parked = False     # stopped at an unset flag, whose set() resumes the queue
         self.wakeup = threading.Event()
         self.sleeping = False
 
-    def push(self, item: tuple[Callable[..., Any], tuple]) -> None:
-        self.queue.append(item)
-        if self.thread is None:
-            self._start()
-        # Only a sleeping worker needs the (locking) Event; see _idle for why no wakeup is lost.
-        if self.sleeping:
-            self.wakeup.set()
+    def push(self, fn: Callable[..., Any], args: tuple, instant: bool) -> None:
+        with self.lock:
+            self.queue.append((fn, args, instant))
+            if self.running or self.parked:
+                return          # the runner, or the flag's setter, gets to it
+            self.running = True
+        self._run(on_worker=False)
+
+    def resume(self) -> None:
+        """A flag this stream parked on was set: run on from there, on this thread."""
+        with self.lock:
+            self.parked = False
+            if self.running:
+                return
+            self.running = True
+        self._run(on_worker=False)
 
     def stop(self) -> None:
-        if self.thread is not None:
-            self.push((_STOP, ()))
+        if self.thread is not None or self.queue:
+            self.push(_STOP, (), False)
 
     def take_error(self) -> BaseException | None:
         error, self.error = self.error, None
@@ -136,47 +247,83 @@ class _Worker:
     def mark(self, event: HostEvent) -> None:
         event._complete(self.error)
 
-    def _start(self) -> None:
-        with self.start_lock:
-            if self.thread is None:
-                # Published before start() so the first work item can recognise its thread.
-                self.thread = threading.Thread(target=self._run, name=self.name, daemon=True)
-                self.thread.start()
-
-    def _run(self) -> None:
-        popleft = self.queue.popleft
-        stopping = False
+    def _run(self, on_worker: bool) -> bool:
+        """Run items as the runner until the queue is empty, parked on an unset flag, or
+        (off the worker thread) the next item is worker work; False once ``_STOP`` ran."""
+        queue = self.queue
         while True:
-            try:
-                fn, args = popleft()
-            except IndexError:
-                if stopping:
-                    return
-                self._idle()
+            with self.lock:
+                if not queue:
+                    self.running = False
+                    return True
+                fn, args, instant = queue[0]
+                if fn is _WAIT_FLAG and not args[0]._park(self):
+                    self.running = False    # flag.set() resumes us
+                    self.parked = True
+                    return True
+                if not (instant or on_worker):
+                    self.running = False
+                    self._wake_thread()
+                    return True
+                queue.popleft()
+            if fn is _WAIT_FLAG:
                 continue
             if fn is _STOP:
-                stopping = True  # finish what was enqueued before close, then exit
-                continue
+                with self.lock:
+                    self.running = False
+                return False
             try:
                 fn(*args)
             except BaseException as exc:  # noqa: BLE001 - recorded, re-raised at synchronize
                 if self.error is None:
                     self.error = exc
 
+    def _wake_thread(self) -> None:
+        """Have the worker thread take over (started on first need); holds ``lock``."""
+        if self.thread is None:
+            # Published before start() so the first work item can recognise its thread.
+            self.thread = threading.Thread(target=self._thread_main, name=self.name,
+                                           daemon=True)
+            self.thread.start()
+        elif self.sleeping:
+            self.wakeup.set()
+
+    def _thread_main(self) -> None:
+        while True:
+            with self.lock:
+                take = self._runnable()
+                if take:
+                    self.running = True
+            if take:
+                if not self._run(on_worker=True):
+                    return
+            else:
+                self._idle()
+
+    def _runnable(self) -> bool:
+        """Work the worker thread could take: queued, nobody running it, not parked."""
+        return bool(self.queue) and not (self.running or self.parked)
+
     def _idle(self) -> None:
-        queue = self.queue
         deadline = time.perf_counter() + SPIN_SECONDS
         while time.perf_counter() < deadline:
-            if queue:
+            if self._runnable():
                 return
-            time.sleep(0)
-        # Clear, announce sleep, then re-check: a producer that appended before seeing
+            os.sched_yield()
+        # Clear, announce sleep, then re-check: a runner that handed over before seeing
         # ``sleeping`` is caught by the re-check; one that saw it sets the event after clear().
         self.wakeup.clear()
         self.sleeping = True
-        if not queue:
+        if not self._runnable():
             self.wakeup.wait()
         self.sleeping = False
+
+
+def _wait_flag(flag: HostStreamFlag) -> None:
+    """Queue marker of ``wait_flag`` (the runner parks on the flag; never called)."""
+
+
+_WAIT_FLAG = _wait_flag
 
 
 _WORKERS: weakref.WeakSet[_Worker] = weakref.WeakSet()
@@ -207,7 +354,14 @@ class HostStream:
         """Run ``fn(*args)`` on the worker after all earlier work; returns immediately."""
         if self._closed:
             raise RuntimeError(f"stream: {self.name} is closed")
-        self._worker.push((fn, args))
+        self._worker.push(fn, args, False)
+
+    def enqueue_instant(self, fn: Callable[..., Any], *args: Any) -> None:
+        """Run ``fn(*args)`` after all earlier work, on whichever thread gets the stream
+        there: for quick work that never blocks (it may run before this call returns)."""
+        if self._closed:
+            raise RuntimeError(f"stream: {self.name} is closed")
+        self._worker.push(fn, args, True)
 
     def enqueue_sleep(self, seconds: float) -> None:
         """Make the stream idle for ``seconds`` at this point (to test slow streams)."""
@@ -216,7 +370,7 @@ class HostStream:
     def record_event(self) -> HostEvent:
         """Enqueue and return an event that completes when all earlier work has run."""
         event = HostEvent()
-        self.enqueue(self._worker.mark, event)
+        self.enqueue_instant(self._worker.mark, event)
         return event
 
     def wait_event(self, event: Any) -> None:
@@ -234,18 +388,22 @@ class HostStream:
         """Make later work on this stream wait until a host thread sets ``flag``."""
         if not isinstance(flag, HostStreamFlag):
             raise TypeError(f"flag: expected a HostStreamFlag, got {type(flag).__name__}")
-        self.enqueue(flag.wait)
+        if self._closed:
+            raise RuntimeError(f"stream: {self.name} is closed")
+        self._worker.push(_WAIT_FLAG, (flag,), True)
 
     def synchronize(self, timeout: float | None = None) -> None:
         """Block until all work enqueued so far has run; re-raise the first error it raised.
 
         Raises the builtin TimeoutError if ``timeout`` seconds pass first, and RuntimeError
-        when called from the stream's own worker (that would wait for itself).
+        when called from the stream's own worker (that would wait for itself).  While the
+        stream waits on a flag that progress-engine work will set, the caller drives that
+        work (see ``drive_while_waiting``).
         """
         if threading.current_thread() is self._worker.thread:
             raise RuntimeError(f"stream: {self.name} cannot synchronize from its own work")
         event = self.record_event()
-        if not event._done.wait(timeout):
+        if not _await(event._done, timeout):
             raise TimeoutError(f"stream: {self.name} not idle after {timeout} s")
         error = self._worker.take_error()
         if error is not None:
