@@ -11,6 +11,8 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 from .errors import AluminumError
@@ -54,18 +56,60 @@ def command(nprocs: int, argv: list[str]) -> list[str]:
     return [mpiexec_path(), "-n", str(nprocs), *argv]
 
 
+# mpiexec's own start-up failing now and then on a busy machine (Open MPI 5's PMIx server;
+# seen in other projects' CI too): no rank has run yet, so the job is simply started again.
+STARTUP_FAILURE = "PMIx server's listener thread failed to start"
+STARTUP_ATTEMPTS = 3
+
+
 def launch(nprocs: int, argv: list[str], *, timeout: float | None = None,
            env: dict | None = None, capture: bool = False) -> subprocess.CompletedProcess:
     """Run ``argv`` on ``nprocs`` ranks and wait; on timeout the whole job is killed and
-    ``subprocess.TimeoutExpired`` raised (so a hang never stalls the caller)."""
-    out = subprocess.PIPE if capture else None
-    proc = subprocess.Popen(command(nprocs, argv), env=launch_env(env), stdout=out,
-                            stderr=subprocess.STDOUT if capture else None, text=capture,
-                            start_new_session=True)
+    ``subprocess.TimeoutExpired`` raised (so a hang never stalls the caller).
+
+    ``capture``: return stdout and stderr together in ``.stdout`` instead of passing them
+    through.  A job whose launcher failed to start (``STARTUP_FAILURE``) is retried.
+    """
+    for attempt in range(1, STARTUP_ATTEMPTS + 1):
+        result, startup_failed = _launch_once(command(nprocs, argv), launch_env(env),
+                                              timeout, capture)
+        if not startup_failed or attempt == STARTUP_ATTEMPTS:
+            return result
+        print(f"[aluminum] mpiexec failed to start (attempt {attempt} of "
+              f"{STARTUP_ATTEMPTS}); starting the job again", file=sys.stderr, flush=True)
+        time.sleep(0.5 * attempt)
+    raise AssertionError("unreachable")
+
+
+def _launch_once(cmd: list[str], env: dict, timeout: float | None,
+                 capture: bool) -> tuple[subprocess.CompletedProcess, bool]:
+    """One mpiexec run; also whether it failed before starting any rank.  Without
+    ``capture`` stderr is forwarded line by line (and watched for ``STARTUP_FAILURE``)."""
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE if capture else None,
+                            stderr=subprocess.STDOUT if capture else subprocess.PIPE,
+                            text=True, start_new_session=True)
+    seen: list[bool] = []
+    forwarder = None
+    if not capture:
+        forwarder = threading.Thread(target=_forward, args=(proc.stderr, seen), daemon=True)
+        forwarder.start()
     try:
-        stdout, _ = proc.communicate(timeout=timeout)
+        stdout, _ = proc.communicate(timeout=timeout) if capture else (None, proc.wait(timeout))
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)
-        stdout, _ = proc.communicate()
+        stdout = proc.communicate()[0] if capture else None
         raise subprocess.TimeoutExpired(proc.args, timeout, output=stdout) from None
-    return subprocess.CompletedProcess(proc.args, proc.returncode, stdout, None)
+    finally:
+        if forwarder is not None:
+            forwarder.join(5.0)
+    failed = proc.returncode != 0 and (
+        STARTUP_FAILURE in (stdout or "") if capture else bool(seen))
+    return subprocess.CompletedProcess(proc.args, proc.returncode, stdout, None), failed
+
+
+def _forward(stream, seen: list[bool]) -> None:
+    for line in stream:
+        sys.stderr.write(line)
+        sys.stderr.flush()
+        if STARTUP_FAILURE in line:
+            seen.append(True)

@@ -67,3 +67,31 @@ def test_launcher_timeout_kills_a_hung_job():
     with pytest.raises(subprocess.TimeoutExpired):
         launch(2, [sys.executable, "-c", "import time; time.sleep(60)"], timeout=5,
                capture=True)
+
+
+@pytest.mark.parametrize("capture", [True, False])
+def test_launcher_retries_a_job_whose_mpiexec_failed_to_start(tmp_path, monkeypatch, capsys,
+                                                              capture):
+    """mpiexec's PMIx server sometimes fails to start on a loaded machine; no rank ran, so
+    the launcher starts the job again (and only then)."""
+    from aluminum import launcher
+
+    attempts = tmp_path / "attempts"
+    fake_mpiexec = textwrap.dedent(f"""
+        import pathlib, sys
+        path = pathlib.Path({str(attempts)!r})
+        n = len(path.read_text()) if path.exists() else 0
+        path.write_text("x" * (n + 1))
+        if n == 0:
+            print("The {launcher.STARTUP_FAILURE}. We cannot", file=sys.stderr)
+            sys.exit(213)
+        print("ran", n)
+        sys.exit(3)
+    """)
+    monkeypatch.setattr(launcher, "command",
+                        lambda nprocs, argv: [sys.executable, "-c", fake_mpiexec])
+    result = launcher.launch(2, ["prog"], timeout=60, capture=capture)
+    assert result.returncode == 3 and attempts.read_text() == "xx"   # retried once, then not
+    if capture:
+        assert "ran 1" in result.stdout
+    assert "mpiexec failed to start (attempt 1 of 3)" in capsys.readouterr().err
