@@ -1,23 +1,9 @@
 """The progress engine: one daemon thread per process that drives ``State`` objects.
 
-Semantics (../shared/DESIGN.md §2, after Aluminum's ``progress.cpp``):
-
-- ``submit(state)`` appends a ``Request`` to one input deque (``deque.append`` is atomic, so
-  any number of threads submit with no Python lock) and starts the engine thread on first use.
-- Admission is FIFO per compute stream (``state.compute_stream``): only the head of a
-  stream's queue is considered, so operations on one stream start in submission order.
-  Host-only states (``compute_stream`` None) are queued per communicator (``state.comm``;
-  None without one): each communicator is its own "host stream".  One queue for all host
-  operations would deadlock threads that use different communicators: rank 0 could fill
-  the bound with comm A's operations while rank 1 fills it with comm B's, each waiting for
-  operations the other rank has queued behind them.
-- A BOUNDED state is admitted while fewer than ``AL_PE_NUM_CONCURRENT_OPS`` bounded states
-  run, or whenever its stream has nothing running; an UNBOUNDED state is always admitted (a
-  send posted before its receive must not block it).
-- Each stream has pipeline stages; an admitted state is started and enters stage 0, and each
-  pass steps every running state once.  ``ADVANCE`` moves a state to the next stage only from
-  the head of its stage; a state behind the head is parked (not stepped) until it is the head.
-- A state whose ``start``/``step`` raises fails only its own request.
+Semantics (../shared/DESIGN.md §2, after Aluminum's ``progress.cpp``): ``submit(state)``
+appends a ``Request`` to one input deque (``deque.append`` is atomic, so any number of threads
+submit with no Python lock) and starts the engine thread on first use; what is admitted and
+stepped when is the ``Scheduler``'s business (``scheduler.py``), who runs it is this module's.
 
 The driver token and the GIL.  Two busy Python threads in one process starve each other: a
 thread that lost the GIL gets it back at the other's next blocking call, or after the 5 ms
@@ -31,9 +17,11 @@ passes at a time, whoever holds ``_driver``:
 - The engine thread drives when no caller does: operations nobody waits on progress in the
   background.  Finding the token held, it concludes that callers drive and, once idle,
   naps (``NAP_S`` at a time, not woken by submissions) instead of sleeping until the next
-  submission wakes it, until ``LAZY_S`` passes without submissions or it finds work nobody
-  drove: a submission nobody waits for starts at most ``NAP_S`` late, and then the engine
-  is woken by submissions again.
+  submission wakes it, until ``LAZY_S`` passes without submissions or it finds work that
+  saw no completion in a whole nap while nobody held the token (a caller that did not
+  wait): such work progresses at most ``2 * NAP_S`` late, and then the engine is woken by
+  submissions again.  Threads that wait on something else engine work leads to (a host
+  stream parked on a host-transfer flag) drive through ``drive_until``.
 - Waiting is spin, then yield, then sleep.  While passes change nothing, a driving waiter
   spins ``AL_PE_SPIN_US``, then yields every ``YIELD_EVERY_S`` up to ``WAIT_YIELD_S``, then
   sleeps ``BACKOFF_S`` between passes; the engine thread yields for ``AL_PE_SPIN_US``, then
@@ -45,24 +33,21 @@ passes at a time, whoever holds ``_driver``:
 from __future__ import annotations
 
 import atexit
-import collections
-import itertools
 import os
 import threading
 import time
-import warnings
-from dataclasses import dataclass
 from typing import Callable
 
 from .. import runtime, trace
 from ..errors import CommunicatorError, OperationError, TimeoutError
+from .config import EngineConfig, default_core, node_local_rank, pin_thread
 from .request import Request
-from .state import Action, RunType, State
+from .scheduler import Scheduler, check_hashable, describe
+from .state import State
 
-__all__ = ["EngineConfig", "ProgressEngine", "drive_until", "get_engine", "shutdown", "submit"]
+__all__ = ["EngineConfig", "ProgressEngine", "default_core", "drive_until", "get_engine",
+           "node_local_rank", "shutdown", "submit"]
 
-DEFAULT_CONCURRENT_OPS = 4
-DEFAULT_SPIN_US = 100.0
 DEFAULT_FINALIZE_TIMEOUT_S = 30.0
 WAIT_YIELD_S = 2e-3   # a waiter driving a stalled operation yields this long, then backs off
 YIELD_EVERY_S = 50e-6  # ...yielding the GIL this often
@@ -74,85 +59,17 @@ BACKOFF_S = 50e-6
 # being woken by each submission, and sleeps for good after LAZY_S without submissions.
 NAP_S = 1e-3
 LAZY_S = 20e-3
-_MAX_IDLE_QUEUES = 64  # prune empty stream queues beyond this many, even while busy
-_POLLS = 16            # polls of a lone waited-for state between looks at the clock
-
-_CONTINUE, _ADVANCE, _COMPLETE = Action.CONTINUE, Action.ADVANCE, Action.COMPLETE
-_UNBOUNDED = RunType.UNBOUNDED
 _clock = time.perf_counter
 _yield = os.sched_yield
 
 
-@dataclass(frozen=True)
-class EngineConfig:
-    """Engine settings; ``from_env`` reads them from the environment (see docs/engine.md)."""
-
-    max_concurrent: int = DEFAULT_CONCURRENT_OPS   # AL_PE_NUM_CONCURRENT_OPS
-    spin_s: float = DEFAULT_SPIN_US * 1e-6         # AL_PE_SPIN_US
-    pin: bool = True                               # AL_PE_CORE=none turns pinning off
-    core: int | None = None                        # AL_PE_CORE=<n>; None: from local rank
-    timeout_s: float | None = None                 # AL_TIMEOUT
-
-    @classmethod
-    def from_env(cls, environ=None) -> EngineConfig:
-        """Read ``AL_PE_*`` and ``AL_TIMEOUT``; a malformed value warns and keeps the default."""
-        env = os.environ if environ is None else environ
-        core_text = env.get("AL_PE_CORE", "").strip().lower()
-        pin = core_text not in ("none", "off", "-1")
-        core = None
-        if pin and core_text:
-            core = _parse(env, "AL_PE_CORE", int, 0, None)
-        return cls(
-            max_concurrent=_parse(env, "AL_PE_NUM_CONCURRENT_OPS", int, 1,
-                                  DEFAULT_CONCURRENT_OPS),
-            spin_s=_parse(env, "AL_PE_SPIN_US", float, 0.0, DEFAULT_SPIN_US) * 1e-6,
-            pin=pin, core=core,
-            timeout_s=_parse(env, "AL_TIMEOUT", float, 1e-9, None))
-
-
-def _parse(env, name: str, kind: type, minimum, default):
-    text = env.get(name, "").strip()
-    if not text:
-        return default
-    try:
-        value = kind(text)
-    except ValueError:
-        value = None
-    if value is None or value < minimum:
-        warnings.warn(f"aluminum: {name}: expected {kind.__name__} >= {minimum}, got {text!r}; "
-                      f"using {default}", RuntimeWarning, stacklevel=3)
-        return default
-    return value
-
-
-class _StreamQueue:
-    """One compute stream's admission queue and pipeline stages."""
-
-    __slots__ = ("waiting", "stages", "running")
-
-    def __init__(self) -> None:
-        self.waiting: collections.deque[Request] = collections.deque()
-        self.stages: list[list[Request]] = [[]]
-        self.running = 0
-
-
-class ProgressEngine:
+class ProgressEngine(Scheduler):
     """Drives submitted states on a background thread (see the module docstring)."""
 
     def __init__(self, config: EngineConfig | None = None, name: str = "AlProgress") -> None:
-        self.config = config if config is not None else EngineConfig.from_env()
+        super().__init__(config if config is not None else EngineConfig.from_env())
         self.name = name
         self.core: int | None = None       # the core the thread is pinned to, if any
-        self._inbox: collections.deque[Request] = collections.deque()
-        # Touched only by the token holder: per-stream queues (empty ones are pruned when the
-        # engine goes idle or they pile up), requests in them, bounded states running.
-        self._streams: dict[object, _StreamQueue] = {}
-        self._queued = 0
-        self._bounded = 0
-        # The one operation ``submit`` started itself while nothing else was in flight: not
-        # yet in a stream queue; the next pass puts it there (``_attach``).  Token holder only.
-        self._solo: Request | None = None
-        self._completions = 0      # requests retired so far (the idle engine watches it)
         self._driver = threading.Lock()
         # The engine sleeps by acquiring this lock while it holds it; waking it is one
         # release (cheaper than Event.set).  A stale release only causes a spurious wake-up.
@@ -161,14 +78,12 @@ class ProgressEngine:
         self._sleeping = False     # asleep until woken: submissions must wake it
         self._napping = False      # asleep for NAP_S: only waiters leaving work wake it
         self._callers_drive = False  # callers drive their own ops: nap, don't need waking
-        self._last_seq = 0         # seq of the latest submission
         self._stopping = False     # drain, then exit
         self._abandon = False      # exit at the next pass boundary
         self._closed = False       # refuse submissions
         self._finished = False     # leftovers failed; nothing will run any more
         self._thread: threading.Thread | None = None
         self._start_lock = threading.Lock()
-        self._seq = itertools.count(1)
 
     @property
     def thread(self) -> threading.Thread | None:
@@ -198,7 +113,7 @@ class ProgressEngine:
         self._last_seq = request.seq
         if trace.ENABLED:
             trace.engine_event("submit", state.name, request.seq, state.compute_stream)
-        _check_hashable(key, state)
+        check_hashable(key, state)
         self._inbox.append(request)
         if self._thread is None:
             self._start(state)
@@ -249,7 +164,7 @@ class ProgressEngine:
                 _yield()
                 continue
             if threading.current_thread() is self._thread:
-                raise OperationError(f"{_describe(request)}: a state cannot wait for a "
+                raise OperationError(f"{describe(request)}: a state cannot wait for a "
                                      "request inside start()/step(): the engine thread "
                                      "would wait for itself")
             remaining = None if deadline is None else max(0.0, deadline - now)
@@ -258,7 +173,7 @@ class ProgressEngine:
         if request._done:
             return
         source = "AL_TIMEOUT" if timeout is None else "timeout"
-        raise TimeoutError(f"{_describe(request)} did not complete within {source}="
+        raise TimeoutError(f"{describe(request)} did not complete within {source}="
                            f"{limit:g} s; it is still pending")
 
     def poll(self) -> None:
@@ -331,45 +246,6 @@ class ProgressEngine:
                 _yield()
                 next_yield = now + YIELD_EVERY_S
 
-    def _step_alone(self, request: Request) -> bool:
-        """Step the only request in flight, as a pass would, up to ``_POLLS`` times while it
-        returns CONTINUE and nothing new is submitted; True once it did anything else.
-
-        A state that polls (waiting on a peer) steps tens of times per operation, so the walk
-        over queues and the clock reads a pass loop makes would add up.
-        """
-        step, inbox = request.state.step, self._inbox
-        for _ in range(_POLLS):
-            try:
-                action = step()
-            except BaseException as exc:  # noqa: BLE001 - fails only this request
-                self._settle_alone(request, None, exc)
-                return True
-            if action is not _CONTINUE:
-                self._settle_alone(request, action)
-                return True
-            if inbox:
-                break
-        return False
-
-    def _settle_alone(self, request: Request, action, error: BaseException | None = None):
-        """``_settle`` for the only request in flight, which may still be the solo one."""
-        if request is self._solo:
-            if action is _COMPLETE:   # _retire, inlined: the hot path of short operations
-                self._solo = None
-                self._queued = 0
-                self._completions += 1
-                if trace.ENABLED:
-                    trace.engine_event("complete", request.state.name, request.seq,
-                                       request.state.compute_stream)
-                request._finish()
-                return
-            self._attach(request)
-        self._settle(request.queue, request, 0, action, error)
-
-    def _has_work(self) -> bool:
-        return bool(self._inbox) or self._queued > 0
-
     def _wake(self) -> None:
         try:
             self._wake_lock.release()
@@ -386,21 +262,7 @@ class ProgressEngine:
             thread.start()
             self._thread = thread
         if self.config.pin:
-            self._pin(thread, first_state)
-
-    def _pin(self, thread: threading.Thread, state: State) -> None:
-        core = self.config.core
-        if core is None:
-            core = default_core(*node_local_rank(state), sorted(os.sched_getaffinity(0)))
-            if core is None:
-                return
-        try:
-            os.sched_setaffinity(thread.native_id, {core})
-        except (OSError, ValueError) as exc:
-            warnings.warn(f"aluminum: could not pin the progress engine to core {core} "
-                          f"(AL_PE_CORE): {exc}", RuntimeWarning, stacklevel=4)
-        else:
-            self.core = core
+            self.core = pin_thread(thread, self.config, first_state)
 
     def _run(self) -> None:
         driver = self._driver
@@ -436,8 +298,9 @@ class ProgressEngine:
                         _yield()
         except BaseException as exc:   # an engine bug: fail everything rather than hang
             self._finished = True
+            crash = repr(exc)
             self._fail_leftovers(lambda request: OperationError(
-                f"{_describe(request)}: the progress engine crashed: {exc!r}"))
+                f"{describe(request)}: the progress engine crashed: {crash}"))
             raise
 
     def _idle(self) -> None:
@@ -501,180 +364,6 @@ class ProgressEngine:
             wake.acquire()
         self._sleeping = False
 
-    # -- one pass: admission, then one step of every running state ---------------------------
-
-    def _pass(self) -> bool:
-        """Admit, then step each running state once; True if anything changed.
-
-        Only the holder of the driver token may call this.
-        """
-        inbox, streams = self._inbox, self._streams
-        if self._solo is not None:
-            self._attach(self._solo)
-        while inbox:
-            request = inbox.popleft()
-            queue = streams.get(request.key)
-            if queue is None:
-                queue = streams[request.key] = _StreamQueue()
-            queue.waiting.append(request)
-            self._queued += 1
-        changed = False
-        for queue in streams.values():
-            if queue.waiting and self._admit(queue):
-                changed = True
-            if queue.running and self._step(queue):
-                changed = True
-        if len(streams) > _MAX_IDLE_QUEUES:
-            self._prune()
-        return changed
-
-    def _prune(self) -> None:
-        """Drop empty stream queues, and with them the references to their streams."""
-        streams = self._streams
-        for key in [key for key, queue in streams.items()
-                    if not queue.running and not queue.waiting]:
-            del streams[key]
-
-    def _start_now(self, state: State, key) -> Request:
-        """Start ``state`` on the submitting thread, which holds the token, while nothing
-        else is queued or running (so admission rules hold trivially); it becomes ``_solo``.
-
-        Like ``MPI_Iallreduce``, the operation is posted before the call returns, and a later
-        ``wait`` only polls it.  ``start()`` comes first and the bookkeeping after it, kept to
-        a minimum: in a loop of short operations the peer is waiting for this post.
-        """
-        try:
-            hash(key)
-        except TypeError:
-            _check_hashable(key, state)
-        seq = next(self._seq)
-        if trace.ENABLED:
-            trace.engine_event("submit", state.name, seq, state.compute_stream)
-            trace.engine_event("admit", state.name, seq, state.compute_stream)
-        request = Request(state, self, seq, key)
-        self._last_seq = seq
-        self._queued = 1
-        try:
-            state.start()
-        except BaseException as exc:  # noqa: BLE001 - fails only this request
-            self._retire(request, exc)
-            return request
-        if trace.ENABLED:
-            trace.engine_event("start", state.name, seq, state.compute_stream)
-        self._solo = request
-        if self._sleeping:
-            self._wake()
-        return request
-
-    def _attach(self, request: Request) -> None:
-        """Put the solo request, started by ``submit``, in its stream queue."""
-        self._solo = None
-        queue = self._streams.get(request.key)
-        if queue is None:
-            queue = self._streams[request.key] = _StreamQueue()
-        self._enter(queue, request)
-
-    def _admit(self, queue: _StreamQueue) -> bool:
-        waiting, limit = queue.waiting, self.config.max_concurrent
-        admitted = False
-        while waiting:
-            request = waiting[0]
-            state = request.state
-            if state.run_type is not _UNBOUNDED and self._bounded >= limit and queue.running:
-                break
-            waiting.popleft()
-            admitted = True
-            if trace.ENABLED:
-                trace.engine_event("admit", state.name, request.seq, state.compute_stream)
-            try:
-                state.start()
-            except BaseException as exc:  # noqa: BLE001 - fails only this request
-                self._retire(request, exc)
-                continue
-            if trace.ENABLED:
-                trace.engine_event("start", state.name, request.seq, state.compute_stream)
-            self._enter(queue, request)
-        return admitted
-
-    def _enter(self, queue: _StreamQueue, request: Request) -> None:
-        """A started request (counted in ``_queued``) runs in stage 0 of ``queue``."""
-        if request.state.run_type is not _UNBOUNDED:
-            self._bounded += 1
-            request.bounded = True
-        request.queue = queue
-        queue.stages[0].append(request)
-        queue.running += 1
-
-    def _step(self, queue: _StreamQueue) -> bool:
-        """Step each running state of ``queue`` once, stage by stage; True if any changed."""
-        changed = False
-        for stage in queue.stages:          # a list: stages appended meanwhile are visited
-            i = 0
-            while i < len(stage):
-                request = stage[i]
-                if request.parked:
-                    if i == 0:              # the head left: move on to the next stage
-                        request.parked = False
-                        self._advance(queue, request)
-                        changed = True
-                    else:
-                        i += 1
-                    continue
-                try:
-                    action = request.state.step()
-                except BaseException as exc:  # noqa: BLE001 - fails only this request
-                    self._settle(queue, request, i, None, exc)
-                    changed = True
-                    continue
-                if action is _CONTINUE:
-                    i += 1
-                    continue
-                changed = True
-                if self._settle(queue, request, i, action):
-                    i += 1
-        return changed
-
-    def _settle(self, queue: _StreamQueue, request: Request, position: int, action,
-                error: BaseException | None = None) -> bool:
-        """Apply a step's outcome other than CONTINUE to the request at ``position`` of its
-        stage; True if it stays there (ADVANCE behind the head parks it)."""
-        if error is None and action is _ADVANCE:
-            if position:
-                request.parked = True
-                return True
-            self._advance(queue, request)
-            return False
-        if error is None and action is not _COMPLETE:
-            error = TypeError(f"step() returned {action!r}, expected an Action")
-        del queue.stages[request.stage][position]
-        queue.running -= 1
-        self._retire(request, error)
-        return False
-
-    @staticmethod
-    def _advance(queue: _StreamQueue, request: Request) -> None:
-        """Move the head of a stage to the end of the next stage."""
-        stages = queue.stages
-        stages[request.stage].pop(0)
-        request.stage += 1
-        if request.stage == len(stages):
-            stages.append([])
-        stages[request.stage].append(request)
-
-    def _retire(self, request: Request, error: BaseException | None) -> None:
-        self._queued -= 1
-        self._completions += 1
-        if request.bounded:
-            self._bounded -= 1
-        if trace.ENABLED:
-            state = request.state
-            trace.engine_event("complete" if error is None else "fail", state.name,
-                               request.seq, state.compute_stream)
-        if error is None:
-            request._finish()
-        else:
-            request._fail(error)
-
     # -- shutdown ----------------------------------------------------------------------------
 
     def shutdown(self, timeout: float | None = None) -> bool:
@@ -699,7 +388,7 @@ class ProgressEngine:
             self._finished = True
             after = "" if timeout is None else f" after {timeout:g} s"
             failed = self._fail_leftovers(lambda request: TimeoutError(
-                f"{_describe(request)} was still pending when the progress engine shut down "
+                f"{describe(request)} was still pending when the progress engine shut down "
                 f"(al.finalize()){after}; it was abandoned"))
         finally:
             if have_token:
@@ -708,74 +397,6 @@ class ProgressEngine:
             self._wake()
             thread.join(0.1)
         return clean and not failed
-
-    def _fail_leftovers(self, make_error: Callable[[Request], BaseException]) -> int:
-        """Fail every request not yet complete; return how many there were."""
-        requests = list(self._inbox)
-        self._inbox.clear()
-        if self._solo is not None:
-            requests.append(self._solo)
-            self._solo = None
-        for queue in list(self._streams.values()):
-            requests += queue.waiting
-            requests += [request for stage in queue.stages for request in stage]
-        self._streams = {}
-        self._queued = 0
-        return sum(request._finish(make_error(request)) for request in requests)
-
-
-def _check_hashable(key, state: State):
-    """``key`` if it can key the stream queues; else a TypeError naming the state."""
-    try:
-        hash(key)
-    except TypeError:
-        raise TypeError(f"{state.name}: compute_stream (or comm) must be hashable to "
-                        f"order operations on it, got {type(key).__name__}") from None
-    return key
-
-
-def _describe(request: Request) -> str:
-    """``"allreduce/ring (request #12, rank 1 of 4)"``: the op, its sequence number, where."""
-    comm = getattr(request.state, "comm", None)
-    where = ""
-    if comm is not None and hasattr(comm, "rank") and hasattr(comm, "size"):
-        where = f", rank {comm.rank} of {comm.size}"
-    return f"{request.state.name} (request #{request.seq}{where})"
-
-
-# -- core pinning --------------------------------------------------------------------------
-
-_LOCAL_RANK_ENV = (("OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE"),
-                   ("MPI_LOCALRANKID", "MPI_LOCALNRANKS"))
-
-
-def node_local_rank(state: State | None = None) -> tuple[int, int]:
-    """``(local_rank, local_size)`` of this process on its node.
-
-    From the launcher's environment (Open MPI, MPICH), else from the first state's
-    communicator (``state.comm.local_rank``/``local_size``), else ``(0, 1)``.
-    """
-    for rank_var, size_var in _LOCAL_RANK_ENV:
-        rank, size = os.environ.get(rank_var, ""), os.environ.get(size_var, "")
-        if rank.isdigit() and size.isdigit():
-            return int(rank), int(size)
-    comm = getattr(state, "comm", None)
-    rank, size = getattr(comm, "local_rank", None), getattr(comm, "local_size", None)
-    if isinstance(rank, int) and isinstance(size, int):
-        return rank, size
-    return 0, 1
-
-
-def default_core(local_rank: int, local_size: int, cores: list[int]) -> int | None:
-    """The core the engine of ``local_rank`` pins to, or None (more local ranks than cores).
-
-    Counted from the last allowed core down, so node-local ranks never share one and the
-    engines keep away from core 0, where main threads and interrupts tend to sit.
-    """
-    if not cores or local_size > len(cores) or not 0 <= local_rank < len(cores):
-        return None
-    return cores[len(cores) - 1 - local_rank]
-
 
 # -- the process's engine ------------------------------------------------------------------
 
