@@ -297,7 +297,15 @@ class Scheduler:
             requests += [request for stage in queue.stages for request in stage]
         self._streams = {}
         self._queued = 0
-        return sum(request._finish(make_error(request)) for request in requests)
+        failed = 0
+        for request in requests:
+            error = make_error(request)
+            try:
+                request.state.abandon(error)
+            except BaseException:  # noqa: BLE001 - failing it regardless is what matters
+                pass
+            failed += request._finish(error)
+        return failed
 
 
 def check_hashable(key, state: State):

@@ -61,6 +61,11 @@ class State:
         """
         return None
 
+    def abandon(self, error: BaseException) -> None:
+        """The engine gave up on this operation (``al.finalize()`` timed out with it in
+        flight): release whatever streams or threads wait on it, e.g. a stream parked on a
+        flag only this operation would set.  Must not block.  Default: nothing to release."""
+
     def drive(self) -> None:
         """Run this state to completion on the calling thread."""
         self.start()

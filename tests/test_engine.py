@@ -609,3 +609,22 @@ def test_trace_writes_one_file_per_rank(tmp_path):
         assert document["otherData"]["rank"] == rank
         names = [e["name"] for e in document["traceEvents"] if e.get("cat") == "engine"]
         assert names == ["submit", "admit", "start", "complete"]
+
+
+def test_finalize_releases_a_stream_parked_on_an_abandoned_ht_operation(tmp_path):
+    """A host-transfer receive that can never complete holds its stream on a flag; when
+    finalize gives up on it, the stream must be released (with the error), not stay parked."""
+    out, took = run_python('''
+        import numpy as np
+        al.init()
+        comm = al.HostTransferCommunicator()
+        buf = np.zeros(4, np.float32)
+        al.recv(buf, 0, comm)            # from itself, and no send: pending forever
+        al.finalize()
+        try:
+            comm.stream.synchronize(timeout=5)
+        except al.TimeoutError as exc:
+            print("stream released with:", type(exc).__name__)
+    ''', tmp_path, AL_TIMEOUT="0.5")
+    assert "stream released with: TimeoutError" in out, out
+    assert took < 20

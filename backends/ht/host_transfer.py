@@ -53,9 +53,9 @@ order from its communicator (``PostingOrder``) and posts only when all earlier o
 A failing MPI step still sets the flag (a stream never hangs on a failed operation), fails
 the request, and on host streams re-raises from the stream's next ``synchronize()``; what the
 H2D copy then writes is undefined.  A blocking call whose failure no stream can report (CUDA
-streams; operations that never hold their stream) warns instead.  Known gap: operations still
-pending when ``al.finalize()`` abandons them never set their flag, so their streams stay
-parked.
+streams; operations that never hold their stream) warns instead.  Operations still pending
+when ``al.finalize()`` gives up on them (``abandon``) fail the same way, so their streams
+do not stay parked.
 """
 from __future__ import annotations
 
@@ -271,6 +271,11 @@ class HostTransferState(State):
         self._order.posted += 1
         self.mpi.start()
         return True
+
+    def abandon(self, error: BaseException) -> None:
+        """Finalize gave up on this operation: release its stream (see ``_fail``)."""
+        if self.error is None:
+            self._fail(error)
 
     def _fail(self, exc: BaseException) -> None:
         self.error = exc
