@@ -90,12 +90,22 @@ class ProgressEngine(Scheduler):
         """The engine thread (None until the first submission)."""
         return self._thread
 
-    def submit(self, state: State) -> Request:
+    def submit(self, state: State, background: bool = False) -> Request:
         """Queue ``state`` for the engine and return its ``Request``; thread-safe, lock-free.
 
         When nothing else is in flight and no thread drives, the state is admitted and
         started right here (see ``_start_now``); otherwise it goes to the inbox.
+        ``background``: no thread will wait for the request (a stream-ordered blocking call
+        on a device stream), so the engine thread is woken for it even while callers drive.
         """
+        request = self._submit(state)
+        if background:
+            self._callers_drive = False
+            if self._sleeping or self._napping:
+                self._wake()
+        return request
+
+    def _submit(self, state: State) -> Request:
         if self._closed:
             raise CommunicatorError(f"{state.name}: the progress engine was shut down "
                                     "(al.finalize()); no new operations can start")
@@ -332,6 +342,8 @@ class ProgressEngine(Scheduler):
         while not self._stopping:
             completions = self._completions
             self._nap(NAP_S)
+            if not self._callers_drive:   # a background submission woke us
+                return True
             if self._has_work() and self._completions == completions \
                     and not self._driver.locked():
                 self._callers_drive = False
@@ -421,9 +433,10 @@ def get_engine() -> ProgressEngine:
     return engine
 
 
-def submit(state: State) -> Request:
-    """Queue ``state`` on the process's engine; return its ``Request`` (see ``Request``)."""
-    return (_engine or get_engine()).submit(state)
+def submit(state: State, background: bool = False) -> Request:
+    """Queue ``state`` on the process's engine; return its ``Request`` (see
+    ``ProgressEngine.submit``)."""
+    return (_engine or get_engine()).submit(state, background)
 
 
 def drive_until(predicate: Callable[[], bool], timeout: float | None) -> None:

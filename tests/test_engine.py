@@ -446,6 +446,21 @@ def test_background_progress_after_callers_drove(make_engine):
         assert request.done
 
 
+def test_background_submission_wakes_an_engine_napping_for_callers(make_engine):
+    """A request nobody will wait for (a blocking HT call on a CUDA stream) must not wait for
+    the napping engine to notice it: submit(background=True) wakes it."""
+    engine = make_engine()
+    for i in range(200):
+        engine.submit(Fake(i, steps=3)).wait(timeout=WAIT)
+    engine._callers_drive = True        # as the engine concludes while callers drive
+    request = engine.submit(Fake("background", steps=3), background=True)
+    assert not engine._callers_drive
+    deadline = time.monotonic() + WAIT
+    while not request.done and time.monotonic() < deadline:
+        time.sleep(0.0005)
+    assert request.done
+
+
 # -- configuration ------------------------------------------------------------------------
 
 def test_config_from_env():

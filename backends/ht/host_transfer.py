@@ -223,10 +223,13 @@ class HostTransferState(State):
     @classmethod
     def run_blocking(cls, *args) -> None:
         """Stream-ordered blocking call: enqueue the stream work, hand the MPI part to the
-        progress engine, return without waiting (``stream.synchronize()`` waits)."""
+        progress engine, return without waiting (``stream.synchronize()`` waits).
+
+        Nobody waits for the request: on a CUDA stream the engine thread must run it (it is
+        woken for it); a host stream's ``synchronize()`` drives it itself."""
         state = cls(*args)
         state.blocking = True
-        submit(state)
+        submit(state, background=state.runtime is not _HOST_RUNTIME)
 
     def completion_event(self):
         """*done* when the stream waits for MPI, else *ready* (its buffers were copied out)."""
