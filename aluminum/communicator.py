@@ -11,7 +11,7 @@ import itertools
 
 from mpi4py import MPI
 
-from . import runtime
+from . import runtime, watchdog
 from .errors import CommunicatorError
 
 # Tags cycle below the MPI-guaranteed minimum of MPI_TAG_UB (32767); tag 0 is left for
@@ -42,12 +42,13 @@ class Communicator:
         self._stream = stream
         self._tags = itertools.count(1)
         self._scratch: dict = {}
-        if self.backend.setup is not None:
-            try:
+        try:
+            watchdog.attach(self)
+            if self.backend.setup is not None:
                 self.backend.setup(self)
-            except BaseException:
-                self.free()
-                raise
+        except BaseException:
+            self.free()
+            raise
         runtime.register_communicator(self)
 
     @property

@@ -1,7 +1,8 @@
 """Forward a validated operation to its backend: blocking on this thread, or to the engine."""
 from __future__ import annotations
 
-from . import debug, selector, trace
+from . import debug, selector, trace, watchdog
+from .debug import POINT_TO_POINT
 from .engine.progress import submit
 
 # Per-op caches of validated decisions (see aluminum/allreduce.py); cleared whenever the
@@ -19,10 +20,17 @@ def run(comm, op: str, state_class: type, nbytes: int, blocking: bool, args: tup
         trace.api_call(op, comm, nbytes, state_class.name, blocking)
     if debug.ENABLED:
         debug.check(comm, op, state_class.name, args)
-    if blocking:
+    watched = watchdog.ENABLED and not comm.backend.uses_streams
+    if blocking and not watched:
         state_class.run_blocking(comm, *args)
         return None
-    return submit(state_class(comm, *args))
+    request = submit(state_class(comm, *args))
+    if watched and op not in POINT_TO_POINT:
+        request.detail = watchdog.arrive(comm)
+    if blocking:   # through the engine, so that AL_TIMEOUT can end a stuck collective
+        request.wait()
+        return None
+    return request
 
 
 def remember(cache: dict, key: tuple, plan: tuple) -> None:
@@ -33,8 +41,9 @@ def remember(cache: dict, key: tuple, plan: tuple) -> None:
 
 
 def checks_enabled() -> bool:
-    """True when every call must take the full path (AL_DEBUG cross-rank checks)."""
-    return debug.ENABLED
+    """True when every call must take the full path (AL_DEBUG cross-rank checks, the
+    AL_TIMEOUT watchdog)."""
+    return debug.ENABLED or watchdog.ENABLED
 
 
 def _clear_plans() -> None:

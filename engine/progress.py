@@ -183,8 +183,9 @@ class ProgressEngine(Scheduler):
         if request._done:
             return
         source = "AL_TIMEOUT" if timeout is None else "timeout"
+        detail = "" if request.detail is None else f"; {request.detail()}"
         raise TimeoutError(f"{describe(request)} did not complete within {source}="
-                           f"{limit:g} s; it is still pending")
+                           f"{limit:g} s; it is still pending{detail}")
 
     def poll(self) -> None:
         """Run one engine pass on this thread if no one else is driving (for ``test``)."""

@@ -34,8 +34,8 @@ class Request:
     returns or ``test`` returns True.
     """
 
-    __slots__ = ("state", "seq", "key", "queue", "stage", "bounded", "parked", "_engine",
-                 "_done", "_error", "_event")
+    __slots__ = ("state", "seq", "key", "queue", "stage", "bounded", "parked", "detail",
+                 "_engine", "_done", "_error", "_event")
 
     def __init__(self, state: State, engine: ProgressEngine, seq: int, key=None) -> None:
         self.state = state
@@ -45,6 +45,7 @@ class Request:
         self.stage = 0
         self.bounded = False   # counted against AL_PE_NUM_CONCURRENT_OPS (set on admission)
         self.parked = False    # returned ADVANCE behind the head of its pipeline stage
+        self.detail = None     # optional callable: more words for a timeout's message
         self._engine = engine
         self._done = False
         self._error: BaseException | None = None

@@ -1,0 +1,92 @@
+"""``AL_TIMEOUT``'s watchdog: a stuck collective raises ``al.TimeoutError`` naming the ranks
+that never arrived, instead of hanging.
+
+With ``AL_TIMEOUT`` set (on every rank), every collective on the host backends runs through
+the progress engine, blocking calls included (started, then waited for with the timeout):
+an ``MPI_Allreduce`` stuck in C could never time out.  Each communicator whose ranks share
+one node also keeps an arrival counter per rank in a small MPI-3 shared window, made with the
+communicator: a rank bumps its own counter as it enters a collective there.  A wait that
+times out reads every rank's counter straight from shared memory (no MPI call, so a stuck
+peer cannot block the diagnosis): ranks whose count is below the operation's own never
+arrived.  A communicator spanning nodes says so instead.
+
+Without ``AL_TIMEOUT`` none of this runs: no window, no counting, blocking calls stay direct.
+"""
+from __future__ import annotations
+
+import os
+from typing import Callable
+
+import numpy as np
+from mpi4py import MPI
+
+__all__ = ["ENABLED", "ArrivalCounters", "arrive"]
+
+ENABLED = bool(os.environ.get("AL_TIMEOUT", "").strip())
+
+_KEY = "arrivals"   # comm._scratch
+_SLOT_BYTES = 64    # one cache line per rank's counter
+
+
+class ArrivalCounters:
+    """Per-rank counts of collectives entered on one communicator, in shared memory."""
+
+    def __init__(self, comm) -> None:
+        self.rank, self.size = comm.rank, comm.size
+        self.count = 0
+        self.window = None
+        self.views: list[np.ndarray] = []
+        if comm.local_size != comm.size:   # shared memory cannot see other nodes
+            return
+        self.window = MPI.Win.Allocate_shared(_SLOT_BYTES, 1, comm=comm.local_comm)
+        for peer in range(comm.size):
+            memory, _ = self.window.Shared_query(peer)
+            self.views.append(np.frombuffer(memory, np.int64, count=1))
+        self.views[self.rank][0] = 0
+
+    @staticmethod
+    def of(comm) -> ArrivalCounters | None:
+        """The communicator's counters (None when the watchdog is off for it)."""
+        return comm._scratch.get(_KEY)
+
+    def arrive(self) -> int:
+        """Count one more collective entered by this rank; its number on this communicator."""
+        self.count += 1
+        if self.views:
+            self.views[self.rank][0] = self.count
+        return self.count
+
+    def missing(self, number: int) -> str:
+        """Which ranks had not entered collective ``number`` yet, in words."""
+        if not self.views:
+            return ("the ranks that never arrived are unknown: this communicator spans nodes, "
+                    "and only ranks sharing memory can be watched")
+        late = [peer for peer in range(self.size) if int(self.views[peer][0]) < number]
+        if not late:
+            return (f"every rank entered it (collective #{number} on this communicator): "
+                    f"they are all inside it, e.g. with mismatched arguments")
+        return (f"ranks that never arrived at collective #{number} on this communicator: "
+                f"{late}")
+
+    def close(self) -> None:
+        window, self.window = self.window, None
+        self.views = []
+        if window is not None and not MPI.Is_finalized():
+            window.Free()
+
+
+def attach(comm) -> None:
+    """Give a new communicator its counters when every rank runs with ``AL_TIMEOUT``
+    (collective: decided together, so ranks that disagree cannot deadlock on the window)."""
+    if comm.mpi_comm.allreduce(ENABLED, op=MPI.LAND):
+        comm._scratch[_KEY] = ArrivalCounters(comm)
+
+
+def arrive(comm) -> Callable[[], str] | None:
+    """Record that this rank entered a collective on ``comm``; returns what to add to a
+    timeout's message about it (None when the watchdog is off for ``comm``)."""
+    counters = comm._scratch.get(_KEY)
+    if counters is None:
+        return None
+    number = counters.arrive()
+    return lambda: counters.missing(number)
