@@ -93,7 +93,8 @@ def _allreduce(blocking, buf, comm, stream, op, recvbuf, algo):
             sendbuf = recvbuf
     op = reduction_op(op, sendbuf.dtype)
     stream = check_stream(stream, comm)
-    state_class = comm.backend.state_class("allreduce", algo, comm, recvbuf.nbytes)
+    state_class = comm.backend.state_class("allreduce", algo, comm, recvbuf.nbytes,
+                                           sendbuf is recvbuf)
     if stream is None and type(buf) is np.ndarray and type(recvbuf.obj) is np.ndarray \
             and not trace.ENABLED and not dispatch.checks_enabled():
         dispatch.remember(_plans, (comm.backend, comm.size, buf.dtype, buf.size, raw_op, algo,

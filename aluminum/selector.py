@@ -8,6 +8,12 @@ Table format ``aluminum-tuning/1`` (shared/DESIGN.md §4)::
      "rules": [{"backend": "mpi", "op": "allreduce", "comm_size": 2,
                 "by_bytes": [[0, "recursive_doubling"], [65536, "shared_memory"]]}]}
 
+A rule may carry ``"placement": "inplace"`` or ``"outofplace"`` (our extension of the format:
+tables without it read as before): it then applies to calls of that kind only, and takes
+precedence over a rule without placement for the same (backend, op, comm_size).  Libraries
+differ by placement (Open MPI's allreduce of 64-512 KiB on 2 ranks here is up to 2x faster in
+place than out of place), so the fastest algorithm may too.
+
 Where the table comes from, first usable wins: ``$AL_TUNING_FILE``, then
 ``user_table_path()`` (``$XDG_CACHE_HOME/aluminum/tuning.json`` or
 ``~/.cache/aluminum/tuning.json``; silently skipped when absent), then the table shipped in
@@ -19,7 +25,8 @@ this machine cannot load (a GPU table on a CPU host) are kept, unchecked and nev
 
 Selection for (backend, op, comm_size, nbytes):
 
-- the rule of that comm size, or of the nearest measured one (ties go to the smaller);
+- the rule of that comm size for the call's placement (else the rule without placement), or
+  of the nearest measured comm size (ties go to the smaller);
   the entry with the nearest threshold <= nbytes wins; below the first threshold the table
   says nothing and the caller's ``default`` is returned (Open MPI's rule-file semantics);
 - no rule at all for (backend, op): the α-β model (``aluminum.costmodel``) picks among the
@@ -27,7 +34,8 @@ Selection for (backend, op, comm_size, nbytes):
   the table's ``model`` parameters (else ``DEFAULT_ALPHA``/``DEFAULT_BETA``);
 - otherwise ``default``.
 
-Decisions are cached per (backend, op, comm_size, nbytes, default); a hit is one dict lookup.
+Decisions are cached per (backend, op, comm_size, nbytes, default, placement); a hit is one
+dict lookup.
 """
 
 from __future__ import annotations
@@ -46,6 +54,7 @@ from aluminum import costmodel
 from aluminum.errors import AluminumError, ArgumentError
 
 FORMAT = "aluminum-tuning/1"
+PLACEMENTS = ("inplace", "outofplace")
 # Fitted to an mpi4py ping-pong between two ranks on the 2-core development machine.
 DEFAULT_ALPHA = 2e-6
 DEFAULT_BETA = 1.5e-10
@@ -72,6 +81,7 @@ class Rule:
     op: str
     comm_size: int
     by_bytes: tuple[tuple[int, str], ...]
+    placement: str | None = None   # "inplace", "outofplace", or None: both
 
     def choose(self, nbytes: int) -> str | None:
         """Return the algorithm of the nearest threshold <= nbytes; None below the first."""
@@ -88,9 +98,16 @@ class Table:
     metadata: dict[str, Any] = field(default_factory=dict)
     source: str = "<none>"
 
-    def rules_for(self, backend: str, op: str) -> dict[int, Rule]:
-        """Return the rules of (backend, op) keyed by comm size."""
-        return {r.comm_size: r for r in self.rules if r.backend == backend and r.op == op}
+    def rules_for(self, backend: str, op: str, placement: str | None = None) -> dict[int, Rule]:
+        """Return the rules of (backend, op) keyed by comm size: for ``placement`` where the
+        table has one, else those without placement."""
+        chosen: dict[int, Rule] = {}
+        for rule in self.rules:
+            if rule.backend == backend and rule.op == op and (
+                    rule.placement is None or rule.placement == placement):
+                if rule.placement is not None or rule.comm_size not in chosen:
+                    chosen[rule.comm_size] = rule
+        return chosen
 
     def to_json(self) -> dict[str, Any]:
         """Return the table as an ``aluminum-tuning/1`` JSON object."""
@@ -98,6 +115,7 @@ class Table:
         if self.model is not None:
             data["model"] = {"alpha": self.model.alpha, "beta": self.model.beta}
         data["rules"] = [{"backend": r.backend, "op": r.op, "comm_size": r.comm_size,
+                          **({"placement": r.placement} if r.placement else {}),
                           "by_bytes": [list(e) for e in r.by_bytes]} for r in self.rules]
         return data
 
@@ -140,6 +158,10 @@ def _parse_rule(where: str, raw: Any, known: KnownAlgorithms | None) -> Rule:
     comm_size = _require(raw, "comm_size", int, where)
     if comm_size < 1:
         raise TuningTableError(f"{where}.comm_size: expected an integer >= 1, got {comm_size}")
+    placement = raw.get("placement")
+    if placement is not None and placement not in PLACEMENTS:
+        raise TuningTableError(f"{where}.placement: expected one of {list(PLACEMENTS)} or no "
+                               f"key, got {placement!r}")
     entries = _require(raw, "by_bytes", list, where)
     if not entries:
         raise TuningTableError(f"{where}.by_bytes: expected at least one [bytes, algorithm]")
@@ -167,7 +189,7 @@ def _parse_rule(where: str, raw: Any, known: KnownAlgorithms | None) -> Rule:
         if unknown:
             raise TuningTableError(f"{where}: unknown {op} algorithm(s) {unknown} for backend "
                                    f"{backend!r}; expected one of {sorted(names)}")
-    return Rule(backend, op, comm_size, tuple(by_bytes))
+    return Rule(backend, op, comm_size, tuple(by_bytes), placement)
 
 
 def parse_table(data: Any, source: str = "<memory>",
@@ -184,13 +206,14 @@ def parse_table(data: Any, source: str = "<memory>",
         raise TuningTableError(f"format: expected {FORMAT!r}, got {data['format']!r}")
     raw_rules = _require(data, "rules", list, "table")
     rules: list[Rule] = []
-    seen: dict[tuple[str, str, int], int] = {}
+    seen: dict[tuple[str, str, int, str | None], int] = {}
     for i, raw in enumerate(raw_rules):
         rule = _parse_rule(f"rules[{i}]", raw, known_algorithms)
-        key = (rule.backend, rule.op, rule.comm_size)
+        key = (rule.backend, rule.op, rule.comm_size, rule.placement)
         if key in seen:
+            placement = "" if key[3] is None else f", placement {key[3]!r}"
             raise TuningTableError(f"rules[{i}]: duplicates rules[{seen[key]}] for backend "
-                                   f"{key[0]!r}, op {key[1]!r}, comm_size {key[2]}")
+                                   f"{key[0]!r}, op {key[1]!r}, comm_size {key[2]}{placement}")
         seen[key] = i
         rules.append(rule)
     model = _parse_model(data["model"]) if "model" in data else None
@@ -229,7 +252,7 @@ def user_table_path() -> Path:
     return base / "aluminum" / "tuning.json"
 
 
-_cache: dict[tuple[str, str, int, int, str], str] = {}
+_cache: dict[tuple[str, str, int, int, str, bool | None], str] = {}
 _table: Table | None = None
 _known: KnownAlgorithms | None = None
 _lock = threading.RLock()
@@ -303,8 +326,9 @@ def _nearest(sizes: Collection[int], comm_size: int) -> int:
 
 
 def _decide(table: Table, backend: str, op: str, comm_size: int, nbytes: int,
-            default: str) -> str:
-    rules = table.rules_for(backend, op)
+            default: str, inplace: bool | None) -> str:
+    placement = None if inplace is None else PLACEMENTS[0] if inplace else PLACEMENTS[1]
+    rules = table.rules_for(backend, op, placement)
     if rules:
         return rules[_nearest(rules, comm_size)].choose(nbytes) or default
     if _known is None:
@@ -321,26 +345,29 @@ def _decide(table: Table, backend: str, op: str, comm_size: int, nbytes: int,
 
 
 def _select_uncached(backend: str, op: str, comm_size: int, nbytes: int,
-                     default: str) -> str:
+                     default: str, inplace: bool | None) -> str:
     comm_size, nbytes = operator.index(comm_size), operator.index(nbytes)
     if comm_size < 1:
         raise ArgumentError(f"comm_size: expected an integer >= 1, got {comm_size}")
     if nbytes < 0:
         raise ArgumentError(f"nbytes: expected an integer >= 0, got {nbytes}")
     with _lock:
-        algo = _decide(current_table(), backend, op, comm_size, nbytes, default)
+        algo = _decide(current_table(), backend, op, comm_size, nbytes, default, inplace)
         if len(_cache) >= _CACHE_LIMIT:
             _cache.clear()
-        _cache[(backend, op, comm_size, nbytes, default)] = algo
+        _cache[(backend, op, comm_size, nbytes, default, inplace)] = algo
     return algo
 
 
-def select_algorithm(backend: str, op: str, comm_size: int, nbytes: int, default: str) -> str:
+def select_algorithm(backend: str, op: str, comm_size: int, nbytes: int, default: str,
+                     inplace: bool | None = None) -> str:
     """Return the algorithm to run `op` on `backend` for comm_size ranks and nbytes bytes.
 
-    `default` is returned where neither the table nor the cost model decides. Loads the table
-    on first use; a bad table warns once per load and never raises here."""
+    `inplace`: the call's placement, for rules that depend on it (None: unknown, only rules
+    without placement apply).  `default` is returned where neither the table nor the cost
+    model decides. Loads the table on first use; a bad table warns once per load and never
+    raises here."""
     try:
-        return _cache[(backend, op, comm_size, nbytes, default)]
+        return _cache[(backend, op, comm_size, nbytes, default, inplace)]
     except KeyError:
-        return _select_uncached(backend, op, comm_size, nbytes, default)
+        return _select_uncached(backend, op, comm_size, nbytes, default, inplace)

@@ -42,12 +42,22 @@ class Backend:
         """Names accepted by ``algo=`` for ``op`` (besides ``"automatic"``)."""
         return list(self._table(op))
 
-    def state_class(self, op: str, algo: str, comm, nbytes: int) -> type:
-        """The State class that runs ``op`` with ``algo`` ("automatic" asks the selector)."""
+    def state_class(self, op: str, algo: str, comm, nbytes: int,
+                    inplace: bool | None = None) -> type:
+        """The State class that runs ``op`` with ``algo`` ("automatic" asks the selector,
+        with the call's placement ``inplace`` when known).
+
+        An automatic choice of an algorithm that needs every rank on one node (its class
+        says ``single_node = True``) falls back to the default on a communicator that spans
+        nodes: a table measured on one node must not break a multi-node job."""
         table = self._table(op)
         if algo == "automatic":
-            algo = selector.select_algorithm(self.name, op, comm.size, nbytes,
-                                             self.default_algorithm or next(iter(table)))
+            default = self.default_algorithm or next(iter(table))
+            algo = selector.select_algorithm(self.name, op, comm.size, nbytes, default,
+                                             inplace)
+            if getattr(table.get(algo), "single_node", False) \
+                    and comm.local_size != comm.size:
+                algo = default
         cls = table.get(algo)
         if cls is None:
             raise UnsupportedError(f"algo: {op} on the {self.name} backend offers "

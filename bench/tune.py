@@ -109,6 +109,28 @@ def choose(modes: Sequence[dict[str, list[sweep.Point]]],
     return by_bytes
 
 
+def rules_from(backend: str, op: str, p: int, modes: Sequence[dict[str, list[sweep.Point]]],
+               placements: Sequence[bool], default: str) -> list[selector.Rule]:
+    """The rules for (backend, op, p): one that holds in every measured mode and, when in
+    place and out of place each have a different best choice, one rule per placement too
+    (used by calls whose placement is known; the first by the others)."""
+    def rule(chosen, placement=None):
+        by_bytes = tuple((ops.spec(op).selector_bytes(size, p), algo) for size, algo in chosen)
+        return selector.Rule(backend, op, p, by_bytes, placement)
+
+    rules = [rule(choose(modes, default))]
+    if len(modes) == 2:
+        each = [choose([mode], default) for mode in modes]
+        if each[0] != each[1]:
+            rules += [rule(chosen, selector.PLACEMENTS[0] if inplace else selector.PLACEMENTS[1])
+                      for chosen, inplace in zip(each, placements)]
+    return rules
+
+
+def _placement_words(rule: selector.Rule) -> str:
+    return "" if rule.placement is None else f" ({rule.placement} calls)"
+
+
 def fit_pingpong(world: MPI.Comm, iters: int = 200,
                  rounds: int = 3) -> costmodel.AlphaBeta | None:
     """α, β from a raw-MPI ping-pong between ranks 0 and 1 (None on other ranks; collective).
@@ -158,7 +180,8 @@ def merge(path: Path, rules: Sequence[selector.Rule]) -> list[selector.Rule]:
         return list(rules)
     fresh = {(r.backend, r.op, r.comm_size) for r in rules}
     kept = [r for r in old.rules if (r.backend, r.op, r.comm_size) not in fresh]
-    return sorted(kept + list(rules), key=lambda r: (r.backend, r.op, r.comm_size))
+    return sorted(kept + list(rules),
+                  key=lambda r: (r.backend, r.op, r.comm_size, r.placement or ""))
 
 
 def run(comm, world: MPI.Comm, sizes: list[int], *, iters: int, warmup: int, rounds: int,
@@ -192,11 +215,12 @@ def run(comm, world: MPI.Comm, sizes: list[int], *, iters: int, warmup: int, rou
         if not all(modes):
             print(f"[tune] {op}: no algorithm could run; no rule", file=sys.stderr)
             continue
-        by_bytes = [(ops.spec(op).selector_bytes(size, p), algo) for size, algo in
-                    choose(modes, backend.default_algorithm or next(iter(modes[0])))]
-        rules.append(selector.Rule(backend.name, op, p, tuple(by_bytes)))
-        print(f"[tune] {op} on {p} ranks: " + ", ".join(
-            f"{format_size(t)}: {a}" for t, a in by_bytes), file=sys.stderr, flush=True)
+        for rule in rules_from(backend.name, op, p, modes, placements,
+                               backend.default_algorithm or next(iter(modes[0]))):
+            rules.append(rule)
+            print(f"[tune] {op} on {p} ranks{_placement_words(rule)}: " + ", ".join(
+                f"{format_size(t)}: {a}" for t, a in rule.by_bytes), file=sys.stderr,
+                flush=True)
     model = fit_pingpong(world, rounds=rounds)
     if rank != 0:
         return None
@@ -243,7 +267,8 @@ def format_rules(table: selector.Table) -> str:
     if not table.rules:
         lines.append("(no rules: the selector uses the cost model or each backend's default)")
     for rule in table.rules:
-        lines.append(f"{rule.backend} {rule.op}, {rule.comm_size} ranks:")
+        lines.append(f"{rule.backend} {rule.op}, {rule.comm_size} ranks"
+                     f"{_placement_words(rule)}:")
         for i, (threshold, algo) in enumerate(rule.by_bytes):
             upper = (f"< {format_size(rule.by_bytes[i + 1][0])}"
                      if i + 1 < len(rule.by_bytes) else "and up")

@@ -285,3 +285,19 @@ def test_cli_sweep_on_two_ranks_writes_json(tmp_path):
         assert all(pt.iters == 5 and 0 < pt.min_us <= pt.avg_us <= pt.max_us
                    for pt in series.points)
     assert all(pt.algo in al.algorithms("allreduce") for pt in result.get("automatic").points)
+
+
+def test_tuner_adds_per_placement_rules_only_where_placements_disagree():
+    in_place = {"mpi_passthrough": _series([3.0, 30.0]), "shared_memory": _series([6.0, 20.0])}
+    out_of_place = {"mpi_passthrough": _series([9.0, 60.0]),
+                    "shared_memory": _series([4.0, 21.0])}
+    rules = tune.rules_from("mpi", "allreduce", 2, [in_place, out_of_place], (True, False),
+                            "mpi_passthrough")
+    by_placement = {rule.placement: rule.by_bytes for rule in rules}
+    assert by_placement["inplace"] == ((0, "mpi_passthrough"), (8, "shared_memory"))
+    assert by_placement["outofplace"] == ((0, "shared_memory"),)
+    assert by_placement[None][0] == (0, "mpi_passthrough")   # holds for both: the default first
+    assert set(by_placement) == {None, "inplace", "outofplace"}
+    same = tune.rules_from("mpi", "allreduce", 2, [in_place, in_place], (True, False),
+                           "mpi_passthrough")
+    assert [rule.placement for rule in same] == [None]

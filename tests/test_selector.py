@@ -306,3 +306,60 @@ def test_write_then_read_round_trip(tmp_path):
     assert again.rules == table.rules
     assert again.model == table.model
     assert again.metadata == {"host": "test"}
+
+
+# --- placement (our extension: rules for in-place or out-of-place calls only) --------------
+
+PLACED = {"format": "aluminum-tuning/1", "rules": [
+    rule(2, [[0, "mpi_passthrough"], [262144, "shared_memory"]]),
+    {**rule(2, [[0, "mpi_passthrough"], [65536, "shared_memory"]]), "placement": "outofplace"},
+    rule(4, [[0, "ring"]]),
+]}
+
+
+def test_placement_rules_apply_to_their_calls_only(tmp_path, monkeypatch):
+    monkeypatch.setenv("AL_TUNING_FILE", str(write(tmp_path / "t.json", PLACED)))
+    selector.set_known_algorithms(known)
+    pick = lambda nbytes, inplace, p=2: selector.select_algorithm(  # noqa: E731
+        "mpi", "allreduce", p, nbytes, "DEFAULT", inplace)
+    assert pick(65536, False) == "shared_memory"     # the out-of-place rule
+    assert pick(65536, True) == "mpi_passthrough"    # no in-place rule: the general one
+    assert pick(65536, None) == "mpi_passthrough"    # placement unknown: the general one
+    assert pick(1 << 20, True) == "shared_memory"
+    assert pick(65536, False, p=4) == "ring"         # comm size 4 has only a general rule
+    data = selector.current_table().to_json()
+    assert [r.get("placement") for r in data["rules"]] == [None, "outofplace", None]
+    assert selector.parse_table(data).rules == selector.current_table().rules   # round trip
+
+
+@pytest.mark.parametrize("bad, words", [
+    ({**rule(2, [[0, "ring"]]), "placement": "sideways"}, "rules[0].placement: expected one of"),
+    ({**rule(2, [[0, "ring"]]), "placement": 1}, "rules[0].placement: expected one of"),
+])
+def test_bad_placement_is_rejected(bad, words):
+    with pytest.raises(selector.TuningTableError, match=words.replace("[", r"\[").replace("]", r"\]")):
+        selector.parse_table({"format": "aluminum-tuning/1", "rules": [bad]})
+
+
+def test_same_placement_twice_is_a_duplicate_but_two_placements_are_not():
+    general, placed = rule(2, [[0, "ring"]]), {**rule(2, [[0, "ring"]]), "placement": "inplace"}
+    assert len(selector.parse_table({"format": "aluminum-tuning/1",
+                                     "rules": [general, placed]}).rules) == 2
+    with pytest.raises(selector.TuningTableError, match="placement 'inplace'"):
+        selector.parse_table({"format": "aluminum-tuning/1", "rules": [placed, placed]})
+
+
+def test_automatic_never_picks_a_single_node_algorithm_across_nodes():
+    """The shipped table was measured on one node; on a communicator spanning nodes its
+    shared_memory choice must become the default instead of an error."""
+    from types import SimpleNamespace
+
+    from aluminum.backends import get_backend
+
+    mpi = get_backend("mpi")
+    one_node, two_nodes = SimpleNamespace(size=2, local_size=2), SimpleNamespace(size=2,
+                                                                                local_size=1)
+    assert mpi.state_class("allreduce", "automatic", one_node, 1 << 20).name == \
+        "allreduce/shared_memory"
+    assert mpi.state_class("allreduce", "automatic", two_nodes, 1 << 20).name == \
+        "allreduce/mpi_passthrough"

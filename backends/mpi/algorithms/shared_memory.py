@@ -59,6 +59,7 @@ class SharedMemoryAllreduce(ProgramState):
     """
 
     name = "allreduce/shared_memory"
+    single_node = True   # the selector falls back to the default on multi-node communicators
 
     def __init__(self, comm, stream, sendbuf, recvbuf, op):
         if comm.local_size != comm.size:
