@@ -98,14 +98,6 @@ class ProgressEngine(Scheduler):
         ``background``: no thread will wait for the request (a stream-ordered blocking call
         on a device stream), so the engine thread is woken for it even while callers drive.
         """
-        request = self._submit(state)
-        if background:
-            self._callers_drive = False
-            if self._sleeping or self._napping:
-                self._wake()
-        return request
-
-    def _submit(self, state: State) -> Request:
         if self._closed:
             raise CommunicatorError(f"{state.name}: the progress engine was shut down "
                                     "(al.finalize()); no new operations can start")
@@ -116,7 +108,10 @@ class ProgressEngine(Scheduler):
                 and self._driver.acquire(False):
             try:
                 if not (self._queued or self._inbox or self._finished):
-                    return self._start_now(state, key)
+                    request = self._start_now(state, key)
+                    if background:
+                        self._wake_for_background()
+                    return request
             finally:
                 self._driver.release()
         request = Request(state, self, next(self._seq), key)
@@ -132,7 +127,14 @@ class ProgressEngine(Scheduler):
         if self._finished:   # lost a race with shutdown: nobody will ever run it
             request._finish(CommunicatorError(f"{state.name}: submitted while the progress "
                                               "engine shut down"))
+        if background:
+            self._wake_for_background()
         return request
+
+    def _wake_for_background(self) -> None:
+        self._callers_drive = False
+        if self._sleeping or self._napping:
+            self._wake()
 
     # -- waiting (called by Request) ---------------------------------------------------------
 
