@@ -203,7 +203,9 @@ class HostTransferState(State):
         copy = self.runtime.copy_async
         for staging, user in self._d2h:
             copy(staging, user, stream)
-        if wait_for_stream:
+        # On an idle host stream there is nothing for MPI to wait for (a CUDA stream is
+        # never asked: the event is what orders the device).
+        if wait_for_stream and not (self.runtime is _HOST_RUNTIME and stream.query()):
             self.ready = stream.record_event()
         if hold_stream:
             self.flag = self.runtime.new_flag()

@@ -367,6 +367,11 @@ class HostStream:
         """Make the stream idle for ``seconds`` at this point (to test slow streams)."""
         self.enqueue(time.sleep, seconds)
 
+    def query(self) -> bool:
+        """True if all work enqueued so far has run (like ``cudaStreamQuery``); never blocks."""
+        worker = self._worker
+        return not worker.queue and not worker.running
+
     def record_event(self) -> HostEvent:
         """Enqueue and return an event that completes when all earlier work has run."""
         event = HostEvent()
