@@ -226,7 +226,8 @@ class ProgressEngine(Scheduler):
     def _drive(self, done: Callable[[], bool], deadline: float | None,
                request: Request | None = None) -> None:
         """Run passes until ``done()``, nothing is left to drive, or ``deadline`` passes;
-        ``request``: the request ``done`` waits for, polled alone when it is the only one.
+        ``request``: the request ``done`` waits for.  The only request in flight (that one,
+        or the one ``submit`` started) is polled alone, without walking the queues.
 
         While passes change nothing: spin for ``AL_PE_SPIN_US``, then yield the GIL once
         every ``YIELD_EVERY_S`` until stalled ``WAIT_YIELD_S``, then sleep ``BACKOFF_S``
@@ -238,9 +239,10 @@ class ProgressEngine(Scheduler):
         spin_s = self.config.spin_s
         stalled_since = next_yield = None
         while not done():
-            if request is not None and self._queued == 1 and not self._inbox and (
-                    request is self._solo or request.queue is not None and not request.parked):
-                changed = self._step_alone(request)
+            alone = request if request is not None else self._solo
+            if alone is not None and self._queued == 1 and not self._inbox and (
+                    alone is self._solo or alone.queue is not None and not alone.parked):
+                changed = self._step_alone(alone)
             elif not self._has_work():
                 return
             else:
