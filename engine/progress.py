@@ -111,6 +111,8 @@ class ProgressEngine(Scheduler):
                     request = self._start_now(state, key)
                     if background:
                         self._wake_for_background()
+                    elif self._sleeping:   # it must progress even if nobody waits
+                        self._wake()
                     return request
             finally:
                 self._driver.release()

@@ -150,8 +150,8 @@ class Scheduler:
         else is queued or running (so admission rules hold trivially); it becomes ``_solo``.
 
         Like ``MPI_Iallreduce``, the operation is posted before the call returns, and a later
-        ``wait`` only polls it.  ``start()`` comes first and the bookkeeping after it, kept to
-        a minimum: in a loop of short operations the peer is waiting for this post.
+        ``wait`` only polls it.  The bookkeeping is kept to a minimum: in a loop of short
+        operations every microsecond here is one the peer waits too.
         """
         try:
             hash(key)
@@ -172,8 +172,6 @@ class Scheduler:
         if trace.ENABLED:
             trace.engine_event("start", state.name, seq, state.compute_stream)
         self._solo = request
-        if self._sleeping:
-            self._wake()
         return request
 
     def _attach(self, request: Request) -> None:

@@ -63,7 +63,7 @@ def drive_while_waiting(drive) -> None:
     _drive = drive
 
 
-def _await(done: threading.Event, timeout: float | None) -> bool:
+def _await(done: _Signal, timeout: float | None) -> bool:
     """Wait for ``done`` (up to ``timeout`` s), driving engine work meanwhile; True if set."""
     if done.is_set():
         return True
