@@ -96,15 +96,55 @@ def _launch_once(cmd: list[str], env: dict, timeout: float | None,
     try:
         stdout, _ = proc.communicate(timeout=timeout) if capture else (None, proc.wait(timeout))
     except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
+        stop_job(proc)
         stdout = proc.communicate()[0] if capture else None
         raise subprocess.TimeoutExpired(proc.args, timeout, output=stdout) from None
+    except BaseException:   # Ctrl-C: the job has its own session, so stop it explicitly
+        stop_job(proc)
+        raise
     finally:
         if forwarder is not None:
             forwarder.join(5.0)
     failed = proc.returncode != 0 and (
         STARTUP_FAILURE in (stdout or "") if capture else bool(seen))
     return subprocess.CompletedProcess(proc.args, proc.returncode, stdout, None), failed
+
+
+def stop_job(proc: subprocess.Popen, grace: float = 3.0) -> None:
+    """Stop an mpiexec started in its own session, ranks included.
+
+    mpiexec puts every rank in a process group of its own, so killing its group would
+    orphan them.  It is asked to end the job first (SIGTERM, which it passes on to the
+    ranks); whatever is still in the session after ``grace`` seconds is killed.
+    """
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(grace)
+        except subprocess.TimeoutExpired:
+            pass
+    for pid in _session_members(proc.pid):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+    proc.wait()
+
+
+def _session_members(sid: int) -> list[int]:
+    """Processes of session ``sid`` (Linux ``/proc``; field 6 of ``stat``)."""
+    members = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as stat:
+                fields = stat.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[3]) == sid:
+            members.append(int(entry))
+    return members
 
 
 def _forward(stream, seen: list[bool]) -> None:

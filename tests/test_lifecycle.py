@@ -64,9 +64,11 @@ def test_launcher_propagates_failure_exit_code():
 def test_launcher_timeout_kills_a_hung_job():
     from aluminum.launcher import launch
 
+    marker = f"al-hung-{os.getpid()}"
     with pytest.raises(subprocess.TimeoutExpired):
-        launch(2, [sys.executable, "-c", "import time; time.sleep(60)"], timeout=5,
+        launch(2, [sys.executable, "-c", f"import time; time.sleep(60)  # {marker}"], timeout=5,
                capture=True)
+    assert not _running(marker), "ranks survived the timeout"
 
 
 @pytest.mark.parametrize("capture", [True, False])
@@ -95,3 +97,31 @@ def test_launcher_retries_a_job_whose_mpiexec_failed_to_start(tmp_path, monkeypa
     if capture:
         assert "ran 1" in result.stdout
     assert "mpiexec failed to start (attempt 1 of 3)" in capsys.readouterr().err
+
+
+def test_ctrl_c_on_the_launcher_stops_the_whole_job(tmp_path):
+    """The ranks run in their own session (so a timeout can kill them all); Ctrl-C on
+    ``python -m aluminum.run`` must still stop them instead of leaving them running."""
+    import signal
+    import time
+
+    marker = f"al-ctrl-c-{os.getpid()}"
+    code = f"import sys, time; print('up', flush=True); time.sleep(60)  # {marker}"
+    launcher = subprocess.Popen([sys.executable, "-m", "aluminum.run", "-n", "2", "python",
+                                 "-c", code], stdout=subprocess.PIPE, text=True,
+                                env=_clean_env())
+    try:
+        assert launcher.stdout.readline().strip() == "up"
+        launcher.send_signal(signal.SIGINT)
+        assert launcher.wait(timeout=30) == 130
+        deadline = time.monotonic() + 10
+        while _running(marker) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not _running(marker), "ranks survived Ctrl-C"
+    finally:
+        launcher.kill()
+
+
+def _running(marker: str) -> bool:
+    result = subprocess.run(["pgrep", "-f", marker], capture_output=True, text=True)
+    return bool(result.stdout.strip())
