@@ -15,16 +15,13 @@ import time
 from typing import TYPE_CHECKING, Iterable
 
 from ..errors import OperationError
+from .completion import mark_done, wait_done
 
 if TYPE_CHECKING:
     from .progress import ProgressEngine
     from .state import State
 
 __all__ = ["Request", "test_all", "wait_all"]
-
-# Creating the lazily-built completion Event; only blocking waiters (the slow path) take it.
-_event_lock = threading.Lock()
-
 
 class Request:
     """Handle of one nonblocking operation, returned by every ``al.nonblocking_*`` call.
@@ -113,10 +110,7 @@ class Request:
         if self._done:
             return False
         self._error = error
-        self._done = True
-        event = self._event
-        if event is not None:
-            event.set()
+        mark_done(self)
         return True
 
     def _fail(self, cause: BaseException) -> bool:
@@ -129,16 +123,7 @@ class Request:
 
     def _block(self, timeout: float | None) -> bool:
         """Sleep until complete; False if ``timeout`` seconds passed first."""
-        event = self._event
-        if event is None:
-            with _event_lock:
-                if self._event is None:
-                    self._event = threading.Event()
-                event = self._event
-        # _finish sets _done before reading _event: either it saw our event or we see _done.
-        if self._done:
-            return True
-        return event.wait(timeout)
+        return wait_done(self, timeout)
 
     def _raise_error(self):
         # Fresh traceback each time, so repeated waits do not grow the stored one.

@@ -99,14 +99,9 @@ class Scheduler:
     def _settle_alone(self, request: Request, action, error: BaseException | None = None):
         """``_settle`` for the only request in flight, which may still be the solo one."""
         if request is self._solo:
-            if action is _COMPLETE:   # _retire, inlined: the hot path of short operations
+            if action is _COMPLETE:   # never entered a stream queue: nothing to take it out of
                 self._solo = None
-                self._queued = 0
-                self._completions += 1
-                if trace.ENABLED:
-                    trace.engine_event("complete", request.state.name, request.seq,
-                                       request.state.compute_stream)
-                request._finish()
+                self._retire(request, None)
                 return
             self._attach(request)
         self._settle(request.queue, request, 0, action, error)

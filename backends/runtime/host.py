@@ -34,6 +34,7 @@ from typing import Any, Callable
 import numpy as np
 from numpy.typing import DTypeLike
 
+from ...engine.completion import Completion
 from . import DeviceRuntime
 
 __all__ = [
@@ -63,7 +64,7 @@ def drive_while_waiting(drive) -> None:
     _drive = drive
 
 
-def _await(done: _Signal, timeout: float | None) -> bool:
+def _await(done: Completion, timeout: float | None) -> bool:
     """Wait for ``done`` (up to ``timeout`` s), driving engine work meanwhile; True if set."""
     if done.is_set():
         return True
@@ -76,51 +77,13 @@ def _await(done: _Signal, timeout: float | None) -> bool:
     return done.wait(remaining)
 
 
-class _Signal:
-    """A one-shot ``threading.Event`` whose condition variable is made only for a thread that
-    blocks on it: most signals here are set and checked on one thread, never waited on, and
-    a real Event costs several microseconds to make and to set."""
-
-    __slots__ = ("_set", "_event")
-
-    def __init__(self) -> None:
-        self._set = False
-        self._event: threading.Event | None = None
-
-    def is_set(self) -> bool:
-        return self._set
-
-    def set(self) -> None:
-        self._set = True
-        event = self._event
-        if event is not None:
-            event.set()
-
-    def wait(self, timeout: float | None = None) -> bool:
-        if self._set:
-            return True
-        event = self._event
-        if event is None:
-            with _signal_lock:
-                if self._event is None:
-                    self._event = threading.Event()
-                event = self._event
-        # set() reads _event after setting _set: either it saw our event or we see _set.
-        if self._set:
-            return True
-        return event.wait(timeout)
-
-
-_signal_lock = threading.Lock()
-
-
 class HostEvent:
     """A point in a host stream's work; complete once everything enqueued before it has run."""
 
     __slots__ = ("_done", "_error")
 
     def __init__(self) -> None:
-        self._done = _Signal()
+        self._done = Completion()
         self._error: BaseException | None = None
 
     def query(self) -> bool:
@@ -162,7 +125,7 @@ class HostStreamFlag:
     __slots__ = ("_event", "_lock", "_parked")
 
     def __init__(self) -> None:
-        self._event = _Signal()
+        self._event = Completion()
         self._lock = threading.Lock()
         self._parked: set[_Worker] = set()
 
