@@ -31,3 +31,21 @@ class PowerOfTwoFold:
         if virtual_rank < self._extra:
             return 2 * virtual_rank + 1
         return virtual_rank + self._extra
+
+
+def fold_in(state, fold: PowerOfTwoFold, result, scratch):
+    """The fold's first step, for a ``ProgramState``: a rank that sits out hands ``result``
+    to its partner and gets the finished vector back (nothing else to do); an absorbing rank
+    receives its partner's vector into ``scratch`` and reduces it into ``result``."""
+    if fold.sits_out:
+        yield from state.wait([state.isend(result, fold.partner)])
+        yield from state.wait([state.irecv(result, fold.partner)])
+    elif fold.absorbs:
+        yield from state.wait([state.irecv(scratch, fold.partner)])
+        state.op.reduce_into(result, scratch)
+
+
+def fold_out(state, fold: PowerOfTwoFold, result):
+    """The fold's last step: an absorbing rank hands the finished vector back."""
+    if fold.absorbs:
+        yield from state.wait([state.isend(result, fold.partner)])

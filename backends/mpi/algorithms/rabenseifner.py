@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .power_of_two import PowerOfTwoFold
+from .power_of_two import PowerOfTwoFold, fold_in, fold_out
 from .program import ProgramState, partition, result_buffer
 
 
@@ -27,18 +27,15 @@ class RabenseifnerAllreduce(ProgramState):
     def program(self):
         result = result_buffer(self.sendbuf, self.recvbuf)
         fold = PowerOfTwoFold(self.comm.rank, self.comm.size)
-        if fold.sits_out:
-            yield from self.wait([self.isend(result, fold.partner)])
-            yield from self.wait([self.irecv(result, fold.partner)])
-        elif fold.size > 1 or fold.absorbs:
-            me = fold.virtual_rank
-            offsets = partition(result.size, fold.size)
+        offsets = partition(result.size, fold.size)
+        incoming = None
+        if not fold.sits_out and fold.size > 1:
             # The largest half ever kept is the first one (leading blocks are the longer).
             incoming = np.empty(result.size if fold.absorbs else offsets[fold.size >> 1],
                                 result.dtype)
-            if fold.absorbs:
-                yield from self.wait([self.irecv(incoming, fold.partner)])
-                self.op.reduce_into(result, incoming)
+        yield from fold_in(self, fold, result, incoming)
+        if incoming is not None:
+            me = fold.virtual_rank
 
             def blocks(first: int, stop: int) -> np.ndarray:
                 return result[offsets[first]:offsets[stop]]
@@ -63,7 +60,5 @@ class RabenseifnerAllreduce(ProgramState):
                 yield from self.exchange(blocks(lo, hi), partner, blocks(*theirs), partner)
                 lo, hi = min(lo, theirs[0]), max(hi, theirs[1])
                 mask <<= 1
-
-            if fold.absorbs:
-                yield from self.wait([self.isend(result, fold.partner)])
+        yield from fold_out(self, fold, result)
         self.op.finish(result, self.comm.size)

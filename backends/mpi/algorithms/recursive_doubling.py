@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .power_of_two import PowerOfTwoFold
+from .power_of_two import PowerOfTwoFold, fold_in, fold_out
 from .program import ProgramState, result_buffer
 from .vector_copy import copy_vector
 
@@ -26,14 +26,10 @@ class RecursiveDoublingAllreduce(ProgramState):
     def program(self):
         result = result_buffer(self.sendbuf, self.recvbuf)
         fold = PowerOfTwoFold(self.comm.rank, self.comm.size)
-        if fold.sits_out:
-            yield from self.wait([self.isend(result, fold.partner)])
-            yield from self.wait([self.irecv(result, fold.partner)])
-        elif fold.size > 1 or fold.absorbs:
-            mine, theirs = result, np.empty_like(result)
-            if fold.absorbs:
-                yield from self.wait([self.irecv(theirs, fold.partner)])
-                mine, theirs = self.combine(lower=theirs, higher=mine)
+        scratch = None if fold.sits_out or fold.size == 1 else np.empty_like(result)
+        yield from fold_in(self, fold, result, scratch)
+        if scratch is not None:
+            mine, theirs = result, scratch
             mask = 1
             while mask < fold.size:
                 partner = fold.real_rank(fold.virtual_rank ^ mask)
@@ -45,8 +41,7 @@ class RecursiveDoublingAllreduce(ProgramState):
                 mask <<= 1
             if mine is not result:
                 copy_vector(result, mine)
-            if fold.absorbs:
-                yield from self.wait([self.isend(result, fold.partner)])
+        yield from fold_out(self, fold, result)
         self.op.finish(result, self.comm.size)
 
     def combine(self, lower: np.ndarray, higher: np.ndarray):
