@@ -17,9 +17,7 @@ class HostTransferScatter(HostTransferState):
         super().__init__(comm, stream)
         if sendbuf is None:
             host_send, host_recv = None, self.staged(recvbuf, d2h=False, h2d=True)
-        elif sendbuf is recvbuf:
-            host_send = host_recv = self.staged(sendbuf)
-        else:
-            host_recv = self.staged(recvbuf, d2h=False, h2d=True)
-            host_send = self.staged(sendbuf)
+        else:   # in place, the root's own block stays where it is: nothing to copy back
+            host_send, host_recv = self.staged_pair(sendbuf, recvbuf,
+                                                    h2d=sendbuf is not recvbuf)
         self.launch("scatter", recvbuf.nbytes, host_send, host_recv, root)
