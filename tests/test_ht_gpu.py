@@ -5,6 +5,10 @@ streams in tests/mpi/rank_ht_*.py everywhere.
 """
 from __future__ import annotations
 
+import subprocess
+import sys
+import textwrap
+
 import numpy as np
 import pytest
 
@@ -128,3 +132,32 @@ def test_staging_comes_from_the_pinned_pool(comm):
     for _ in range(3):
         al.nonblocking_allreduce(x, comm).wait()
     assert pool.allocated == allocated
+
+
+# A kernel loaded for the first time while an HT operation's stream waits on its flag: the
+# load blocks its thread until the flag is set, and the progress engine sets it, so the engine
+# must get to run meanwhile.  In a child process so that a deadlock fails instead of hanging.
+_FRESH_KERNEL_DURING_HT = textwrap.dedent(f"""
+    import cupy, numpy as np
+    import aluminum as al
+    slow = cupy.RawKernel({_SLOW_FILL!r}, "slow_fill")
+    x = cupy.zeros(1 << 20, dtype=cupy.float32)
+    stream = cupy.cuda.Stream(non_blocking=True)
+    with al.HostTransferCommunicator() as comm:
+        with stream:
+            slow((1,), (1,), (x, np.int32(x.size), np.float32(2), np.int64(200_000_000)))
+        request = al.nonblocking_allreduce(x, comm, stream)
+        fresh = cupy.ElementwiseKernel("float32 a", "float32 b", "b = a * 7.0f + 1.0f",
+                                       "al_test_fresh_kernel")
+        y = fresh(cupy.ones(4, dtype=cupy.float32))
+        request.wait()
+        stream.synchronize()
+        assert float(y[0].get()) == 8.0 and bool((x == 2.0).all())
+    print("ok")
+""")
+
+
+def test_first_launch_of_a_kernel_while_an_ht_op_waits_does_not_deadlock():
+    done = subprocess.run([sys.executable, "-c", _FRESH_KERNEL_DURING_HT],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and "ok" in done.stdout, done.stdout + done.stderr

@@ -126,6 +126,12 @@ def test_nonblocking_wait_and_wait_on_stream(comm):
     bound = comm.copy(user)
     buf, out = cupy.zeros(1 << 20, cupy.float32), cupy.zeros(1 << 20, cupy.float32)
     cupy.cuda.get_current_stream().synchronize()
+    # Load the kernels used below now: a kernel's first launch blocks while a stream waits
+    # on a flag (see cupy_runtime), and only this thread sets the flag.
+    with user.cupy_stream:
+        buf.fill(1)
+    with after.cupy_stream:
+        out * 2
     release = runtime.new_flag()
     try:
         user.wait_flag(release)                       # the user's stream stalls here
