@@ -1,6 +1,8 @@
 """Allreduce: every rank ends with the element-wise reduction of every rank's buffer."""
 from __future__ import annotations
 
+import weakref
+
 import numpy as np
 
 from . import dispatch, trace
@@ -11,11 +13,18 @@ from .validate import (check_comm, check_stream, expect_count, input_buffer, out
 
 __all__ = ["allreduce", "nonblocking_allreduce"]
 
-# (backend, comm size, dtype, count, op, algo, in place) -> (State class, ReductionOp) for
-# calls on numpy arrays that already passed validation once: a repeat call skips the selector
-# and the argument parsing, which otherwise cost several times a small MPI allreduce itself.
+# (backend, comm size, dtype, count, op, algo, in place) -> (State class, ReductionOp, array
+# runner or None) for calls on numpy arrays that already passed validation once: a repeat call
+# skips the selector and the argument parsing, which otherwise cost several times a small MPI
+# allreduce itself.  States with an ``array_runner`` (passthrough) also skip making Buffers.
 _plans: dict = {}
 dispatch.plan_caches.append(_plans)
+# The last blocking call that had an array runner: (communicator, weak references to its
+# arrays, op, algo, dtype, plan).  The same call again (the same objects: a training loop's
+# buffers) skips even the plan lookup; what numpy lets users change on an existing array
+# (its writability, strides and dtype) is checked again.
+_last_call: dict = {}
+dispatch.plan_caches.append(_last_call)
 
 
 def allreduce(buf, comm, stream=None, *, op=ReductionOp.SUM, recvbuf=None,
@@ -29,9 +38,18 @@ def allreduce(buf, comm, stream=None, *, op=ReductionOp.SUM, recvbuf=None,
     the result is in place.
     """
     if stream is None:
-        plan = _cached_plan(buf, recvbuf, comm, op, algo)
+        plan = _same_as_last(buf, recvbuf, comm, op, algo)
+        if plan is None:
+            plan = _repeat_plan(buf, recvbuf, comm, op, algo)
+            if plan is not None and plan[2] is not None:
+                recv_ref = None if recvbuf is None else weakref.ref(recvbuf)
+                _last_call[0] = (comm, weakref.ref(buf), recv_ref, op, algo, buf.dtype, plan)
         if plan is not None:
-            plan[0].run_blocking(comm, None, plan[2], plan[3], plan[1])
+            if plan[2] is not None:
+                plan[2](comm, buf, recvbuf)
+            else:
+                send, recv = _buffers(buf, None if recvbuf is buf else recvbuf)
+                plan[0].run_blocking(comm, None, send, recv, plan[1])
             return
     _allreduce(True, buf, comm, stream, op, recvbuf, algo)
 
@@ -41,43 +59,78 @@ def nonblocking_allreduce(buf, comm, stream=None, *, op=ReductionOp.SUM, recvbuf
     """Start ``allreduce`` and return a ``Request``; buffers must not be touched until it
     completes (``req.wait()`` or ``req.test()``)."""
     if stream is None:
-        plan = _cached_plan(buf, recvbuf, comm, op, algo)
+        plan = _repeat_plan(buf, recvbuf, comm, op, algo)
         if plan is not None:
-            return dispatch.submit(plan[0](comm, None, plan[2], plan[3], plan[1]))
+            send, recv = _buffers(buf, None if recvbuf is buf else recvbuf)
+            return dispatch.submit(plan[0](comm, None, send, recv, plan[1]))
     return _allreduce(False, buf, comm, stream, op, recvbuf, algo)
 
 
-def _cached_plan(buf, recvbuf, comm, op, algo):
-    """``(State class, ReductionOp, send Buffer, receive Buffer)`` for a repeat call on numpy
-    arrays whose checks are cheap to redo, else None (the full path validates and explains)."""
+def _same_as_last(buf, recvbuf, comm, op, algo):
+    """The plan of the last blocking call if this one repeats it, else None."""
+    last = _last_call.get(0)
+    if last is None:
+        return None
+    last_comm, last_buf, last_recv, last_op, last_algo, dtype, plan = last
+    if last_comm is not comm or buf is None or last_buf() is not buf or last_op is not op \
+            or last_algo is not algo or buf.dtype is not dtype or comm._mpi is None:
+        return None
+    if recvbuf is None:
+        if last_recv is not None:
+            return None
+        flags = buf.flags
+        return plan if flags.writeable and flags.c_contiguous else None
+    if last_recv is None or last_recv() is not recvbuf or recvbuf.dtype is not dtype:
+        return None
+    flags = recvbuf.flags
+    if flags.writeable and flags.c_contiguous and buf.flags.c_contiguous:
+        return plan
+    return None
+
+
+def _repeat_plan(buf, recvbuf, comm, op, algo):
+    """The cached ``(State class, ReductionOp, array runner or None)`` for a repeat call on
+    numpy arrays whose checks are cheap to redo, else None (the full path validates and
+    explains)."""
     if type(buf) is not np.ndarray:
         return None
-    inplace = recvbuf is None or recvbuf is buf
-    if not inplace and type(recvbuf) is not np.ndarray:
-        return None
+    if recvbuf is None or recvbuf is buf:
+        flags = buf.flags
+        if not (flags.c_contiguous and flags.writeable):
+            return None
+        inplace = True
+    else:
+        # Equal dtypes that are distinct objects take the full path.
+        if type(recvbuf) is not np.ndarray or recvbuf.dtype is not buf.dtype \
+                or recvbuf.size != buf.size:
+            return None
+        out_flags = recvbuf.flags
+        if not (out_flags.c_contiguous and out_flags.writeable and buf.flags.c_contiguous):
+            return None
+        # Two arrays that each own their memory are two allocations: disjoint, no need to
+        # ask numpy (a third of this path's cost).
+        if (buf.base is not None or recvbuf.base is not None) \
+                and np.may_share_memory(buf, recvbuf):
+            return None
+        inplace = False
     try:
         plan = _plans.get((comm.backend, comm.size, buf.dtype, buf.size, op, algo, inplace))
     except (AttributeError, TypeError):   # not a communicator, unhashable op: full path
         return None
     if plan is None or comm._mpi is None:
         return None
-    flags = buf.flags
-    if inplace:
-        if not (flags.c_contiguous and flags.writeable):
-            return None
+    return plan
+
+
+def _buffers(buf, recvbuf):
+    """Send and receive Buffers of arrays ``_repeat_plan`` accepted (``recvbuf`` None: in
+    place)."""
+    if recvbuf is None:
         send = recv = contiguous_host_buffer(buf, buf, True)
     else:
-        out_flags = recvbuf.flags
-        if not (flags.c_contiguous and out_flags.c_contiguous and out_flags.writeable) \
-                or recvbuf.dtype != buf.dtype or recvbuf.size != buf.size:
-            return None
-        # Two arrays that each own their memory are two allocations: disjoint, no need to
-        # ask numpy (a third of this path's cost).
-        if not (buf.base is None and recvbuf.base is None) and np.may_share_memory(buf, recvbuf):
-            return None
-        send = contiguous_host_buffer(buf, buf, flags.writeable)
+        send = contiguous_host_buffer(buf, buf, buf.flags.writeable)
         recv = contiguous_host_buffer(recvbuf, recvbuf, True)
-    return plan[0], plan[1], send, recv
+    return send, recv
 
 
 def _allreduce(blocking, buf, comm, stream, op, recvbuf, algo):
@@ -99,6 +152,11 @@ def _allreduce(blocking, buf, comm, stream, op, recvbuf, algo):
             and not trace.ENABLED and not dispatch.checks_enabled():
         dispatch.remember(_plans, (comm.backend, comm.size, buf.dtype, buf.size, raw_op, algo,
                                    sendbuf is recvbuf),
-                          (state_class, op))
+                          (state_class, op, _array_runner(state_class, op, sendbuf.dtype)))
     return dispatch.run(comm, "allreduce", state_class, recvbuf.nbytes, blocking,
                         (stream, sendbuf, recvbuf, op))
+
+
+def _array_runner(state_class, op, dtype):
+    runner = getattr(state_class, "array_runner", None)
+    return runner(op, dtype) if runner is not None else None

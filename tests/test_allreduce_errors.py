@@ -129,6 +129,34 @@ def test_read_only_after_a_cached_fast_path_call(comm):
         al.allreduce(buf, comm)
 
 
+def test_changes_to_the_same_arrays_between_repeat_calls_are_seen(comm):
+    """The fast path remembers the last call's arrays; what numpy lets a user change on an
+    existing array must not slip through."""
+    buf, out = f32(), np.zeros(8, np.float32)
+    for _ in range(2):
+        al.allreduce(buf, comm, recvbuf=out)
+    out.flags.writeable = False
+    with pytest.raises(al.BufferError, match="recvbuf: expected a writable buffer"):
+        al.allreduce(buf, comm, recvbuf=out)
+    out.flags.writeable = True
+    out.shape = (2, 4)            # still 8 contiguous elements: fine
+    al.allreduce(buf, comm, recvbuf=out)
+    np.testing.assert_array_equal(out.reshape(-1), f32() * comm.size)
+    ints = np.arange(8, dtype=np.int32)
+    for _ in range(2):
+        al.allreduce(ints, comm, op=al.BAND)
+    ints.dtype = np.float32       # the same memory, read as another dtype
+    with pytest.raises(al.UnsupportedError, match="op: BAND"):
+        al.allreduce(ints, comm, op=al.BAND)
+
+
+def test_repeat_calls_with_new_arrays_write_the_new_ones(comm):
+    for value in range(4):        # each iteration's arrays may reuse the last one's memory
+        buf, out = np.full(8, value, np.float32), np.zeros(8, np.float32)
+        al.allreduce(buf, comm, recvbuf=out)
+        np.testing.assert_array_equal(out, np.full(8, value * comm.size, np.float32))
+
+
 def _snapshot(obj):
     if obj is None or isinstance(obj, (int, str, list)):
         return repr(obj)

@@ -17,6 +17,24 @@ class PassthroughAllreduce(State):
         self.request = None
 
     @staticmethod
+    def array_runner(op, dtype):
+        """``run(comm, buf, recvbuf)``: ``run_blocking`` on C-contiguous numpy arrays (in place
+        when ``recvbuf`` is None or ``buf``) with the MPI datatype and op decided once, for
+        repeat calls."""
+        datatype, mpiop, needs_finish = mpi_plan(op, dtype)
+        in_place = MPI.IN_PLACE
+
+        def run(comm, buf, recvbuf):
+            if recvbuf is None or recvbuf is buf:
+                comm._mpi.Allreduce(in_place, [buf, datatype], mpiop)
+                recvbuf = buf
+            else:
+                comm._mpi.Allreduce([buf, datatype], [recvbuf, datatype], mpiop)
+            if needs_finish:
+                op.finish(recvbuf.reshape(-1), comm.size)
+        return run
+
+    @staticmethod
     def run_blocking(comm, stream, sendbuf, recvbuf, op):
         datatype, mpiop, needs_finish = mpi_plan(op, recvbuf.dtype)
         send = MPI.IN_PLACE if sendbuf is recvbuf else [sendbuf.array, datatype]
