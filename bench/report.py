@@ -143,8 +143,9 @@ def format_table(result: Result) -> str:
 
 
 def automatic_gaps(result: Result) -> list[tuple[int, float, float, str]]:
-    """Per size: (size, automatic's Avg, the fastest other algorithm's Avg, its name)."""
-    ours = {s.name: {pt.size: pt.avg_us for pt in s.points}
+    """Per size: (size, automatic's median, the fastest other algorithm's median, its name):
+    medians, as the tuner decides by them."""
+    ours = {s.name: {pt.size: pt.median_us for pt in s.points}
             for s in result.series if s.kind == "ours" and s.points}
     auto = ours.pop("automatic", None)
     gaps = []
@@ -162,8 +163,8 @@ def automatic_summary(result: Result) -> list[str]:
     if not gaps:
         return []
     size, avg, best, name = max(gaps, key=lambda g: (g[1] / g[2] if g[2] > 0 else 1.0))
-    return ["", f"# automatic vs the fastest algorithm at each size: worst {ratio(avg, best)}"
-                f" at {size} B ({avg:.2f} us vs {name} {best:.2f} us)"]
+    return ["", f"# automatic vs the fastest algorithm at each size (medians): worst "
+                f"{ratio(avg, best)} at {size} B ({avg:.2f} us vs {name} {best:.2f} us)"]
 
 
 def format_matrix(result: Result) -> list[str]:

@@ -6,7 +6,7 @@ them side by side (bench/sweep.py, same sizes and buffers; each point the best o
 the two rank algorithms differently here (between 32 KiB and 512 KiB on 2 ranks the
 shared-memory allreduce is up to 2× faster than Open MPI's out of place, and up to 1.5×
 slower in place), so a choice must hold for both. It then assigns one algorithm to each
-size: never more than ``DEFAULT_MARGIN`` (10%) slower than the backend's default
+size by the points' median latencies (an Avg moves with the odd 2 ms stall of a busy VM): never more than ``DEFAULT_MARGIN`` (10%) slower than the backend's default
 (``mpi_passthrough``) in either mode — "automatic" must never lose to the plain library call
 — and within that, at most ``MAX_SLOWDOWN`` (5%) slower than the fastest in either mode
 where possible, and otherwise as few changes of algorithm as possible — each change must buy
@@ -18,7 +18,7 @@ by a busy CPU) is preferred unless another algorithm is more than ``DEFAULT_PREF
 applies, so a size between two measured ones uses the smaller's choice (the selector's
 nearest-lower rule).
 
-The measured Avg latencies of every op are printed (stdout, rank 0) before its rule, so the
+The measured latencies of every op (Avg) are printed (stdout, rank 0) before its rule, so the
 evidence for each threshold is on screen. Thresholds are as good as the machine is quiet:
 on the 2-core development VM, Open MPI's in-place allreduce of 64–512 KiB takes 1× or 2×
 its best time depending on the job (independent of buffer alignment), so tune on an idle
@@ -83,12 +83,12 @@ def choose(modes: Sequence[dict[str, list[sweep.Point]]],
     for i in range(len(sizes)):
         slowdown = dict.fromkeys(names, 0.0)
         for mode in modes:
-            best = min(mode[name][i].avg_us for name in names)
+            best = min(mode[name][i].median_us for name in names)
             for name in names:
                 if best > 0:
-                    slowdown[name] = max(slowdown[name], mode[name][i].avg_us / best - 1)
+                    slowdown[name] = max(slowdown[name], mode[name][i].median_us / best - 1)
         safe = [name for name in names if default not in names or all(
-            mode[name][i].avg_us <= mode[default][i].avg_us * (1 + DEFAULT_MARGIN)
+            mode[name][i].median_us <= mode[default][i].median_us * (1 + DEFAULT_MARGIN)
             for mode in modes)]
         allowed = max(MAX_SLOWDOWN, min(slowdown[name] for name in safe))
         step: dict[str, tuple[float, list[str]]] = {}

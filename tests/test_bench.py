@@ -154,7 +154,7 @@ def test_table_has_every_column_ratio_and_fastest_mark():
     assert rows[("4", "mpi4py*")][3] == "1.00"
     assert "2(p-1)/p" in text
     assert "# allreduce on 2 ranks: Avg latency (us) by size" in text
-    assert "automatic vs the fastest algorithm at each size: worst 0.67x at 1048576 B" in text
+    assert "automatic vs the fastest algorithm at each size (medians): worst 0.67x at 1048576 B" in text
     assert report.automatic_gaps(_result()) == [(4, 2.0, 6.0, "ring"),
                                                 (MIB, 100.0, 150.0, "ring")]
 
@@ -183,7 +183,7 @@ def test_choose_follows_the_fastest_with_few_thresholds():
     island = {"mpi_passthrough": _series([5.0, 5.0, 10.0, 100.0]),
               "shared_memory": _series([9.0, 4.8, 12.0, 120.0])}
     assert tune.choose([island], "mpi_passthrough") == [(0, "mpi_passthrough")]
-    island["shared_memory"][1].avg_us = 4.0         # wins by 20%: a real crossover
+    island["shared_memory"][1].median_us = 4.0        # wins by 20%: a real crossover
     assert tune.choose([island], "mpi_passthrough") == [
         (0, "mpi_passthrough"), (8, "shared_memory"), (16, "mpi_passthrough")]
     # Within MAX_SLOWDOWN of the best, the default wins.
@@ -197,7 +197,7 @@ def test_choose_follows_the_fastest_with_few_thresholds():
                     "shared_memory": _series([9.2, 71.0])}
     assert tune.choose([in_place, out_of_place], "mpi_passthrough") == [
         (0, "shared_memory"), (8, "mpi_passthrough")]        # ring: 33% slower in place
-    in_place["ring"][1].avg_us = 32.0
+    in_place["ring"][1].median_us = 32.0
     assert tune.choose([in_place, out_of_place], "mpi_passthrough") == [
         (0, "shared_memory"), (8, "ring")]
 
