@@ -19,8 +19,8 @@ __all__ = ["allreduce", "nonblocking_allreduce"]
 # allreduce itself.  States with an ``array_runner`` (passthrough) also skip making Buffers.
 _plans: dict = {}
 dispatch.plan_caches.append(_plans)
-# The last blocking call that had an array runner: (communicator, weak references to its
-# arrays, op, algo, dtype, plan).  The same call again (the same objects: a training loop's
+# The last blocking call that had an array runner: (weak references to its communicator
+# and arrays, op, algo, dtype, plan).  The same call again (the same objects: a training loop's
 # buffers) skips even the plan lookup; what numpy lets users change on an existing array
 # (its writability, strides and dtype) is checked again.
 _last_call: dict = {}
@@ -43,7 +43,8 @@ def allreduce(buf, comm, stream=None, *, op=ReductionOp.SUM, recvbuf=None,
             plan = _repeat_plan(buf, recvbuf, comm, op, algo)
             if plan is not None and plan[2] is not None:
                 recv_ref = None if recvbuf is None else weakref.ref(recvbuf)
-                _last_call[0] = (comm, weakref.ref(buf), recv_ref, op, algo, buf.dtype, plan)
+                _last_call[0] = (weakref.ref(comm), weakref.ref(buf), recv_ref, op, algo,
+                                 buf.dtype, plan)
         if plan is not None:
             if plan[2] is not None:
                 plan[2](comm, buf, recvbuf)
@@ -72,8 +73,10 @@ def _same_as_last(buf, recvbuf, comm, op, algo):
     if last is None:
         return None
     last_comm, last_buf, last_recv, last_op, last_algo, dtype, plan = last
-    if last_comm is not comm or buf is None or last_buf() is not buf or last_op is not op \
-            or last_algo is not algo or buf.dtype is not dtype or comm._mpi is None:
+    # (a weak reference whose object is gone returns None: never a match for None arguments)
+    if comm is None or buf is None or last_comm() is not comm or last_buf() is not buf \
+            or last_op is not op or last_algo is not algo or buf.dtype is not dtype \
+            or comm._mpi is None:
         return None
     if recvbuf is None:
         if last_recv is not None:

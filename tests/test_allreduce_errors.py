@@ -150,6 +150,19 @@ def test_changes_to_the_same_arrays_between_repeat_calls_are_seen(comm):
         al.allreduce(ints, comm, op=al.BAND)
 
 
+def test_none_as_comm_after_the_last_calls_communicator_is_gone():
+    import gc
+    buf = f32()
+    gone = al.MPICommunicator()
+    for _ in range(2):
+        al.allreduce(buf, gone)
+    gone.free()
+    del gone
+    gc.collect()
+    with pytest.raises(al.ArgumentError, match="comm: expected an aluminum communicator"):
+        al.allreduce(buf, None)
+
+
 def test_repeat_calls_with_new_arrays_write_the_new_ones(comm):
     for value in range(4):        # each iteration's arrays may reuse the last one's memory
         buf, out = np.full(8, value, np.float32), np.zeros(8, np.float32)
