@@ -422,7 +422,7 @@ def test_synchronize_drives_the_installed_progress_hook(stream, monkeypatch):
         calls.append(predicate())
         flag.set()
 
-    monkeypatch.setattr(host, "_drive", drive)
+    monkeypatch.setattr(runtime, "_drive", drive)
     stream.wait_flag(flag)
     stream.synchronize(timeout=DONE)
     assert calls == [False] and flag.is_set()

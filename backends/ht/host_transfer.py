@@ -69,7 +69,7 @@ from ...engine.progress import drive_until, submit
 from ...engine.state import Action, State
 from ...errors import ArgumentError, BufferError
 from .. import get_backend
-from ..runtime import host, runtime_for
+from ..runtime import drive_while_waiting, host, runtime_for
 from .staging import region, staging_pool
 
 __all__ = ["HostTransferState", "PostingOrder", "STAGE_HOST_KEY", "layout_blocks"]
@@ -78,8 +78,8 @@ _CONTINUE, _COMPLETE = Action.CONTINUE, Action.COMPLETE
 _HOST_RUNTIME = host.RUNTIME
 STAGE_HOST_KEY = "ht_stage_host"   # comm._scratch: stage host buffers too (AL_HT_STAGE_HOST)
 
-# A thread synchronizing a host stream parked on an HT flag drives the MPI step itself.
-host.drive_while_waiting(drive_until)
+# A thread synchronizing a stream that waits on an HT flag drives the MPI step itself.
+drive_while_waiting(drive_until)
 
 
 class PostingOrder:

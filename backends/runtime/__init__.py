@@ -16,7 +16,7 @@ stream) this is all Aluminum's host-transfer algorithms need.
 from __future__ import annotations
 
 import abc
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Callable, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
     import numpy as np
@@ -24,8 +24,27 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DeviceRuntime", "Event", "Stream", "StreamFlag",
-    "host_runtime", "cuda_runtime", "runtime_for",
+    "host_runtime", "cuda_runtime", "runtime_for", "drive_while_waiting", "waiting_driver",
 ]
+
+# drive(predicate, timeout): makes progress on this thread towards ``predicate()`` while
+# there is engine work to drive, returning when it is true, when nothing is left to drive, or
+# after ``timeout``.  Installed by the host-transfer backend (the progress engine's
+# ``drive_until``), so that a thread synchronizing a stream that waits on an HT flag runs the
+# MPI step that sets the flag itself, as ``Request.wait`` does, instead of waiting for the
+# engine thread to wake up.
+_drive: Callable[[Callable[[], bool], float | None], None] | None = None
+
+
+def drive_while_waiting(drive) -> None:
+    """Install ``drive`` (see ``_drive``) for threads synchronizing streams and events."""
+    global _drive
+    _drive = drive
+
+
+def waiting_driver():
+    """The installed ``drive`` (see ``_drive``), or None."""
+    return _drive
 
 
 @runtime_checkable

@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import DTypeLike
 
-from . import DeviceRuntime
+from . import DeviceRuntime, waiting_driver
 
 __all__ = [
     "CupyEvent", "CupyStream", "CupyStreamFlag", "CupyRuntime", "RUNTIME", "is_cuda_stream",
@@ -76,6 +76,14 @@ def _stream_wait_value32() -> Any:
     return wait
 
 
+def _drive_towards(passed) -> None:
+    """Drive engine work (an HT operation this stream waits for) until ``passed()`` or
+    nothing is left to drive; the CUDA wait that follows then returns at once or soon."""
+    drive = waiting_driver()
+    if drive is not None and not passed():
+        drive(passed, None)
+
+
 def _new_cuda_event() -> Any:
     return _cupy().cuda.Event(block=False, disable_timing=True)
 
@@ -102,7 +110,9 @@ class CupyEvent:
         return bool(self.cupy_event.done)
 
     def synchronize(self) -> None:
-        """Block the calling thread until the GPU has passed the event."""
+        """Block the calling thread until the GPU has passed the event (driving engine work
+        that leads there meanwhile, see ``runtime.drive_while_waiting``)."""
+        _drive_towards(self.query)
         self.cupy_event.synchronize()
 
 
@@ -169,7 +179,10 @@ class CupyStream:
         return self.cupy_stream.ptr
 
     def synchronize(self) -> None:
-        """Block the calling thread until all work enqueued so far has run."""
+        """Block the calling thread until all work enqueued so far has run (driving engine
+        work that leads there meanwhile, see ``runtime.drive_while_waiting``)."""
+        if waiting_driver() is not None:
+            _drive_towards(self.record_event().query)
         self.cupy_stream.synchronize()
 
     def record_event(self) -> CupyEvent:

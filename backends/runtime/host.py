@@ -35,7 +35,7 @@ import numpy as np
 from numpy.typing import DTypeLike
 
 from ...engine.completion import Completion
-from . import DeviceRuntime
+from . import DeviceRuntime, waiting_driver
 
 __all__ = [
     "HostEvent", "HostStream", "HostStreamFlag", "HostRuntime", "RUNTIME",
@@ -49,26 +49,11 @@ SPIN_SECONDS = 50e-6
 
 _STOP = object()
 
-# drive(predicate, timeout): makes progress on this thread towards ``predicate()`` while
-# there is engine work to drive, returning when it is true, when nothing is left to drive, or
-# after ``timeout``.  Installed by the host-transfer backend (the progress engine's
-# ``drive_until``), so that a thread synchronizing a stream parked on an HT flag runs the MPI
-# step that sets the flag itself, as ``Request.wait`` does, instead of waiting for a napping
-# engine thread.
-_drive: Callable[[Callable[[], bool], float | None], None] | None = None
-
-
-def drive_while_waiting(drive) -> None:
-    """Install ``drive`` (see ``_drive``) for threads waiting on host streams and events."""
-    global _drive
-    _drive = drive
-
-
 def _await(done: Completion, timeout: float | None) -> bool:
     """Wait for ``done`` (up to ``timeout`` s), driving engine work meanwhile; True if set."""
     if done.is_set():
         return True
-    drive = _drive
+    drive = waiting_driver()
     if drive is None:
         return done.wait(timeout)
     deadline = None if timeout is None else time.monotonic() + timeout
@@ -366,7 +351,7 @@ class HostStream:
         Raises the builtin TimeoutError if ``timeout`` seconds pass first, and RuntimeError
         when called from the stream's own worker (that would wait for itself).  While the
         stream waits on a flag that progress-engine work will set, the caller drives that
-        work (see ``drive_while_waiting``).
+        work (see ``runtime.drive_while_waiting``).
         """
         if threading.current_thread() is self._worker.thread:
             raise RuntimeError(f"stream: {self.name} cannot synchronize from its own work")
