@@ -6,7 +6,8 @@ them side by side (bench/sweep.py, same sizes and buffers; each point the best o
 the two rank algorithms differently here (between 32 KiB and 512 KiB on 2 ranks the
 shared-memory allreduce is up to 2× faster than Open MPI's out of place, and up to 1.5×
 slower in place), so a choice must hold for both. It then assigns one algorithm to each
-size by the points' median latencies (an Avg moves with the odd 2 ms stall of a busy VM): never more than ``DEFAULT_MARGIN`` (10%) slower than the backend's default
+size, judging by the points' median latencies (an Avg moves with the odd 2 ms stall of a
+busy VM): never more than ``DEFAULT_MARGIN`` (10%) slower than the backend's default
 (``mpi_passthrough``) in either mode — "automatic" must never lose to the plain library call
 — and within that, at most ``MAX_SLOWDOWN`` (5%) slower than the fastest in either mode
 where possible, and otherwise as few changes of algorithm as possible — each change must buy
