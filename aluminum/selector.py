@@ -325,10 +325,14 @@ def _nearest(sizes: Collection[int], comm_size: int) -> int:
     return min(sizes, key=lambda s: (abs(s - comm_size), s))
 
 
+def placement_of(inplace: bool | None) -> str | None:
+    """The rule placement (``PLACEMENTS``) of a call in place or not; None when unknown."""
+    return None if inplace is None else PLACEMENTS[0] if inplace else PLACEMENTS[1]
+
+
 def _decide(table: Table, backend: str, op: str, comm_size: int, nbytes: int,
             default: str, inplace: bool | None) -> str:
-    placement = None if inplace is None else PLACEMENTS[0] if inplace else PLACEMENTS[1]
-    rules = table.rules_for(backend, op, placement)
+    rules = table.rules_for(backend, op, placement_of(inplace))
     if rules:
         return rules[_nearest(rules, comm_size)].choose(nbytes) or default
     if _known is None:

@@ -209,4 +209,3 @@ def check_stream(stream: object, comm: Communicator):
                             f"takes no stream, got {type(stream).__name__}; use "
                             f"al.HostTransferCommunicator for stream-ordered operations")
     return stream
-

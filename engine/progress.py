@@ -417,6 +417,7 @@ class ProgressEngine(Scheduler):
             thread.join(0.1)
         return clean and not failed
 
+
 # -- the process's engine ------------------------------------------------------------------
 
 _engine: ProgressEngine | None = None

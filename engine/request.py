@@ -23,6 +23,7 @@ if TYPE_CHECKING:
 
 __all__ = ["Request", "test_all", "wait_all"]
 
+
 class Request:
     """Handle of one nonblocking operation, returned by every ``al.nonblocking_*`` call.
 

@@ -148,10 +148,7 @@ class Scheduler:
         ``wait`` only polls it.  The bookkeeping is kept to a minimum: in a loop of short
         operations every microsecond here is one the peer waits too.
         """
-        try:
-            hash(key)
-        except TypeError:
-            check_hashable(key, state)
+        check_hashable(key, state)
         seq = next(self._seq)
         if trace.ENABLED:
             trace.engine_event("submit", state.name, seq, state.compute_stream)

@@ -154,7 +154,8 @@ def test_table_has_every_column_ratio_and_fastest_mark():
     assert rows[("4", "mpi4py*")][3] == "1.00"
     assert "2(p-1)/p" in text
     assert "# allreduce on 2 ranks: Avg latency (us) by size" in text
-    assert "automatic vs the fastest algorithm at each size (medians): worst 0.67x at 1048576 B" in text
+    assert ("automatic vs the fastest algorithm at each size (medians): worst 0.67x at "
+            "1048576 B") in text
     assert report.automatic_gaps(_result()) == [(4, 2.0, 6.0, "ring"),
                                                 (MIB, 100.0, 150.0, "ring")]
 

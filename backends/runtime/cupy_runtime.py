@@ -78,9 +78,10 @@ def _stream_wait_value32() -> Any:
 
 def _drive_towards(passed) -> None:
     """Drive engine work (an HT operation this stream waits for) until ``passed()`` or
-    nothing is left to drive; the CUDA wait that follows then returns at once or soon."""
+    nothing is left to drive; the CUDA wait that follows then returns at once or soon.
+    ``passed`` is only called while the engine has work."""
     drive = waiting_driver()
-    if drive is not None and not passed():
+    if drive is not None:
         drive(passed, None)
 
 
@@ -181,8 +182,14 @@ class CupyStream:
     def synchronize(self) -> None:
         """Block the calling thread until all work enqueued so far has run (driving engine
         work that leads there meanwhile, see ``runtime.drive_while_waiting``)."""
-        if waiting_driver() is not None:
-            _drive_towards(self.record_event().query)
+        marker = []   # recorded only if there is engine work to drive
+
+        def passed() -> bool:
+            if not marker:
+                marker.append(self.record_event())
+            return marker[0].query()
+
+        _drive_towards(passed)
         self.cupy_stream.synchronize()
 
     def record_event(self) -> CupyEvent:

@@ -49,6 +49,7 @@ SPIN_SECONDS = 50e-6
 
 _STOP = object()
 
+
 def _await(done: Completion, timeout: float | None) -> bool:
     """Wait for ``done`` (up to ``timeout`` s), driving engine work meanwhile; True if set."""
     if done.is_set():

@@ -56,8 +56,6 @@ def run(ht, blocking, name, *args, **kwargs):
         assert request.test()
 
 
-
-
 def start_of(counts, displs, rank):
     return sum(counts[:rank]) if displs is None else displs[rank]
 
@@ -360,7 +358,6 @@ def test_alltoallv(ht, blocking, matrix, gaps, reverse, dtype, inplace, seed):
 
 
 # -- point-to-point and barrier ------------------------------------------------------------
-
 
 
 @BLOCKING

@@ -13,8 +13,6 @@ from op_cases import (BLOCKING, DTYPES, GAPS, RANK_COUNTS, ROOTS, SEEDS, SMALL_C
 EXAMPLES = settings(max_examples=30)
 
 
-
-
 @BLOCKING
 @EXAMPLES
 @given(block=SMALL_COUNTS, dtype=DTYPES, inplace=st.booleans(), seed=SEEDS)

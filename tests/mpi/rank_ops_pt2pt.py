@@ -14,7 +14,6 @@ EXAMPLES = settings(max_examples=30)
 NEEDS_ENGINE = pytest.mark.skipif(not ENGINE, reason="needs the progress engine")
 
 
-
 @BLOCKING
 @EXAMPLES
 @given(count=SMALL_COUNTS, dtype=DTYPES, seed=SEEDS)
