@@ -14,15 +14,16 @@ from .validate import (check_comm, check_stream, expect_count, input_buffer, out
 __all__ = ["allreduce", "nonblocking_allreduce"]
 
 # (backend, comm size, dtype, count, op, algo, in place) -> (State class, ReductionOp, array
-# runner or None) for calls on numpy arrays that already passed validation once: a repeat call
-# skips the selector and the argument parsing, which otherwise cost several times a small MPI
-# allreduce itself.  States with an ``array_runner`` (passthrough) also skip making Buffers.
+# runner or None, array state maker or None) for calls on numpy arrays that already passed
+# validation once: a repeat call skips the selector and the argument parsing, which otherwise
+# cost several times a small MPI allreduce itself.  States with an ``array_runner`` and an
+# ``array_state`` (passthrough) also skip making Buffers, blocking and nonblocking.
 _plans: dict = {}
 dispatch.plan_caches.append(_plans)
-# The last blocking call that had an array runner: (weak references to its communicator
-# and arrays, op, algo, dtype, plan).  The same call again (the same objects: a training loop's
-# buffers) skips even the plan lookup; what numpy lets users change on an existing array
-# (its writability, strides and dtype) is checked again.
+# blocking (True/False) -> the last such call whose plan works on arrays: (weak references
+# to its communicator and arrays, op, algo, dtype, plan).  The same call again (the same
+# objects: a training loop's buffers) skips even the plan lookup; what numpy lets users change
+# on an existing array (its writability, strides and dtype) is checked again.
 _last_call: dict = {}
 dispatch.plan_caches.append(_last_call)
 
@@ -38,13 +39,7 @@ def allreduce(buf, comm, stream=None, *, op=ReductionOp.SUM, recvbuf=None,
     the result is in place.
     """
     if stream is None:
-        plan = _same_as_last(buf, recvbuf, comm, op, algo)
-        if plan is None:
-            plan = _repeat_plan(buf, recvbuf, comm, op, algo)
-            if plan is not None and plan[2] is not None:
-                recv_ref = None if recvbuf is None else weakref.ref(recvbuf)
-                _last_call[0] = (weakref.ref(comm), weakref.ref(buf), recv_ref, op, algo,
-                                 buf.dtype, plan)
+        plan = _remembered_plan(True, buf, recvbuf, comm, op, algo)
         if plan is not None:
             if plan[2] is not None:
                 plan[2](comm, buf, recvbuf)
@@ -60,16 +55,32 @@ def nonblocking_allreduce(buf, comm, stream=None, *, op=ReductionOp.SUM, recvbuf
     """Start ``allreduce`` and return a ``Request``; buffers must not be touched until it
     completes (``req.wait()`` or ``req.test()``)."""
     if stream is None:
-        plan = _repeat_plan(buf, recvbuf, comm, op, algo)
+        plan = _remembered_plan(False, buf, recvbuf, comm, op, algo)
         if plan is not None:
+            if plan[3] is not None:
+                return dispatch.submit(plan[3](comm, buf, recvbuf))
             send, recv = _buffers(buf, None if recvbuf is buf else recvbuf)
             return dispatch.submit(plan[0](comm, None, send, recv, plan[1]))
     return _allreduce(False, buf, comm, stream, op, recvbuf, algo)
 
 
-def _same_as_last(buf, recvbuf, comm, op, algo):
-    """The plan of the last blocking call if this one repeats it, else None."""
-    last = _last_call.get(0)
+def _remembered_plan(blocking, buf, recvbuf, comm, op, algo):
+    """The plan of a repeat call (``_same_as_last``, else ``_repeat_plan``), remembered as the
+    last call when it works on arrays; None when the full path must validate this call."""
+    plan = _same_as_last(blocking, buf, recvbuf, comm, op, algo)
+    if plan is None:
+        plan = _repeat_plan(buf, recvbuf, comm, op, algo)
+        if plan is not None and plan[2 if blocking else 3] is not None:
+            recv_ref = None if recvbuf is None else weakref.ref(recvbuf)
+            _last_call[blocking] = (weakref.ref(comm), weakref.ref(buf), recv_ref, op, algo,
+                                    buf.dtype, plan)
+    return plan
+
+
+def _same_as_last(blocking, buf, recvbuf, comm, op, algo):
+    """The plan of the last blocking (or nonblocking) call if this one repeats it, else
+    None."""
+    last = _last_call.get(blocking)
     if last is None:
         return None
     last_comm, last_buf, last_recv, last_op, last_algo, dtype, plan = last
@@ -92,9 +103,9 @@ def _same_as_last(buf, recvbuf, comm, op, algo):
 
 
 def _repeat_plan(buf, recvbuf, comm, op, algo):
-    """The cached ``(State class, ReductionOp, array runner or None)`` for a repeat call on
-    numpy arrays whose checks are cheap to redo, else None (the full path validates and
-    explains)."""
+    """The cached ``(State class, ReductionOp, array runner, array state maker)`` (the last
+    two None for states without them) for a repeat call on numpy arrays whose checks are
+    cheap to redo, else None (the full path validates and explains)."""
     if type(buf) is not np.ndarray:
         return None
     if recvbuf is None or recvbuf is buf:
@@ -155,11 +166,15 @@ def _allreduce(blocking, buf, comm, stream, op, recvbuf, algo):
             and not trace.ENABLED and not dispatch.checks_enabled():
         dispatch.remember(_plans, (comm.backend, comm.size, buf.dtype, buf.size, raw_op, algo,
                                    sendbuf is recvbuf),
-                          (state_class, op, _array_runner(state_class, op, sendbuf.dtype)))
+                          (state_class, op,
+                           _array_plan(state_class, "array_runner", op, sendbuf.dtype),
+                           _array_plan(state_class, "array_state", op, sendbuf.dtype)))
     return dispatch.run(comm, "allreduce", state_class, recvbuf.nbytes, blocking,
                         (stream, sendbuf, recvbuf, op))
 
 
-def _array_runner(state_class, op, dtype):
-    runner = getattr(state_class, "array_runner", None)
-    return runner(op, dtype) if runner is not None else None
+def _array_plan(state_class, kind, op, dtype):
+    """``state_class.array_runner(op, dtype)`` or ``.array_state(...)`` (``kind``), or None
+    for states without it."""
+    make = getattr(state_class, kind, None)
+    return make(op, dtype) if make is not None else None

@@ -17,9 +17,11 @@ with the reason; a call that fails halfway through a collective on one rank only
 leave the others waiting, so the job's launcher timeout is the backstop there.
 
 With ``rounds`` > 1 every series is measured that many times per size, in an order rotated
-each round, and the round with the lowest Avg is kept (as ``timeit`` keeps its best repeat):
-on a shared machine a round disturbed by another process is then discarded instead of
-deciding a comparison. The tuner uses 3 rounds.
+each round, and the round with the lowest median is kept (as ``timeit`` keeps its best
+repeat): on a shared machine a round disturbed by another process is then discarded instead
+of deciding a comparison. The median is what the tuner and the "automatic vs the fastest"
+summary compare, so the kept round is the best by that same measure. The tuner uses 3
+rounds.
 
 Statistics: every rank times every iteration; rank 0 takes, per iteration, the maximum over
 ranks (an operation is done when its slowest rank is), and reports the mean (``Avg``),
@@ -145,6 +147,11 @@ def summarize(per_rank: np.ndarray, size: int, iters: int, bus_factor: float,
                  algbw, algbw * bus_factor)
 
 
+def better_round(point: Point, kept: Point | None) -> bool:
+    """Whether a round's ``point`` replaces the one ``kept`` so far: a lower median."""
+    return kept is None or point.median_us < kept.median_us
+
+
 class Progress:
     """Progress lines on stderr (rank 0), at most one every PROGRESS_EVERY_S seconds."""
 
@@ -213,7 +220,7 @@ def run(config: Config, comm, world: MPI.Comm, peers: list) -> list[Series]:
                 if rank == 0:
                     point = summarize(gathered, case.size, iters, spec.bus_factor(p),
                                       ops.per_call_divisor(spec.name))
-                    if i not in best or point.avg_us < best[i].avg_us:
+                    if better_round(point, best.get(i)):
                         best[i] = point
         for i, point in sorted(best.items()):
             if runners[i] == "automatic":

@@ -32,22 +32,22 @@ class Request:
     returns or ``test`` returns True.
     """
 
-    __slots__ = ("state", "seq", "key", "queue", "stage", "bounded", "parked", "detail",
-                 "_engine", "_done", "_error", "_event")
+    # Fields most requests never change are class defaults: one made per nonblocking call,
+    # and each instance assignment is a measurable share of a small operation's cost.
+    queue = None       # once admitted: its stream queue, and its pipeline stage there
+    stage = 0
+    bounded = False    # counted against AL_PE_NUM_CONCURRENT_OPS (set on admission)
+    parked = False     # returned ADVANCE behind the head of its pipeline stage
+    detail = None      # optional callable: more words for a timeout's message
+    _done = False
+    _error: BaseException | None = None
+    _event: threading.Event | None = None
 
     def __init__(self, state: State, engine: ProgressEngine, seq: int, key=None) -> None:
         self.state = state
         self.seq = seq
         self.key = key         # the admission queue: compute stream, else communicator
-        self.queue = None      # once admitted: its stream queue, and its pipeline stage there
-        self.stage = 0
-        self.bounded = False   # counted against AL_PE_NUM_CONCURRENT_OPS (set on admission)
-        self.parked = False    # returned ADVANCE behind the head of its pipeline stage
-        self.detail = None     # optional callable: more words for a timeout's message
         self._engine = engine
-        self._done = False
-        self._error: BaseException | None = None
-        self._event: threading.Event | None = None
 
     @property
     def done(self) -> bool:

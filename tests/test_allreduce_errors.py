@@ -111,63 +111,106 @@ def test_comm_argument_must_be_a_live_communicator(nonblocking):
     np.testing.assert_array_equal(buf, f32())
 
 
-def test_freed_comm_after_a_cached_fast_path_call():
+def _allreduce(nonblocking):
+    """``al.allreduce``, or a ``nonblocking_allreduce`` waited for: the two fast paths."""
+    if not nonblocking:
+        return al.allreduce
+
+    def waited(*args, **kwargs):
+        al.nonblocking_allreduce(*args, **kwargs).wait()
+    return waited
+
+
+FAST_PATHS = pytest.mark.parametrize("nonblocking", [False, True],
+                                     ids=["blocking", "nonblocking"])
+
+
+@FAST_PATHS
+def test_freed_comm_after_a_cached_fast_path_call(nonblocking):
+    allreduce = _allreduce(nonblocking)
     comm = al.MPICommunicator()
     buf = f32()
-    al.allreduce(buf, comm)
-    al.allreduce(buf, comm)
+    allreduce(buf, comm)
+    allreduce(buf, comm)
     comm.free()
     with pytest.raises(al.CommunicatorError, match="freed"):
-        al.allreduce(buf, comm)
+        allreduce(buf, comm)
 
 
-def test_read_only_after_a_cached_fast_path_call(comm):
+@FAST_PATHS
+def test_read_only_after_a_cached_fast_path_call(comm, nonblocking):
+    allreduce = _allreduce(nonblocking)
     buf = f32()
-    al.allreduce(buf, comm)
+    allreduce(buf, comm)
     buf.flags.writeable = False
     with pytest.raises(al.BufferError, match="buf: expected a writable buffer"):
-        al.allreduce(buf, comm)
+        allreduce(buf, comm)
 
 
-def test_changes_to_the_same_arrays_between_repeat_calls_are_seen(comm):
+@FAST_PATHS
+def test_changes_to_the_same_arrays_between_repeat_calls_are_seen(comm, nonblocking):
     """The fast path remembers the last call's arrays; what numpy lets a user change on an
     existing array must not slip through."""
+    allreduce = _allreduce(nonblocking)
     buf, out = f32(), np.zeros(8, np.float32)
     for _ in range(2):
-        al.allreduce(buf, comm, recvbuf=out)
+        allreduce(buf, comm, recvbuf=out)
     out.flags.writeable = False
     with pytest.raises(al.BufferError, match="recvbuf: expected a writable buffer"):
-        al.allreduce(buf, comm, recvbuf=out)
+        allreduce(buf, comm, recvbuf=out)
     out.flags.writeable = True
     out.shape = (2, 4)            # still 8 contiguous elements: fine
-    al.allreduce(buf, comm, recvbuf=out)
+    allreduce(buf, comm, recvbuf=out)
     np.testing.assert_array_equal(out.reshape(-1), f32() * comm.size)
     ints = np.arange(8, dtype=np.int32)
     for _ in range(2):
-        al.allreduce(ints, comm, op=al.BAND)
+        allreduce(ints, comm, op=al.BAND)
     ints.dtype = np.float32       # the same memory, read as another dtype
     with pytest.raises(al.UnsupportedError, match="op: BAND"):
-        al.allreduce(ints, comm, op=al.BAND)
+        allreduce(ints, comm, op=al.BAND)
 
 
-def test_none_as_comm_after_the_last_calls_communicator_is_gone():
+@FAST_PATHS
+def test_none_as_comm_after_the_last_calls_communicator_is_gone(nonblocking):
     import gc
+    allreduce = _allreduce(nonblocking)
     buf = f32()
     gone = al.MPICommunicator()
     for _ in range(2):
-        al.allreduce(buf, gone)
+        allreduce(buf, gone)
     gone.free()
     del gone
     gc.collect()
     with pytest.raises(al.ArgumentError, match="comm: expected an aluminum communicator"):
-        al.allreduce(buf, None)
+        allreduce(buf, None)
 
 
-def test_repeat_calls_with_new_arrays_write_the_new_ones(comm):
+@FAST_PATHS
+def test_repeat_calls_with_new_arrays_write_the_new_ones(comm, nonblocking):
+    allreduce = _allreduce(nonblocking)
     for value in range(4):        # each iteration's arrays may reuse the last one's memory
         buf, out = np.full(8, value, np.float32), np.zeros(8, np.float32)
-        al.allreduce(buf, comm, recvbuf=out)
+        allreduce(buf, comm, recvbuf=out)
         np.testing.assert_array_equal(out, np.full(8, value * comm.size, np.float32))
+
+
+@FAST_PATHS
+@pytest.mark.parametrize("op", [al.LOR, al.LAND])
+def test_repeat_calls_finish_the_result(comm, nonblocking, op):
+    """Logical ops give 0/1 even on one rank, where MPI leaves the input as it is: the
+    finishing step runs on the first (validating) call and on the repeats that skip it."""
+    allreduce = _allreduce(nonblocking)
+    buf = np.arange(8, dtype=np.int32) * 3
+    expected = (buf != 0).astype(np.int32)
+    out = np.empty(8, np.int32)
+    for _ in range(3):            # the same arrays: the last-call shortcut from the second
+        out.fill(-1)
+        allreduce(buf, comm, op=op, recvbuf=out)
+        np.testing.assert_array_equal(out, expected)
+    for _ in range(3):            # new arrays of a known shape: the cached plan
+        inplace = buf.copy()
+        allreduce(inplace, comm, op=op)
+        np.testing.assert_array_equal(inplace, expected)
 
 
 def _snapshot(obj):

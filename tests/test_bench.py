@@ -70,6 +70,17 @@ def test_summarize_takes_the_slowest_rank_per_iteration():
     assert sweep.summarize(per_rank, 4, 3, 1.0, divisor=2).avg_us == pytest.approx(5 / 3)
 
 
+def test_rounds_keep_the_lowest_median_not_the_lowest_avg():
+    """One stalled iteration inflates a round's Avg; the kept round is the best by the
+    statistic the tuner and the automatic-vs-fastest summary compare."""
+    steady = sweep.summarize(np.array([[3e-6, 3e-6, 3e-6]]), 4, 3, 1.0)
+    stalled = sweep.summarize(np.array([[2e-6, 2e-6, 90e-6]]), 4, 3, 1.0)
+    assert stalled.avg_us > steady.avg_us and stalled.median_us < steady.median_us
+    assert sweep.better_round(steady, None)
+    assert sweep.better_round(stalled, steady)
+    assert not sweep.better_round(steady, stalled)
+
+
 @pytest.mark.parametrize("op, size, p, actual", [
     ("allreduce", 4, 3, 4), ("allreduce", 6, 3, 4), ("allgather", 4, 3, 12),
     ("allgather", 64, 3, 60), ("reduce_scatter", 1024, 4, 1024), ("barrier", 64, 2, 0),

@@ -10,11 +10,34 @@ _CONTINUE, _COMPLETE = Action.CONTINUE, Action.COMPLETE
 
 
 class PassthroughAllreduce(State):
+    """``send``/``recv``: the numpy arrays (``send`` None in place); ``decided``: ``mpi_plan``
+    of the op and dtype."""
+
     name = "allreduce/mpi_passthrough"
+    request = None
 
     def __init__(self, comm, stream, sendbuf, recvbuf, op):
-        self.comm, self.sendbuf, self.recvbuf, self.op = comm, sendbuf, recvbuf, op
-        self.request = None
+        self.comm, self.op, self.decided = comm, op, mpi_plan(op, recvbuf.dtype)
+        self.send = None if sendbuf is recvbuf else sendbuf.array
+        self.recv = recvbuf.array
+
+    @classmethod
+    def array_state(cls, op, dtype):
+        """``make(comm, buf, recvbuf)``: an unstarted state on C-contiguous numpy arrays (in
+        place when ``recvbuf`` is None or ``buf``), MPI datatype and op decided once; what
+        repeat nonblocking calls build (aluminum/allreduce.py) instead of Buffers."""
+        decided = mpi_plan(op, dtype)
+        new = cls.__new__
+
+        def make(comm, buf, recvbuf):
+            state = new(cls)
+            state.comm, state.op, state.decided = comm, op, decided
+            if recvbuf is None or recvbuf is buf:
+                state.send, state.recv = None, buf
+            else:
+                state.send, state.recv = buf, recvbuf
+            return state
+        return make
 
     @staticmethod
     def array_runner(op, dtype):
@@ -40,13 +63,13 @@ class PassthroughAllreduce(State):
                                                               recvbuf.array)
 
     def start(self):
-        datatype, mpiop, self.needs_finish = mpi_plan(self.op, self.recvbuf.dtype)
-        send = MPI.IN_PLACE if self.sendbuf is self.recvbuf else [self.sendbuf.array, datatype]
-        self.request = self.comm._mpi.Iallreduce(send, [self.recvbuf.array, datatype], mpiop)
+        datatype, mpiop, _ = self.decided
+        send = MPI.IN_PLACE if self.send is None else [self.send, datatype]
+        self.request = self.comm._mpi.Iallreduce(send, [self.recv, datatype], mpiop)
 
     def step(self):
         if not self.request.Test():
             return _CONTINUE
-        if self.needs_finish:
-            self.op.finish(self.recvbuf.array, self.comm.size)
+        if self.decided[2]:
+            self.op.finish(self.recv.reshape(-1), self.comm.size)
         return _COMPLETE
