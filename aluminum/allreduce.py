@@ -39,7 +39,9 @@ def allreduce(buf, comm, stream=None, *, op=ReductionOp.SUM, recvbuf=None,
     the result is in place.
     """
     if stream is None:
-        plan = _remembered_plan(True, buf, recvbuf, comm, op, algo)
+        plan = _same_as_last(True, buf, recvbuf, comm, op, algo)
+        if plan is None:
+            plan = _repeat_plan_remembered(True, buf, recvbuf, comm, op, algo)
         if plan is not None:
             if plan[2] is not None:
                 plan[2](comm, buf, recvbuf)
@@ -55,7 +57,9 @@ def nonblocking_allreduce(buf, comm, stream=None, *, op=ReductionOp.SUM, recvbuf
     """Start ``allreduce`` and return a ``Request``; buffers must not be touched until it
     completes (``req.wait()`` or ``req.test()``)."""
     if stream is None:
-        plan = _remembered_plan(False, buf, recvbuf, comm, op, algo)
+        plan = _same_as_last(False, buf, recvbuf, comm, op, algo)
+        if plan is None:
+            plan = _repeat_plan_remembered(False, buf, recvbuf, comm, op, algo)
         if plan is not None:
             if plan[3] is not None:
                 return dispatch.submit(plan[3](comm, buf, recvbuf))
@@ -64,16 +68,14 @@ def nonblocking_allreduce(buf, comm, stream=None, *, op=ReductionOp.SUM, recvbuf
     return _allreduce(False, buf, comm, stream, op, recvbuf, algo)
 
 
-def _remembered_plan(blocking, buf, recvbuf, comm, op, algo):
-    """The plan of a repeat call (``_same_as_last``, else ``_repeat_plan``), remembered as the
-    last call when it works on arrays; None when the full path must validate this call."""
-    plan = _same_as_last(blocking, buf, recvbuf, comm, op, algo)
-    if plan is None:
-        plan = _repeat_plan(buf, recvbuf, comm, op, algo)
-        if plan is not None and plan[2 if blocking else 3] is not None:
-            recv_ref = None if recvbuf is None else weakref.ref(recvbuf)
-            _last_call[blocking] = (weakref.ref(comm), weakref.ref(buf), recv_ref, op, algo,
-                                    buf.dtype, plan)
+def _repeat_plan_remembered(blocking, buf, recvbuf, comm, op, algo):
+    """``_repeat_plan``, remembered as the last blocking (or nonblocking) call when the plan
+    works on arrays, so that ``_same_as_last`` finds it next time."""
+    plan = _repeat_plan(buf, recvbuf, comm, op, algo)
+    if plan is not None and plan[2 if blocking else 3] is not None:
+        recv_ref = None if recvbuf is None else weakref.ref(recvbuf)
+        _last_call[blocking] = (weakref.ref(comm), weakref.ref(buf), recv_ref, op, algo,
+                                buf.dtype, plan)
     return plan
 
 
