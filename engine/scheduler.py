@@ -90,11 +90,7 @@ class Scheduler:
                 self._settle_alone(request, None, exc)
                 return True
             if action is not _CONTINUE:
-                if action is _COMPLETE and request is self._solo:
-                    self._solo = None   # never entered a stream queue: nothing to leave
-                    self._retire(request, None)
-                else:
-                    self._settle_alone(request, action)
+                self._settle_alone(request, action)
                 return True
             if inbox:
                 break
