@@ -6,7 +6,7 @@ import weakref
 import numpy as np
 
 from . import dispatch, trace
-from .buffers import contiguous_host_buffer
+from .buffers import array_or_tensor, contiguous_host_buffer, torch_host_views
 from .reduction import ReductionOp
 from .validate import (check_comm, check_stream, expect_count, input_buffer, output_buffer,
                        reduction_op, same_or_disjoint)
@@ -14,10 +14,11 @@ from .validate import (check_comm, check_stream, expect_count, input_buffer, out
 __all__ = ["allreduce", "nonblocking_allreduce"]
 
 # (backend, comm size, dtype, count, op, algo, in place) -> (State class, ReductionOp, array
-# runner or None, array state maker or None) for calls on numpy arrays that already passed
-# validation once: a repeat call skips the selector and the argument parsing, which otherwise
-# cost several times a small MPI allreduce itself.  States with an ``array_runner`` and an
-# ``array_state`` (passthrough) also skip making Buffers, blocking and nonblocking.
+# runner or None, array state maker or None) for calls on numpy arrays (or CPU torch tensors,
+# through numpy views of them) that already passed validation once: a repeat call skips the
+# selector and the argument parsing, which otherwise cost several times a small MPI allreduce
+# itself.  States with an ``array_runner`` and an ``array_state`` (passthrough) also skip
+# making Buffers, blocking and nonblocking.
 _plans: dict = {}
 dispatch.plan_caches.append(_plans)
 # blocking (True/False) -> the last such call whose plan works on arrays: (weak references
@@ -41,7 +42,10 @@ def allreduce(buf, comm, stream=None, *, op=ReductionOp.SUM, recvbuf=None,
     if stream is None:
         plan = _same_as_last(True, buf, recvbuf, comm, op, algo)
         if plan is None:
-            plan = _repeat_plan_remembered(True, buf, recvbuf, comm, op, algo)
+            views = torch_host_views(buf, recvbuf)
+            plan = _repeat_plan_remembered(True, *views, comm, op, algo)
+            if plan is not None:
+                buf, recvbuf = views
         if plan is not None:
             if plan[2] is not None:
                 plan[2](comm, buf, recvbuf)
@@ -59,7 +63,10 @@ def nonblocking_allreduce(buf, comm, stream=None, *, op=ReductionOp.SUM, recvbuf
     if stream is None:
         plan = _same_as_last(False, buf, recvbuf, comm, op, algo)
         if plan is None:
-            plan = _repeat_plan_remembered(False, buf, recvbuf, comm, op, algo)
+            views = torch_host_views(buf, recvbuf)
+            plan = _repeat_plan_remembered(False, *views, comm, op, algo)
+            if plan is not None:
+                buf, recvbuf = views
         if plan is not None:
             if plan[3] is not None:
                 return dispatch.submit(plan[3](comm, buf, recvbuf))
@@ -164,10 +171,11 @@ def _allreduce(blocking, buf, comm, stream, op, recvbuf, algo):
     stream = check_stream(stream, comm)
     state_class = comm.backend.state_class("allreduce", algo, comm, recvbuf.nbytes,
                                            sendbuf is recvbuf)
-    if stream is None and type(buf) is np.ndarray and type(recvbuf.obj) is np.ndarray \
+    if stream is None and array_or_tensor(buf) and array_or_tensor(recvbuf.obj) \
             and not trace.ENABLED and not dispatch.checks_enabled():
-        dispatch.remember(_plans, (comm.backend, comm.size, buf.dtype, buf.size, raw_op, algo,
-                                   sendbuf is recvbuf),
+        # Keyed as _repeat_plan looks up: by the numpy array (or tensor view) dtype and size.
+        dispatch.remember(_plans, (comm.backend, comm.size, recvbuf.dtype, recvbuf.count,
+                                   raw_op, algo, sendbuf is recvbuf),
                           (state_class, op,
                            _array_plan(state_class, "array_runner", op, sendbuf.dtype),
                            _array_plan(state_class, "array_state", op, sendbuf.dtype)))

@@ -9,6 +9,7 @@ flattened to one dimension (collectives count elements, not shapes).
 from __future__ import annotations
 
 import builtins
+import sys
 from dataclasses import dataclass
 
 import numpy as np
@@ -145,16 +146,66 @@ def _is_torch_tensor(obj: object) -> bool:
 def _torch_to_numpy(tensor, name: str) -> np.ndarray:
     import torch
 
-    tensor = tensor.detach()
+    view = _tensor_view(tensor, torch)
+    if view is not None:
+        return view
     if not tensor.is_contiguous():
         raise BufferError(f"{name}: expected a contiguous tensor, got strides {tensor.stride()} "
                           f"for shape {tuple(tensor.shape)}")
-    if tensor.device.type != "cpu":
+    if tensor.device.type != HOST:
         raise BufferError(f"{name}: tensor on device {tensor.device} has no "
                           f"__cuda_array_interface__; expected a CPU or CUDA tensor")
-    if tensor.dtype == torch.bfloat16:
-        return tensor.view(torch.int16).numpy().view(dtypes.bfloat16)
+    raise BufferError(f"{name}: unsupported tensor dtype {tensor.dtype}")
+
+
+def array_or_tensor(obj) -> bool:
+    """Whether ``obj`` is a numpy array or a torch tensor (not a subclass of either): the
+    objects the repeat-call fast paths take (tensors through ``torch_host_views``)."""
+    if type(obj) is np.ndarray:
+        return True
+    torch = sys.modules.get("torch")
+    return torch is not None and type(obj) is torch.Tensor
+
+
+def torch_host_views(buf, recvbuf):
+    """``(buf, recvbuf)`` with CPU torch tensors replaced by numpy views of their memory (no
+    copy), for the repeat-call fast paths (aluminum/allreduce.py), which take numpy arrays.
+
+    Anything else comes back unchanged, and so does a tensor no view can show (one that is
+    not contiguous, lives on a device or has a dtype numpy lacks): the full path explains
+    those.  Tensor subclasses (``nn.Parameter``) also take the full path.
+    """
+    torch = sys.modules.get("torch")      # no tensor exists before torch is imported
+    if torch is None:
+        return buf, recvbuf
+    tensor = torch.Tensor
+    if type(buf) is tensor:
+        view = _tensor_view(buf, torch)
+        if view is None:
+            return buf, recvbuf
+        if recvbuf is buf:
+            return view, view
+    elif type(recvbuf) is tensor:         # numpy in, a tensor out
+        view = buf
+    else:
+        return buf, recvbuf
+    if type(recvbuf) is not tensor:       # None (in place), or numpy out
+        return view, recvbuf
+    recv_view = _tensor_view(recvbuf, torch)
+    return (buf, recvbuf) if recv_view is None else (view, recv_view)
+
+
+def _tensor_view(tensor, torch) -> np.ndarray | None:
+    """The numpy view of a contiguous CPU ``tensor`` (of its data: a tensor that requires
+    grad is detached), bfloat16 included, else None.  The cheap checks come first: a failing
+    ``numpy()`` costs ~10 µs to raise."""
+    if not (tensor.is_cpu and tensor.is_contiguous()):
+        return None
+    if tensor.requires_grad:
+        tensor = tensor.detach()
     try:
+        if tensor.dtype is torch.bfloat16:    # numpy has no bfloat16: view the bits
+            return tensor.view(torch.int16).numpy().view(dtypes.bfloat16)
         return tensor.numpy()
-    except TypeError as exc:
-        raise BufferError(f"{name}: unsupported tensor dtype {tensor.dtype}") from exc
+    except (TypeError, RuntimeError):   # a dtype numpy lacks, conjugate or negative bits
+        return None

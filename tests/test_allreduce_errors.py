@@ -194,6 +194,63 @@ def test_repeat_calls_with_new_arrays_write_the_new_ones(comm, nonblocking):
         np.testing.assert_array_equal(out, np.full(8, value * comm.size, np.float32))
 
 
+TORCH_DTYPES = ["float32", "int64", "bfloat16", "bool"]
+
+
+@FAST_PATHS
+@pytest.mark.parametrize("dtype", TORCH_DTYPES)
+def test_torch_tensors_take_the_fast_path_and_match_numpy(comm, nonblocking, dtype,
+                                                          monkeypatch):
+    """CPU tensors go through numpy views of their memory: after the first (validating) call,
+    repeat calls never reach the full path, and results are what numpy arrays give."""
+    torch = pytest.importorskip("torch")
+    import importlib
+    allreduce_module = importlib.import_module("aluminum.allreduce")
+    allreduce = _allreduce(nonblocking)
+    torch_dtype = getattr(torch, dtype)
+    values = torch.tensor([0, 3, 0, 1, 2, 0], dtype=torch.int64).to(torch_dtype)
+    if torch_dtype.is_floating_point:
+        op, expected = al.SUM, values * comm.size
+    else:
+        op, expected = al.LOR, (values != 0).to(torch_dtype)   # 0/1 even on one rank
+    buf, out = values.clone(), torch.full((6,), 7).to(torch_dtype)
+    allreduce(buf, comm, op=op, recvbuf=out)
+    inplace = values.clone()
+    allreduce(inplace, comm, op=op)
+
+    def full_path(*args):
+        raise AssertionError("a repeat call on tensors took the full path")
+    monkeypatch.setattr(allreduce_module, "_allreduce", full_path)
+    for _ in range(2):
+        out.fill_(7)
+        allreduce(buf, comm, op=op, recvbuf=out)
+        assert torch.equal(out, expected) and torch.equal(buf, values)
+        inplace = values.clone()
+        allreduce(inplace, comm, op=op)
+        assert torch.equal(inplace, expected)
+
+
+@FAST_PATHS
+def test_torch_tensors_the_views_cannot_take_still_work_or_explain(comm, nonblocking):
+    torch = pytest.importorskip("torch")
+    allreduce = _allreduce(nonblocking)
+    grad = torch.arange(4, dtype=torch.float32, requires_grad=True)
+    for _ in range(2):
+        allreduce(grad, comm, op=al.MAX)              # the data, as the full path does
+    assert grad.requires_grad and torch.equal(grad.detach(), torch.arange(4.0))
+    out = np.full(4, -1, np.float32)                  # a tensor into a numpy array
+    tensor_out = torch.full((4,), -1.0)               # and the other way round
+    for _ in range(2):
+        allreduce(torch.arange(4, dtype=torch.float32), comm, recvbuf=out)
+        np.testing.assert_array_equal(out, np.arange(4.0) * comm.size)
+        allreduce(np.arange(4, dtype=np.float32), comm, recvbuf=tensor_out)
+        assert torch.equal(tensor_out, torch.arange(4.0) * comm.size)
+    strided = torch.zeros(8)[::2]
+    with pytest.raises(al.BufferError, match="buf: expected a contiguous tensor"):
+        allreduce(strided, comm)
+    assert torch.equal(strided, torch.zeros(4))
+
+
 @FAST_PATHS
 @pytest.mark.parametrize("op", [al.LOR, al.LAND])
 def test_repeat_calls_finish_the_result(comm, nonblocking, op):
