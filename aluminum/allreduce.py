@@ -43,9 +43,12 @@ def allreduce(buf, comm, stream=None, *, op=ReductionOp.SUM, recvbuf=None,
         plan = _same_as_last(True, buf, recvbuf, comm, op, algo)
         if plan is None:
             views = torch_host_views(buf, recvbuf)
-            plan = _repeat_plan_remembered(True, *views, comm, op, algo)
-            if plan is not None:
-                buf, recvbuf = views
+            if views is None:
+                plan = _repeat_plan_remembered(True, buf, recvbuf, comm, op, algo)
+            else:   # views made for this call only: not worth remembering
+                plan = _repeat_plan(*views, comm, op, algo)
+                if plan is not None:
+                    buf, recvbuf = views
         if plan is not None:
             if plan[2] is not None:
                 plan[2](comm, buf, recvbuf)
@@ -64,9 +67,12 @@ def nonblocking_allreduce(buf, comm, stream=None, *, op=ReductionOp.SUM, recvbuf
         plan = _same_as_last(False, buf, recvbuf, comm, op, algo)
         if plan is None:
             views = torch_host_views(buf, recvbuf)
-            plan = _repeat_plan_remembered(False, *views, comm, op, algo)
-            if plan is not None:
-                buf, recvbuf = views
+            if views is None:
+                plan = _repeat_plan_remembered(False, buf, recvbuf, comm, op, algo)
+            else:   # views made for this call only: not worth remembering
+                plan = _repeat_plan(*views, comm, op, algo)
+                if plan is not None:
+                    buf, recvbuf = views
         if plan is not None:
             if plan[3] is not None:
                 return dispatch.submit(plan[3](comm, buf, recvbuf))

@@ -169,30 +169,29 @@ def array_or_tensor(obj) -> bool:
 
 def torch_host_views(buf, recvbuf):
     """``(buf, recvbuf)`` with CPU torch tensors replaced by numpy views of their memory (no
-    copy), for the repeat-call fast paths (aluminum/allreduce.py), which take numpy arrays.
-
-    Anything else comes back unchanged, and so does a tensor no view can show (one that is
-    not contiguous, lives on a device or has a dtype numpy lacks): the full path explains
-    those.  Tensor subclasses (``nn.Parameter``) also take the full path.
+    copy), for the repeat-call fast paths (aluminum/allreduce.py), which take numpy arrays;
+    None when neither is a tensor, or a tensor no view can show (one that is not contiguous,
+    lives on a device or has a dtype numpy lacks): the full path explains those.  Tensor
+    subclasses (``nn.Parameter``) also take the full path.
     """
     torch = sys.modules.get("torch")      # no tensor exists before torch is imported
     if torch is None:
-        return buf, recvbuf
+        return None
     tensor = torch.Tensor
     if type(buf) is tensor:
         view = _tensor_view(buf, torch)
         if view is None:
-            return buf, recvbuf
+            return None
         if recvbuf is buf:
             return view, view
     elif type(recvbuf) is tensor:         # numpy in, a tensor out
         view = buf
     else:
-        return buf, recvbuf
+        return None
     if type(recvbuf) is not tensor:       # None (in place), or numpy out
         return view, recvbuf
     recv_view = _tensor_view(recvbuf, torch)
-    return (buf, recvbuf) if recv_view is None else (view, recv_view)
+    return None if recv_view is None else (view, recv_view)
 
 
 def _tensor_view(tensor, torch) -> np.ndarray | None:
