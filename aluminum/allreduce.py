@@ -42,13 +42,7 @@ def allreduce(buf, comm, stream=None, *, op=ReductionOp.SUM, recvbuf=None,
     if stream is None:
         plan = _same_as_last(True, buf, recvbuf, comm, op, algo)
         if plan is None:
-            views = torch_host_views(buf, recvbuf)
-            if views is None:
-                plan = _repeat_plan_remembered(True, buf, recvbuf, comm, op, algo)
-            else:   # views made for this call only: not worth remembering
-                plan = _repeat_plan(*views, comm, op, algo)
-                if plan is not None:
-                    buf, recvbuf = views
+            plan, buf, recvbuf = _repeat_call(True, buf, recvbuf, comm, op, algo)
         if plan is not None:
             if plan[2] is not None:
                 plan[2](comm, buf, recvbuf)
@@ -66,13 +60,7 @@ def nonblocking_allreduce(buf, comm, stream=None, *, op=ReductionOp.SUM, recvbuf
     if stream is None:
         plan = _same_as_last(False, buf, recvbuf, comm, op, algo)
         if plan is None:
-            views = torch_host_views(buf, recvbuf)
-            if views is None:
-                plan = _repeat_plan_remembered(False, buf, recvbuf, comm, op, algo)
-            else:   # views made for this call only: not worth remembering
-                plan = _repeat_plan(*views, comm, op, algo)
-                if plan is not None:
-                    buf, recvbuf = views
+            plan, buf, recvbuf = _repeat_call(False, buf, recvbuf, comm, op, algo)
         if plan is not None:
             if plan[3] is not None:
                 return dispatch.submit(plan[3](comm, buf, recvbuf))
@@ -81,15 +69,21 @@ def nonblocking_allreduce(buf, comm, stream=None, *, op=ReductionOp.SUM, recvbuf
     return _allreduce(False, buf, comm, stream, op, recvbuf, algo)
 
 
-def _repeat_plan_remembered(blocking, buf, recvbuf, comm, op, algo):
-    """``_repeat_plan``, remembered as the last blocking (or nonblocking) call when the plan
-    works on arrays, so that ``_same_as_last`` finds it next time."""
+def _repeat_call(blocking, buf, recvbuf, comm, op, algo):
+    """``(plan, buf, recvbuf)`` for a call ``_same_as_last`` did not recognise: its cached
+    plan (None: the full path) and the arrays to run it on, numpy views standing in for CPU
+    torch tensors.  A plan that works on the caller's own arrays is remembered as the last
+    blocking (or nonblocking) call; views, made for this call only, are not."""
+    views = torch_host_views(buf, recvbuf)
+    if views is not None:
+        plan = _repeat_plan(*views, comm, op, algo)
+        return (None, buf, recvbuf) if plan is None else (plan, *views)
     plan = _repeat_plan(buf, recvbuf, comm, op, algo)
     if plan is not None and plan[2 if blocking else 3] is not None:
         recv_ref = None if recvbuf is None else weakref.ref(recvbuf)
         _last_call[blocking] = (weakref.ref(comm), weakref.ref(buf), recv_ref, op, algo,
                                 buf.dtype, plan)
-    return plan
+    return plan, buf, recvbuf
 
 
 def _same_as_last(blocking, buf, recvbuf, comm, op, algo):
