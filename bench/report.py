@@ -162,9 +162,9 @@ def automatic_summary(result: Result) -> list[str]:
     gaps = automatic_gaps(result)
     if not gaps:
         return []
-    size, avg, best, name = max(gaps, key=lambda g: (g[1] / g[2] if g[2] > 0 else 1.0))
+    size, auto, best, name = max(gaps, key=lambda g: (g[1] / g[2] if g[2] > 0 else 1.0))
     return ["", f"# automatic vs the fastest algorithm at each size (medians): worst "
-                f"{ratio(avg, best)} at {size} B ({avg:.2f} us vs {name} {best:.2f} us)"]
+                f"{ratio(auto, best)} at {size} B ({auto:.2f} us vs {name} {best:.2f} us)"]
 
 
 def format_matrix(result: Result) -> list[str]:

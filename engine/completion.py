@@ -37,7 +37,7 @@ class Completion:
 
 def mark_done(holder) -> None:
     """Set ``holder._done`` and wake its waiters: the one implementation for every object
-    with ``_done``/``_event`` slots (``Completion``, ``Request``)."""
+    with ``_done``/``_event`` attributes (``Completion``, ``Request``)."""
     holder._done = True
     event = holder._event
     if event is not None:

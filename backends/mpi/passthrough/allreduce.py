@@ -17,9 +17,16 @@ class PassthroughAllreduce(State):
     request = None
 
     def __init__(self, comm, stream, sendbuf, recvbuf, op):
-        self.comm, self.op, self.decided = comm, op, mpi_plan(op, recvbuf.dtype)
-        self.send = None if sendbuf is recvbuf else sendbuf.array
-        self.recv = recvbuf.array
+        self._bind(comm, op, mpi_plan(op, recvbuf.dtype), sendbuf.array,
+                   None if sendbuf is recvbuf else recvbuf.array)
+
+    def _bind(self, comm, op, decided, buf, recvbuf) -> None:
+        """Set the fields from arrays: in place when ``recvbuf`` is None or ``buf``."""
+        self.comm, self.op, self.decided = comm, op, decided
+        if recvbuf is None or recvbuf is buf:
+            self.send, self.recv = None, buf
+        else:
+            self.send, self.recv = buf, recvbuf
 
     @classmethod
     def array_state(cls, op, dtype):
@@ -31,11 +38,7 @@ class PassthroughAllreduce(State):
 
         def make(comm, buf, recvbuf):
             state = new(cls)
-            state.comm, state.op, state.decided = comm, op, decided
-            if recvbuf is None or recvbuf is buf:
-                state.send, state.recv = None, buf
-            else:
-                state.send, state.recv = buf, recvbuf
+            state._bind(comm, op, decided, buf, recvbuf)
             return state
         return make
 
