@@ -51,7 +51,7 @@ class ReductionOp(enum.Enum):
                 np.copyto(result, np.trunc(result / comm_size).astype(result.dtype))
             else:
                 np.divide(result, result.dtype.type(comm_size), out=result)
-        elif self in _LOGICAL and comm_size == 1:
+        elif comm_size == 1 and self in _LOGICAL:
             np.not_equal(result, 0, out=result)
 
 

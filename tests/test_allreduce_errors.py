@@ -111,23 +111,29 @@ def test_comm_argument_must_be_a_live_communicator(nonblocking):
     np.testing.assert_array_equal(buf, f32())
 
 
-def _allreduce(nonblocking):
-    """``al.allreduce``, or a ``nonblocking_allreduce`` waited for: the two fast paths."""
-    if not nonblocking:
-        return al.allreduce
+def _allreduce(path):
+    """``al.allreduce``, or a ``nonblocking_allreduce`` waited for, with the algorithm of
+    ``path``: the fast paths (passthrough states run arrays directly; shared_memory states
+    are built from arrays, without Buffers)."""
+    nonblocking, algo = path
 
-    def waited(*args, **kwargs):
-        al.nonblocking_allreduce(*args, **kwargs).wait()
-    return waited
+    def call(*args, **kwargs):
+        if nonblocking:
+            al.nonblocking_allreduce(*args, algo=algo, **kwargs).wait()
+        else:
+            al.allreduce(*args, algo=algo, **kwargs)
+    return call
 
 
-FAST_PATHS = pytest.mark.parametrize("nonblocking", [False, True],
-                                     ids=["blocking", "nonblocking"])
+FAST_PATHS = pytest.mark.parametrize(
+    "path", [(False, "automatic"), (True, "automatic"), (False, "shared_memory"),
+             (True, "shared_memory")],
+    ids=["blocking", "nonblocking", "blocking-shared_memory", "nonblocking-shared_memory"])
 
 
 @FAST_PATHS
-def test_freed_comm_after_a_cached_fast_path_call(nonblocking):
-    allreduce = _allreduce(nonblocking)
+def test_freed_comm_after_a_cached_fast_path_call(path):
+    allreduce = _allreduce(path)
     comm = al.MPICommunicator()
     buf = f32()
     allreduce(buf, comm)
@@ -138,8 +144,8 @@ def test_freed_comm_after_a_cached_fast_path_call(nonblocking):
 
 
 @FAST_PATHS
-def test_read_only_after_a_cached_fast_path_call(comm, nonblocking):
-    allreduce = _allreduce(nonblocking)
+def test_read_only_after_a_cached_fast_path_call(comm, path):
+    allreduce = _allreduce(path)
     buf = f32()
     allreduce(buf, comm)
     buf.flags.writeable = False
@@ -148,10 +154,10 @@ def test_read_only_after_a_cached_fast_path_call(comm, nonblocking):
 
 
 @FAST_PATHS
-def test_changes_to_the_same_arrays_between_repeat_calls_are_seen(comm, nonblocking):
+def test_changes_to_the_same_arrays_between_repeat_calls_are_seen(comm, path):
     """The fast path remembers the last call's arrays; what numpy lets a user change on an
     existing array must not slip through."""
-    allreduce = _allreduce(nonblocking)
+    allreduce = _allreduce(path)
     buf, out = f32(), np.zeros(8, np.float32)
     for _ in range(2):
         allreduce(buf, comm, recvbuf=out)
@@ -171,9 +177,9 @@ def test_changes_to_the_same_arrays_between_repeat_calls_are_seen(comm, nonblock
 
 
 @FAST_PATHS
-def test_none_as_comm_after_the_last_calls_communicator_is_gone(nonblocking):
+def test_none_as_comm_after_the_last_calls_communicator_is_gone(path):
     import gc
-    allreduce = _allreduce(nonblocking)
+    allreduce = _allreduce(path)
     buf = f32()
     gone = al.MPICommunicator()
     for _ in range(2):
@@ -186,8 +192,8 @@ def test_none_as_comm_after_the_last_calls_communicator_is_gone(nonblocking):
 
 
 @FAST_PATHS
-def test_repeat_calls_with_new_arrays_write_the_new_ones(comm, nonblocking):
-    allreduce = _allreduce(nonblocking)
+def test_repeat_calls_with_new_arrays_write_the_new_ones(comm, path):
+    allreduce = _allreduce(path)
     for value in range(4):        # each iteration's arrays may reuse the last one's memory
         buf, out = np.full(8, value, np.float32), np.zeros(8, np.float32)
         allreduce(buf, comm, recvbuf=out)
@@ -199,14 +205,14 @@ TORCH_DTYPES = ["float32", "int64", "bfloat16", "bool"]
 
 @FAST_PATHS
 @pytest.mark.parametrize("dtype", TORCH_DTYPES)
-def test_torch_tensors_take_the_fast_path_and_match_numpy(comm, nonblocking, dtype,
+def test_torch_tensors_take_the_fast_path_and_match_numpy(comm, path, dtype,
                                                           monkeypatch):
     """CPU tensors go through numpy views of their memory: after the first (validating) call,
     repeat calls never reach the full path, and results are what numpy arrays give."""
     torch = pytest.importorskip("torch")
     import importlib
     allreduce_module = importlib.import_module("aluminum.allreduce")
-    allreduce = _allreduce(nonblocking)
+    allreduce = _allreduce(path)
     torch_dtype = getattr(torch, dtype)
     values = torch.tensor([0, 3, 0, 1, 2, 0], dtype=torch.int64).to(torch_dtype)
     if torch_dtype.is_floating_point:
@@ -231,9 +237,9 @@ def test_torch_tensors_take_the_fast_path_and_match_numpy(comm, nonblocking, dty
 
 
 @FAST_PATHS
-def test_torch_tensors_the_views_cannot_take_still_work_or_explain(comm, nonblocking):
+def test_torch_tensors_the_views_cannot_take_still_work_or_explain(comm, path):
     torch = pytest.importorskip("torch")
-    allreduce = _allreduce(nonblocking)
+    allreduce = _allreduce(path)
     grad = torch.arange(4, dtype=torch.float32, requires_grad=True)
     for _ in range(2):
         allreduce(grad, comm, op=al.MAX)              # the data, as the full path does
@@ -253,10 +259,10 @@ def test_torch_tensors_the_views_cannot_take_still_work_or_explain(comm, nonbloc
 
 @FAST_PATHS
 @pytest.mark.parametrize("op", [al.LOR, al.LAND])
-def test_repeat_calls_finish_the_result(comm, nonblocking, op):
+def test_repeat_calls_finish_the_result(comm, path, op):
     """Logical ops give 0/1 even on one rank, where MPI leaves the input as it is: the
     finishing step runs on the first (validating) call and on the repeats that skip it."""
-    allreduce = _allreduce(nonblocking)
+    allreduce = _allreduce(path)
     buf = np.arange(8, dtype=np.int32) * 3
     expected = (buf != 0).astype(np.int32)
     out = np.empty(8, np.int32)

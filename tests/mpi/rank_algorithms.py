@@ -127,6 +127,30 @@ def test_shared_memory_interleaved_with_other_algorithms(small_chunk_comm):
         np.testing.assert_array_equal(result, reference(count, dtype, al.MAX, comm.size, i))
 
 
+@pytest.mark.parametrize("nonblocking", [False, True], ids=["blocking", "nonblocking"])
+@pytest.mark.parametrize("algo", ALGOS)
+def test_repeat_calls_on_the_same_arrays(comm, algo, nonblocking):
+    """A training loop reduces the same arrays every step: repeat calls skip validation (and,
+    for states built straight from arrays, the Buffers) yet must see each step's values,
+    in 2-D shapes, in place and out of place."""
+    def run(*args, **kwargs):
+        if nonblocking:
+            al.nonblocking_allreduce(*args, **kwargs).wait()
+        else:
+            al.allreduce(*args, **kwargs)
+    grads, out = np.empty((3, 5), np.float32), np.empty((5, 3), np.float32)
+    for step in range(4):
+        grads[...] = rank_data(15, np.float32, comm.rank, step).reshape(3, 5)
+        original = grads.copy()
+        run(grads, comm, op=al.AVG, recvbuf=out, algo=algo)
+        np.testing.assert_array_equal(out.reshape(-1),
+                                      reference(15, np.float32, al.AVG, comm.size, step))
+        np.testing.assert_array_equal(grads, original)
+        run(grads, comm, algo=algo)
+        np.testing.assert_array_equal(grads.reshape(-1),
+                                      reference(15, np.float32, al.SUM, comm.size, step))
+
+
 def test_shared_memory_refuses_ranks_on_other_nodes(comm):
     if comm.size == 1:
         pytest.skip("one rank is always on one node")

@@ -27,13 +27,15 @@ SPIN_POLLS = 50
 class ProgramState(State):
     """A State running the generator ``program()``; subclasses write the algorithm there."""
 
+    # Class defaults, set on the instance once they change: a blocking call never sets them.
+    _program: Iterator[None] | None = None
+    _finished = False
+    _idle_polls = 0
+
     def __init__(self, comm):
         self.comm = comm
         self.mpi = comm.mpi_comm
         self.tag = comm.next_tag()
-        self._program: Iterator[None] | None = None
-        self._finished = False
-        self._idle_polls = 0
 
     def program(self) -> Iterator[None]:
         raise NotImplementedError
@@ -46,6 +48,12 @@ class ProgramState(State):
         if self._finished or self._resume():
             return Action.COMPLETE
         return Action.CONTINUE
+
+    def drive(self) -> None:
+        """Blocking calls: run the program to its end on the calling thread (what ``start``
+        and ``step`` until COMPLETE do, without their per-call bookkeeping)."""
+        for _ in self.program():
+            pass
 
     def _resume(self) -> bool:
         """Run the program to its next wait; True once it has returned."""

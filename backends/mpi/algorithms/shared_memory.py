@@ -36,9 +36,11 @@ A single-copy design (each rank reading its peers' buffers directly with
 """
 from __future__ import annotations
 
+import numpy as np
+
 from ....errors import OperationError, UnsupportedError
 from ....reduction import _UFUNCS
-from .program import ProgramState, result_buffer
+from .program import ProgramState
 from .shared_window import COPIED_IN, COPIED_OUT, REDUCED, SharedWindow
 from .vector_copy import copy_vector
 
@@ -62,25 +64,57 @@ class SharedMemoryAllreduce(ProgramState):
     single_node = True   # the selector falls back to the default on multi-node communicators
 
     def __init__(self, comm, stream, sendbuf, recvbuf, op):
+        self._bind(comm, op, sendbuf.array, recvbuf.array)
+
+    def _bind(self, comm, op, send: np.ndarray, recv: np.ndarray) -> None:
+        """Set the fields from flat arrays (``send is recv``: in place)."""
         if comm.local_size != comm.size:
             raise UnsupportedError(
                 f"algo: shared_memory needs every rank on one node; this communicator has "
                 f"{comm.size} ranks, {comm.local_size} of them on this node (use ring, "
                 f"rabenseifner or mpi_passthrough)")
-        super().__init__(comm)
-        self.sendbuf, self.recvbuf, self.op = sendbuf, recvbuf, op
+        ProgramState.__init__(self, comm)
+        self.send, self.recv, self.op = send, recv, op
         self.window = None
-        if comm.size > 1 and recvbuf.count > 0:
+        count = recv.size
+        if comm.size > 1 and count > 0:
             self.window = window = SharedWindow.of(comm)
-            self.chunk = window.chunk_bytes // recvbuf.dtype.itemsize
-            rounds = -(-recvbuf.count // self.chunk)
+            self.chunk = window.chunk_bytes // recv.itemsize
+            rounds = -(-count // self.chunk)
             self.ticket, self.first_round = window.reserve(rounds)
             self.end_round = self.first_round + rounds
-            self.small = rounds == 1 and recvbuf.nbytes * (comm.size - 1) <= SMALL_BYTES
+            self.small = rounds == 1 and recv.nbytes * (comm.size - 1) <= SMALL_BYTES
+
+    @classmethod
+    def array_state(cls, op, dtype):
+        """``make(comm, buf, recvbuf)``: an unstarted state on C-contiguous numpy arrays (in
+        place when ``recvbuf`` is None or ``buf``); what repeat calls build
+        (aluminum/allreduce.py) instead of Buffers."""
+        new = cls.__new__
+
+        def make(comm, buf, recvbuf):
+            send = buf if buf.ndim == 1 else buf.reshape(-1)
+            recv = send if recvbuf is None or recvbuf is buf else \
+                recvbuf if recvbuf.ndim == 1 else recvbuf.reshape(-1)
+            state = new(cls)
+            state._bind(comm, op, send, recv)
+            return state
+        return make
+
+    @classmethod
+    def array_runner(cls, op, dtype):
+        """``run(comm, buf, recvbuf)``: the blocking form of ``array_state``'s states."""
+        make = cls.array_state(op, dtype)
+
+        def run(comm, buf, recvbuf):
+            make(comm, buf, recvbuf).drive()
+        return run
 
     def program(self):
         if self.window is None:                  # one rank, or nothing to reduce
-            self.op.finish(result_buffer(self.sendbuf, self.recvbuf), self.comm.size)
+            if self.send is not self.recv:
+                copy_vector(self.recv, self.send)
+            self.op.finish(self.recv, self.comm.size)
             return
         window = self.window
         while window.serving != self.ticket:     # one operation at a time on the window
@@ -106,24 +140,24 @@ class SharedMemoryAllreduce(ProgramState):
         """Small vectors, one round: every rank stages its whole vector, then reduces all of
         them itself in rank order."""
         window, round_ = self.window, self.first_round
-        count, size = self.recvbuf.count, window.size
+        count, size = self.recv.size, window.size
         # Successive small rounds stage at different offsets of their slot: writing lines a
         # peer read lately (still in its cache) costs several times more than others.
-        cell = -(-self.recvbuf.nbytes // _CELL_BYTES) * _CELL_BYTES
+        cell = -(-self.recv.nbytes // _CELL_BYTES) * _CELL_BYTES
         offset = (round_ // window.slots) % (window.chunk_bytes // cell) * cell \
-            // self.recvbuf.dtype.itemsize
+            // self.recv.itemsize
         staged = [slots[round_ % window.slots][offset:offset + count]
-                  for slots in window.staging(self.recvbuf.dtype)]
+                  for slots in window.staging(self.recv.dtype)]
         while not window.reached(COPIED_OUT, round_ - window.slots):
             self.idle()
             yield
-        copy_vector(staged[window.rank], self.sendbuf.array)
+        copy_vector(staged[window.rank], self.send)
         window.publish(round_, COPIED_IN)
         self.progressed()
         while not window.reached(COPIED_IN, round_):
             self.idle()
             yield
-        result = self.recvbuf.array
+        result = self.recv
         _UFUNCS[self.op](staged[0], staged[1], out=result)
         for other in staged[2:size]:
             self.op.reduce_into(result, other)
@@ -139,8 +173,8 @@ class SharedMemoryAllreduce(ProgramState):
         reduction of ``t``.
         """
         window, slots, end = self.window, self.window.slots, self.end_round
-        self.staging = window.staging(self.recvbuf.dtype)
-        last = self.recvbuf.count - (end - 1 - self.first_round) * self.chunk
+        self.staging = window.staging(self.recv.dtype)
+        last = self.recv.size - (end - 1 - self.first_round) * self.chunk
         self.full_cuts, self.last_cuts = self.cuts(self.chunk), self.cuts(last)
         copied_in = reduced = copied_out = self.first_round
         while copied_out < end:
@@ -168,7 +202,7 @@ class SharedMemoryAllreduce(ProgramState):
         rank = self.window.rank
         lo, hi = cuts[rank], cuts[rank + 1]
         staged = self.staging[rank][round_ % self.window.slots]
-        send = self.sendbuf.array
+        send = self.send
         copy_vector(staged[:lo], send[start:start + lo])
         copy_vector(staged[hi:stop - start], send[start + hi:stop])
         self.window.publish(round_, COPIED_IN)
@@ -181,19 +215,19 @@ class SharedMemoryAllreduce(ProgramState):
         rank, size = window.rank, window.size
         lo, hi = cuts[rank], cuts[rank + 1]
         result = self.staging[(rank + 1) % size][slot][lo:hi]
-        _UFUNCS[self.op](self.sendbuf.array[start + lo:start + hi], result, out=result)
+        _UFUNCS[self.op](self.send[start + lo:start + hi], result, out=result)
         for peer in range(2, size):
             self.op.reduce_into(result, self.staging[(rank + peer) % size][slot][lo:hi])
         self.op.finish(result, size)
         window.publish(round_, REDUCED)
-        copy_vector(self.recvbuf.array[start + lo:start + hi], result)
+        copy_vector(self.recv[start + lo:start + hi], result)
 
     def copy_out(self, round_: int) -> None:
         """Copy every other owner's finished slice of the chunk into ``recvbuf``."""
         start, _, cuts = self.chunk_of(round_)
         window, slot = self.window, round_ % self.window.slots
         rank, size = window.rank, window.size
-        recv = self.recvbuf.array
+        recv = self.recv
         for owner in range(size):
             if owner != rank:
                 lo, hi = cuts[owner], cuts[owner + 1]
@@ -205,13 +239,13 @@ class SharedMemoryAllreduce(ProgramState):
         """Round ``round_``'s chunk ``[start, stop)`` and its owners' cut points within it."""
         start = (round_ - self.first_round) * self.chunk
         if round_ == self.end_round - 1:
-            return start, self.recvbuf.count, self.last_cuts
+            return start, self.recv.size, self.last_cuts
         return start, start + self.chunk, self.full_cuts
 
     def cuts(self, length: int) -> list[int]:
         """``p + 1`` cut points splitting ``length`` elements into owners' slices on
         cache-line boundaries."""
-        align = max(1, _ALIGN_BYTES // self.recvbuf.dtype.itemsize)
+        align = max(1, _ALIGN_BYTES // self.recv.itemsize)
         size = self.window.size
         base, extra = divmod(-(-length // align), size)
         return [min(length, align * (o * base + min(o, extra))) for o in range(size + 1)]
