@@ -57,7 +57,8 @@ def _allgather(blocking, buf, comm, stream, recvbuf, algo):
     else:
         expect_count(recvbuf, comm.size * sendbuf.count, sendbuf.dtype, "recvbuf")
     stream = check_stream(stream, comm)
-    state_class = comm.backend.state_class("allgather", algo, comm, recvbuf.nbytes)
+    state_class = comm.backend.state_class("allgather", algo, comm, recvbuf.nbytes,
+                                           nonblocking=not blocking)
     return dispatch.run(comm, "allgather", state_class, recvbuf.nbytes, blocking,
                         (stream, sendbuf, recvbuf))
 
@@ -74,6 +75,7 @@ def _allgatherv(blocking, buf, counts, displs, comm, stream, recvbuf, algo):
         expect_count(sendbuf, counts[comm.rank], sendbuf.dtype, "buf")
         expect_at_least(recvbuf, layout_extent(counts, displs), sendbuf.dtype, "recvbuf")
     stream = check_stream(stream, comm)
-    state_class = comm.backend.state_class("allgatherv", algo, comm, recvbuf.nbytes)
+    state_class = comm.backend.state_class("allgatherv", algo, comm, recvbuf.nbytes,
+                                           nonblocking=not blocking)
     return dispatch.run(comm, "allgatherv", state_class, recvbuf.nbytes, blocking,
                         (stream, sendbuf, recvbuf, counts, displs))

@@ -13,12 +13,12 @@ from .validate import (check_comm, check_stream, expect_count, input_buffer, out
 
 __all__ = ["allreduce", "nonblocking_allreduce"]
 
-# (backend, comm size, dtype, count, op, algo, in place) -> (State class, ReductionOp, array
-# runner or None, array state maker or None) for calls on numpy arrays (or CPU torch tensors,
-# through numpy views of them) that already passed validation once: a repeat call skips the
-# selector and the argument parsing, which otherwise cost several times a small MPI allreduce
-# itself.  States with an ``array_runner`` and an ``array_state`` (passthrough) also skip
-# making Buffers, blocking and nonblocking.
+# (backend, comm size, dtype, count, op, algo, in place, blocking) -> (State class,
+# ReductionOp, array runner or None, array state maker or None) for calls on numpy arrays (or
+# CPU torch tensors, through numpy views of them) that already passed validation once: a
+# repeat call skips the selector and the argument parsing, which otherwise cost several times
+# a small MPI allreduce itself.  States with an ``array_runner`` and an ``array_state``
+# (passthrough, shared_memory) also skip making Buffers, blocking and nonblocking.
 _plans: dict = {}
 dispatch.plan_caches.append(_plans)
 # blocking (True/False) -> the last such call whose plan works on arrays: (weak references
@@ -76,9 +76,9 @@ def _repeat_call(blocking, buf, recvbuf, comm, op, algo):
     blocking (or nonblocking) call; views, made for this call only, are not."""
     views = torch_host_views(buf, recvbuf)
     if views is not None:
-        plan = _repeat_plan(*views, comm, op, algo)
+        plan = _repeat_plan(blocking, *views, comm, op, algo)
         return (None, buf, recvbuf) if plan is None else (plan, *views)
-    plan = _repeat_plan(buf, recvbuf, comm, op, algo)
+    plan = _repeat_plan(blocking, buf, recvbuf, comm, op, algo)
     if plan is not None and plan[2 if blocking else 3] is not None:
         recv_ref = None if recvbuf is None else weakref.ref(recvbuf)
         _last_call[blocking] = (weakref.ref(comm), weakref.ref(buf), recv_ref, op, algo,
@@ -111,7 +111,7 @@ def _same_as_last(blocking, buf, recvbuf, comm, op, algo):
     return None
 
 
-def _repeat_plan(buf, recvbuf, comm, op, algo):
+def _repeat_plan(blocking, buf, recvbuf, comm, op, algo):
     """The cached ``(State class, ReductionOp, array runner, array state maker)`` (the last
     two None for states without them) for a repeat call on numpy arrays whose checks are
     cheap to redo, else None (the full path validates and explains)."""
@@ -137,7 +137,8 @@ def _repeat_plan(buf, recvbuf, comm, op, algo):
             return None
         inplace = False
     try:
-        plan = _plans.get((comm.backend, comm.size, buf.dtype, buf.size, op, algo, inplace))
+        plan = _plans.get((comm.backend, comm.size, buf.dtype, buf.size, op, algo, inplace,
+                           blocking))
     except (AttributeError, TypeError):   # not a communicator, unhashable op: full path
         return None
     if plan is None or comm._mpi is None:
@@ -170,12 +171,12 @@ def _allreduce(blocking, buf, comm, stream, op, recvbuf, algo):
     op = reduction_op(op, sendbuf.dtype)
     stream = check_stream(stream, comm)
     state_class = comm.backend.state_class("allreduce", algo, comm, recvbuf.nbytes,
-                                           sendbuf is recvbuf)
+                                           sendbuf is recvbuf, not blocking)
     if stream is None and array_or_tensor(buf) and array_or_tensor(recvbuf.obj) \
             and not trace.ENABLED and not dispatch.checks_enabled():
         # Keyed as _repeat_plan looks up: by the numpy array (or tensor view) dtype and size.
         dispatch.remember(_plans, (comm.backend, comm.size, recvbuf.dtype, recvbuf.count,
-                                   raw_op, algo, sendbuf is recvbuf),
+                                   raw_op, algo, sendbuf is recvbuf, blocking),
                           (state_class, op,
                            _array_plan(state_class, "array_runner", op, sendbuf.dtype),
                            _array_plan(state_class, "array_state", op, sendbuf.dtype)))

@@ -57,7 +57,8 @@ def _reduce_scatter(blocking, buf, comm, stream, op, recvbuf, algo):
         expect_count(recvbuf, count, sendbuf.dtype, "recvbuf")
     op = reduction_op(op, sendbuf.dtype)
     stream = check_stream(stream, comm)
-    state_class = comm.backend.state_class("reduce_scatter", algo, comm, sendbuf.nbytes)
+    state_class = comm.backend.state_class("reduce_scatter", algo, comm, sendbuf.nbytes,
+                                           nonblocking=not blocking)
     return dispatch.run(comm, "reduce_scatter", state_class, sendbuf.nbytes, blocking,
                         (stream, sendbuf, recvbuf, op))
 
@@ -71,6 +72,7 @@ def _reduce_scatterv(blocking, buf, counts, comm, stream, op, recvbuf, algo):
         expect_count(recvbuf, counts[comm.rank], sendbuf.dtype, "recvbuf")
     op = reduction_op(op, sendbuf.dtype)
     stream = check_stream(stream, comm)
-    state_class = comm.backend.state_class("reduce_scatterv", algo, comm, sendbuf.nbytes)
+    state_class = comm.backend.state_class("reduce_scatterv", algo, comm, sendbuf.nbytes,
+                                           nonblocking=not blocking)
     return dispatch.run(comm, "reduce_scatterv", state_class, sendbuf.nbytes, blocking,
                         (stream, sendbuf, recvbuf, op, counts))

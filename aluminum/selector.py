@@ -12,7 +12,11 @@ A rule may carry ``"placement": "inplace"`` or ``"outofplace"`` (our extension o
 tables without it read as before): it then applies to calls of that kind only, and takes
 precedence over a rule without placement for the same (backend, op, comm_size).  Libraries
 differ by placement (Open MPI's allreduce of 64-512 KiB on 2 ranks here is up to 2x faster in
-place than out of place), so the fastest algorithm may too.
+place than out of place), so the fastest algorithm may too.  Likewise ``"mode": "nonblocking"`` (or ``"blocking"``)
+limits a rule to the nonblocking (blocking) form of the operation and takes precedence over
+placement: a nonblocking call runs another code path (Open MPI's libnbc ``MPI_Iallreduce``
+reduces and broadcasts whole vectors on fewer than 4 ranks, 1.6-2.9x slower than its blocking
+``MPI_Allreduce`` at 1-16 MiB here), so its fastest algorithm may differ.
 
 Where the table comes from, first usable wins: ``$AL_TUNING_FILE``, then
 ``user_table_path()`` (``$XDG_CACHE_HOME/aluminum/tuning.json`` or
@@ -25,8 +29,9 @@ this machine cannot load (a GPU table on a CPU host) are kept, unchecked and nev
 
 Selection for (backend, op, comm_size, nbytes):
 
-- the rule of that comm size for the call's placement (else the rule without placement), or
-  of the nearest measured comm size (ties go to the smaller);
+- the rule of that comm size for the call's mode and placement (the most specific: a mode
+  beats a placement, which beats neither), or of the nearest measured comm size (ties go to
+  the smaller);
   the entry with the nearest threshold <= nbytes wins; below the first threshold the table
   says nothing and the caller's ``default`` is returned (Open MPI's rule-file semantics);
 - no rule at all for (backend, op): the α-β model (``aluminum.costmodel``) picks among the
@@ -34,8 +39,8 @@ Selection for (backend, op, comm_size, nbytes):
   the table's ``model`` parameters (else ``DEFAULT_ALPHA``/``DEFAULT_BETA``);
 - otherwise ``default``.
 
-Decisions are cached per (backend, op, comm_size, nbytes, default, placement); a hit is one
-dict lookup.
+Decisions are cached per (backend, op, comm_size, nbytes, default, placement, mode); a hit
+is one dict lookup.
 """
 
 from __future__ import annotations
@@ -55,6 +60,7 @@ from aluminum.errors import AluminumError, ArgumentError
 
 FORMAT = "aluminum-tuning/1"
 PLACEMENTS = ("inplace", "outofplace")
+MODES = ("blocking", "nonblocking")
 # Fitted to an mpi4py ping-pong between two ranks on the 2-core development machine.
 DEFAULT_ALPHA = 2e-6
 DEFAULT_BETA = 1.5e-10
@@ -82,6 +88,7 @@ class Rule:
     comm_size: int
     by_bytes: tuple[tuple[int, str], ...]
     placement: str | None = None   # "inplace", "outofplace", or None: both
+    mode: str | None = None        # "blocking", "nonblocking", or None: both
 
     def choose(self, nbytes: int) -> str | None:
         """Return the algorithm of the nearest threshold <= nbytes; None below the first."""
@@ -98,16 +105,19 @@ class Table:
     metadata: dict[str, Any] = field(default_factory=dict)
     source: str = "<none>"
 
-    def rules_for(self, backend: str, op: str, placement: str | None = None) -> dict[int, Rule]:
-        """Return the rules of (backend, op) keyed by comm size: for ``placement`` where the
-        table has one, else those without placement."""
-        chosen: dict[int, Rule] = {}
+    def rules_for(self, backend: str, op: str, placement: str | None = None,
+                  mode: str | None = None) -> dict[int, Rule]:
+        """Return the rules of (backend, op) keyed by comm size: per size the most specific
+        rule that applies to calls of ``placement`` and ``mode`` (None: unknown, only rules
+        without that key apply); a matching mode outranks a matching placement."""
+        chosen: dict[int, tuple[tuple[bool, bool], Rule]] = {}
         for rule in self.rules:
-            if rule.backend == backend and rule.op == op and (
-                    rule.placement is None or rule.placement == placement):
-                if rule.placement is not None or rule.comm_size not in chosen:
-                    chosen[rule.comm_size] = rule
-        return chosen
+            if rule.backend == backend and rule.op == op \
+                    and rule.placement in (None, placement) and rule.mode in (None, mode):
+                rank = (rule.mode is not None, rule.placement is not None)
+                if rule.comm_size not in chosen or rank > chosen[rule.comm_size][0]:
+                    chosen[rule.comm_size] = (rank, rule)
+        return {size: rule for size, (_, rule) in chosen.items()}
 
     def to_json(self) -> dict[str, Any]:
         """Return the table as an ``aluminum-tuning/1`` JSON object."""
@@ -116,6 +126,7 @@ class Table:
             data["model"] = {"alpha": self.model.alpha, "beta": self.model.beta}
         data["rules"] = [{"backend": r.backend, "op": r.op, "comm_size": r.comm_size,
                           **({"placement": r.placement} if r.placement else {}),
+                          **({"mode": r.mode} if r.mode else {}),
                           "by_bytes": [list(e) for e in r.by_bytes]} for r in self.rules]
         return data
 
@@ -162,6 +173,10 @@ def _parse_rule(where: str, raw: Any, known: KnownAlgorithms | None) -> Rule:
     if placement is not None and placement not in PLACEMENTS:
         raise TuningTableError(f"{where}.placement: expected one of {list(PLACEMENTS)} or no "
                                f"key, got {placement!r}")
+    mode = raw.get("mode")
+    if mode is not None and mode not in MODES:
+        raise TuningTableError(f"{where}.mode: expected one of {list(MODES)} or no key, got "
+                               f"{mode!r}")
     entries = _require(raw, "by_bytes", list, where)
     if not entries:
         raise TuningTableError(f"{where}.by_bytes: expected at least one [bytes, algorithm]")
@@ -189,7 +204,7 @@ def _parse_rule(where: str, raw: Any, known: KnownAlgorithms | None) -> Rule:
         if unknown:
             raise TuningTableError(f"{where}: unknown {op} algorithm(s) {unknown} for backend "
                                    f"{backend!r}; expected one of {sorted(names)}")
-    return Rule(backend, op, comm_size, tuple(by_bytes), placement)
+    return Rule(backend, op, comm_size, tuple(by_bytes), placement, mode)
 
 
 def parse_table(data: Any, source: str = "<memory>",
@@ -206,14 +221,16 @@ def parse_table(data: Any, source: str = "<memory>",
         raise TuningTableError(f"format: expected {FORMAT!r}, got {data['format']!r}")
     raw_rules = _require(data, "rules", list, "table")
     rules: list[Rule] = []
-    seen: dict[tuple[str, str, int, str | None], int] = {}
+    seen: dict[tuple[str, str, int, str | None, str | None], int] = {}
     for i, raw in enumerate(raw_rules):
         rule = _parse_rule(f"rules[{i}]", raw, known_algorithms)
-        key = (rule.backend, rule.op, rule.comm_size, rule.placement)
+        key = (rule.backend, rule.op, rule.comm_size, rule.placement, rule.mode)
         if key in seen:
             placement = "" if key[3] is None else f", placement {key[3]!r}"
+            mode = "" if key[4] is None else f", mode {key[4]!r}"
             raise TuningTableError(f"rules[{i}]: duplicates rules[{seen[key]}] for backend "
-                                   f"{key[0]!r}, op {key[1]!r}, comm_size {key[2]}{placement}")
+                                   f"{key[0]!r}, op {key[1]!r}, comm_size {key[2]}{placement}"
+                                   f"{mode}")
         seen[key] = i
         rules.append(rule)
     model = _parse_model(data["model"]) if "model" in data else None
@@ -252,7 +269,7 @@ def user_table_path() -> Path:
     return base / "aluminum" / "tuning.json"
 
 
-_cache: dict[tuple[str, str, int, int, str, bool | None], str] = {}
+_cache: dict[tuple[str, str, int, int, str, bool | None, bool | None], str] = {}
 _table: Table | None = None
 _known: KnownAlgorithms | None = None
 _lock = threading.RLock()
@@ -330,9 +347,14 @@ def placement_of(inplace: bool | None) -> str | None:
     return None if inplace is None else PLACEMENTS[0] if inplace else PLACEMENTS[1]
 
 
+def mode_of(nonblocking: bool | None) -> str | None:
+    """The rule mode (``MODES``) of a blocking or nonblocking call; None when unknown."""
+    return None if nonblocking is None else MODES[1] if nonblocking else MODES[0]
+
+
 def _decide(table: Table, backend: str, op: str, comm_size: int, nbytes: int,
-            default: str, inplace: bool | None) -> str:
-    rules = table.rules_for(backend, op, placement_of(inplace))
+            default: str, inplace: bool | None, nonblocking: bool | None) -> str:
+    rules = table.rules_for(backend, op, placement_of(inplace), mode_of(nonblocking))
     if rules:
         return rules[_nearest(rules, comm_size)].choose(nbytes) or default
     if _known is None:
@@ -349,29 +371,30 @@ def _decide(table: Table, backend: str, op: str, comm_size: int, nbytes: int,
 
 
 def _select_uncached(backend: str, op: str, comm_size: int, nbytes: int,
-                     default: str, inplace: bool | None) -> str:
+                     default: str, inplace: bool | None, nonblocking: bool | None) -> str:
     comm_size, nbytes = operator.index(comm_size), operator.index(nbytes)
     if comm_size < 1:
         raise ArgumentError(f"comm_size: expected an integer >= 1, got {comm_size}")
     if nbytes < 0:
         raise ArgumentError(f"nbytes: expected an integer >= 0, got {nbytes}")
     with _lock:
-        algo = _decide(current_table(), backend, op, comm_size, nbytes, default, inplace)
+        algo = _decide(current_table(), backend, op, comm_size, nbytes, default, inplace,
+                       nonblocking)
         if len(_cache) >= _CACHE_LIMIT:
             _cache.clear()
-        _cache[(backend, op, comm_size, nbytes, default, inplace)] = algo
+        _cache[(backend, op, comm_size, nbytes, default, inplace, nonblocking)] = algo
     return algo
 
 
 def select_algorithm(backend: str, op: str, comm_size: int, nbytes: int, default: str,
-                     inplace: bool | None = None) -> str:
+                     inplace: bool | None = None, nonblocking: bool | None = None) -> str:
     """Return the algorithm to run `op` on `backend` for comm_size ranks and nbytes bytes.
 
-    `inplace`: the call's placement, for rules that depend on it (None: unknown, only rules
-    without placement apply).  `default` is returned where neither the table nor the cost
+    `inplace`, `nonblocking`: the call's placement and mode, for rules that depend on them
+    (None: unknown, only rules without that key apply).  `default` is returned where neither the table nor the cost
     model decides. Loads the table on first use; a bad table warns once per load and never
     raises here."""
     try:
-        return _cache[(backend, op, comm_size, nbytes, default, inplace)]
+        return _cache[(backend, op, comm_size, nbytes, default, inplace, nonblocking)]
     except KeyError:
-        return _select_uncached(backend, op, comm_size, nbytes, default, inplace)
+        return _select_uncached(backend, op, comm_size, nbytes, default, inplace, nonblocking)

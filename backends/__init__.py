@@ -43,9 +43,9 @@ class Backend:
         return list(self._table(op))
 
     def state_class(self, op: str, algo: str, comm, nbytes: int,
-                    inplace: bool | None = None) -> type:
+                    inplace: bool | None = None, nonblocking: bool | None = None) -> type:
         """The State class that runs ``op`` with ``algo`` ("automatic" asks the selector,
-        with the call's placement ``inplace`` when known).
+        with the call's placement ``inplace`` and mode ``nonblocking`` when known).
 
         An automatic choice of an algorithm that needs every rank on one node (its class
         says ``single_node = True``) falls back to the default on a communicator that spans
@@ -54,7 +54,7 @@ class Backend:
         if algo == "automatic":
             default = self.default_algorithm or next(iter(table))
             algo = selector.select_algorithm(self.name, op, comm.size, nbytes, default,
-                                             inplace)
+                                             inplace, nonblocking)
             if getattr(table.get(algo), "single_node", False) \
                     and comm.local_size != comm.size:
                 algo = default

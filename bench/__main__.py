@@ -22,6 +22,7 @@ from .sizes import parse_sizes
 
 _MPI_ENV = ("OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_SIZE", "PMI_RANK")
 _PLACEMENTS = {"both": (True, False), "inplace": (True,), "outofplace": (False,)}
+_MODES = {"both": (False, True), "blocking": (False,), "nonblocking": (True,)}
 _COMMUNICATORS = {"mpi": "MPICommunicator", "ht": "HostTransferCommunicator",
                   "nccl": "NCCLCommunicator"}
 
@@ -93,6 +94,9 @@ def _parser() -> argparse.ArgumentParser:
                       help="the table's note field")
     tune.add_argument("--placement", choices=("both", "inplace", "outofplace"),
                       default="both", help="which calls to tune for (default both)")
+    tune.add_argument("--mode", choices=("both", "blocking", "nonblocking"), default="both",
+                      help="blocking calls, nonblocking ones (rules of their own), or both "
+                           "(default)")
     tune.add_argument("--fresh", action="store_true",
                       help="drop the destination's rules for other comm sizes")
     tune.add_argument("--show", action="store_true", help="print the rules (after tuning, if "
@@ -405,8 +409,8 @@ def _tune(args, parser) -> int:
     only = [op for op in args.ops.split(",") if op] or None
     path = tune.run(comm, world, sizes, iters=args.iters, warmup=args.warmup,
                     rounds=max(1, args.rounds), output=args.output, note=args.note,
-                    only=only, placements=_PLACEMENTS[args.placement], fresh=args.fresh,
-                    progress=not args.quiet)
+                    only=only, placements=_PLACEMENTS[args.placement],
+                    nonblocking=_MODES[args.mode], fresh=args.fresh, progress=not args.quiet)
     if rank == 0:
         print(f"[tune] wrote {path}", file=sys.stderr)
         if args.show:

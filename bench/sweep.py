@@ -226,7 +226,8 @@ def run(config: Config, comm, world: MPI.Comm, peers: list) -> list[Series]:
             if runners[i] == "automatic":
                 point.algo = selector.select_algorithm(
                     comm.backend.name, spec.name, p, spec.selector_bytes(case.size, p), default,
-                    config.inplace if spec.name == "allreduce" else None)  # as al.allreduce
+                    config.inplace if spec.name == "allreduce" else None,  # as al.allreduce
+                    config.nonblocking)
             series[i].points.append(point)
         progress.point_done(case.size,
                             {series[i].name: pt.avg_us for i, pt in sorted(best.items())})

@@ -20,6 +20,12 @@ by a busy CPU) is preferred unless another algorithm is more than ``DEFAULT_PREF
 applies, so a size between two measured ones uses the smaller's choice (the selector's
 nearest-lower rule).
 
+Nonblocking calls are swept the same way (each call timed to the end of its ``wait()``) and
+get rules of their own (``"mode": "nonblocking"``), since they take other code paths: Open
+MPI's nonblocking allreduce on fewer than 4 ranks reduces and broadcasts whole vectors, so
+a custom algorithm may win there where the blocking library call does not. Blocking rules
+carry no mode and also serve nonblocking calls the table has no rule for.
+
 The measured latencies of every op (Avg) are printed (stdout, rank 0) before its rule, so the
 evidence for each threshold is on screen. Thresholds are as good as the machine is quiet:
 on the 2-core development VM, Open MPI's in-place allreduce of 64–512 KiB takes 1× or 2×
@@ -33,10 +39,12 @@ half the median round trip, the lowest of ``rounds`` rounds.
 
 The table (shared/DESIGN.md §4, ``aluminum-tuning/1``) goes to ``--output``, else
 ``$AL_TUNING_FILE``, else ``selector.user_table_path()``. Rules already in that file for
-other (backend, op, comm size) are kept, so ``tune --np 2`` then ``tune --np 4`` accumulate.
+other (backend, op, comm size, mode) are kept, so ``tune --np 2`` then ``tune --np 4``
+accumulate.
 """
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import os
 import socket
@@ -130,7 +138,9 @@ def rules_from(backend: str, op: str, p: int, modes: Sequence[dict[str, list[swe
 
 
 def _placement_words(rule: selector.Rule) -> str:
-    return "" if rule.placement is None else f" ({rule.placement} calls)"
+    """" (nonblocking inplace calls)" and the like: whom a rule is limited to."""
+    words = " ".join(w for w in (rule.mode, rule.placement) if w)
+    return f" ({words} calls)" if words else ""
 
 
 def fit_pingpong(world: MPI.Comm, iters: int = 200,
@@ -172,29 +182,34 @@ def destination(output: str | None) -> Path:
 
 
 def merge(path: Path, rules: Sequence[selector.Rule]) -> list[selector.Rule]:
-    """`rules` plus the rules already at `path` for other (backend, op, comm size)."""
-    if not path.exists():
-        return list(rules)
-    try:
-        old = selector.read_table(path)
-    except selector.TuningTableError as exc:
-        warnings.warn(f"aluminum.bench tune: replacing unusable table {path}: {exc}")
-        return list(rules)
-    fresh = {(r.backend, r.op, r.comm_size) for r in rules}
-    kept = [r for r in old.rules if (r.backend, r.op, r.comm_size) not in fresh]
+    """`rules` plus the rules already at `path` for other (backend, op, comm size, mode): a
+    blocking-only tune keeps the nonblocking rules, and the other way round."""
+    kept: list[selector.Rule] = []
+    if path.exists():
+        try:
+            old = selector.read_table(path)
+        except selector.TuningTableError as exc:
+            warnings.warn(f"aluminum.bench tune: replacing unusable table {path}: {exc}")
+        else:
+            fresh = {(r.backend, r.op, r.comm_size, r.mode) for r in rules}
+            kept = [r for r in old.rules
+                    if (r.backend, r.op, r.comm_size, r.mode) not in fresh]
     return sorted(kept + list(rules),
-                  key=lambda r: (r.backend, r.op, r.comm_size, r.placement or ""))
+                  key=lambda r: (r.backend, r.op, r.comm_size, r.mode or "",
+                                 r.placement or ""))
 
 
 def run(comm, world: MPI.Comm, sizes: list[int], *, iters: int, warmup: int, rounds: int,
         output: str | None, note: str, only: list[str] | None = None,
-        placements: Sequence[bool] = (True, False), fresh: bool = False,
-        progress: bool = True) -> Path | None:
+        placements: Sequence[bool] = (True, False), nonblocking: Sequence[bool] = (False, True),
+        fresh: bool = False, progress: bool = True) -> Path | None:
     """Sweep, fit, write the table (rank 0); return its path on rank 0, None elsewhere.
 
-    `placements` lists the modes to sweep: True in place, False out of place."""
+    `placements` lists the placements to sweep (True in place, False out of place),
+    `nonblocking` the call forms (False blocking, True nonblocking: rules of mode
+    "nonblocking")."""
     backend = comm.backend
-    p, rank = world.Get_size(), world.Get_rank()
+    rank = world.Get_rank()
     targets = [op for op in tunable_ops(backend) if not only or op in only]
     if rank == 0 and not targets:
         print(f"[tune] the {backend.name} backend offers no choice of algorithm for "
@@ -202,32 +217,44 @@ def run(comm, world: MPI.Comm, sizes: list[int], *, iters: int, warmup: int, rou
               file=sys.stderr)
     rules = []
     for op in targets:
-        modes = []
-        for inplace in placements:
-            config = sweep.Config(op, sizes, backend.algorithms(op), backend=backend.name,
-                                  inplace=inplace, iters=iters, warmup=warmup,
-                                  progress=progress, rounds=rounds)
-            series = sweep.run(config, comm, world, [])
-            if rank == 0:
-                result = sweep.Result(op, backend.name, p, "float32", inplace, False, series)
-                print("\n".join(report.format_matrix(result)), flush=True)
-                modes.append({s.name: s.points for s in series if s.points})
-        if rank != 0:
-            continue
-        if not all(modes):
-            print(f"[tune] {op}: no algorithm could run; no rule", file=sys.stderr)
-            continue
-        for rule in rules_from(backend.name, op, p, modes, placements,
-                               backend.default_algorithm or next(iter(modes[0]))):
-            rules.append(rule)
-            print(f"[tune] {op} on {p} ranks{_placement_words(rule)}: " + ", ".join(
-                f"{format_size(t)}: {a}" for t, a in rule.by_bytes), file=sys.stderr,
-                flush=True)
+        for form in nonblocking:
+            rules += _tune_op(comm, world, op, sizes, placements, form, iters=iters,
+                              warmup=warmup, rounds=rounds, progress=progress)
     model = fit_pingpong(world, rounds=rounds)
     if rank != 0:
         return None
     return write(destination(output), rules, model, metadata(comm.local_size, note),
                  fresh=fresh)
+
+
+def _tune_op(comm, world: MPI.Comm, op: str, sizes: list[int], placements: Sequence[bool],
+             nonblocking: bool, **sweep_options) -> list[selector.Rule]:
+    """Sweep every algorithm of `op` in each placement, in blocking or nonblocking form;
+    return the rules chosen (on rank 0; an empty list elsewhere)."""
+    backend, p, rank = comm.backend, world.Get_size(), world.Get_rank()
+    modes = []
+    for inplace in placements:
+        config = sweep.Config(op, sizes, backend.algorithms(op), backend=backend.name,
+                              inplace=inplace, nonblocking=nonblocking, **sweep_options)
+        series = sweep.run(config, comm, world, [])
+        if rank == 0:
+            result = sweep.Result(op, backend.name, p, "float32", inplace, nonblocking, series)
+            print("\n".join(report.format_matrix(result)), flush=True)
+            modes.append({s.name: s.points for s in series if s.points})
+    if rank != 0:
+        return []
+    form = "nonblocking" if nonblocking else "blocking"
+    if not all(modes):
+        print(f"[tune] {op} ({form}): no algorithm could run; no rule", file=sys.stderr)
+        return []
+    rules = rules_from(backend.name, op, p, modes, placements,
+                       backend.default_algorithm or next(iter(modes[0])))
+    if nonblocking:
+        rules = [dataclasses.replace(rule, mode="nonblocking") for rule in rules]
+    for rule in rules:
+        print(f"[tune] {op} on {p} ranks{_placement_words(rule)}: " + ", ".join(
+            f"{format_size(t)}: {a}" for t, a in rule.by_bytes), file=sys.stderr, flush=True)
+    return rules
 
 
 def write(path: Path, rules: Sequence[selector.Rule], model: costmodel.AlphaBeta | None,

@@ -246,6 +246,23 @@ def test_tuner_writes_a_table_the_selector_accepts(tmp_path):
         tune.write(path, [selector.Rule("mpi", "allreduce", 2, ((0, "bogus"),))], None, {})
 
 
+def test_tuner_keeps_nonblocking_rules_apart(tmp_path):
+    """Rules for nonblocking calls are stored, merged and shown as rules of their own."""
+    path = tmp_path / "tuning.json"
+    blocking = selector.Rule("mpi", "allreduce", 2, ((0, "mpi_passthrough"),))
+    nonblocking = selector.Rule("mpi", "allreduce", 2, ((0, "mpi_passthrough"),
+                                                         (1 << 20, "shared_memory")),
+                                placement="inplace", mode="nonblocking")
+    tune.write(path, [nonblocking, blocking], None, {})
+    table = selector.read_table(path, lambda backend, op: al.algorithms(op, backend))
+    assert table.rules == (blocking, nonblocking)
+    tune.write(path, [selector.Rule("mpi", "allreduce", 2, ((0, "ring"),))], None, {})
+    assert selector.read_table(path).rules[1] == nonblocking     # merged, not replaced
+    shown = tune.format_rules(table)
+    assert "mpi allreduce, 2 ranks (nonblocking inplace calls):" in shown
+    assert "1MiB and up       shared_memory" in shown
+
+
 # --- cost model ----------------------------------------------------------------------------
 
 def test_model_crossover_is_exact():

@@ -350,6 +350,83 @@ def test_same_placement_twice_is_a_duplicate_but_two_placements_are_not():
         selector.parse_table({"format": "aluminum-tuning/1", "rules": [placed, placed]})
 
 
+# --- mode (our extension: rules for blocking or nonblocking calls only) -------------------
+
+MODED = {"format": "aluminum-tuning/1", "rules": [
+    rule(2, [[0, "mpi_passthrough"], [262144, "shared_memory"]]),
+    {**rule(2, [[0, "mpi_passthrough"], [65536, "ring"]]), "placement": "inplace"},
+    {**rule(2, [[0, "mpi_passthrough"], [1024, "shared_memory"]]), "mode": "nonblocking"},
+    {**rule(2, [[0, "recursive_doubling"]]), "mode": "nonblocking", "placement": "inplace"},
+    {**rule(4, [[0, "ring"]]), "mode": "blocking"},
+]}
+
+
+def test_mode_rules_apply_to_their_calls_and_outrank_placement(tmp_path, monkeypatch):
+    monkeypatch.setenv("AL_TUNING_FILE", str(write(tmp_path / "t.json", MODED)))
+    selector.set_known_algorithms(known)
+
+    def pick(nbytes, inplace, nonblocking, p=2):
+        return selector.select_algorithm("mpi", "allreduce", p, nbytes, "DEFAULT", inplace,
+                                         nonblocking)
+    assert pick(65536, False, True) == "shared_memory"        # the nonblocking rule
+    assert pick(65536, True, True) == "recursive_doubling"    # nonblocking and in place
+    assert pick(65536, True, False) == "ring"                 # blocking: the in-place rule
+    assert pick(65536, True, None) == "ring"                  # mode unknown: likewise
+    assert pick(65536, False, False) == "mpi_passthrough"     # the general rule
+    assert pick(65536, None, True) == "shared_memory"         # placement unknown
+    # 4 ranks have a blocking rule only: nonblocking calls take the nearest size's rule
+    assert pick(65536, False, True, p=4) == "shared_memory"
+    assert pick(100, False, False, p=4) == "ring"
+    data = selector.current_table().to_json()
+    assert [r.get("mode") for r in data["rules"]] == [None, None, "nonblocking", "nonblocking",
+                                                      "blocking"]
+    assert selector.parse_table(data).rules == selector.current_table().rules   # round trip
+
+
+@pytest.mark.parametrize("bad, words", [
+    ({**rule(2, [[0, "ring"]]), "mode": "eventually"}, "rules[0].mode: expected one of"),
+    ({**rule(2, [[0, "ring"]]), "mode": True}, "rules[0].mode: expected one of"),
+])
+def test_bad_mode_is_rejected(bad, words):
+    with pytest.raises(selector.TuningTableError, match=re.escape(words)):
+        selector.parse_table({"format": "aluminum-tuning/1", "rules": [bad]})
+
+
+def test_same_mode_twice_is_a_duplicate_but_two_modes_are_not():
+    general, moded = rule(2, [[0, "ring"]]), {**rule(2, [[0, "ring"]]), "mode": "nonblocking"}
+    assert len(selector.parse_table({"format": "aluminum-tuning/1",
+                                     "rules": [general, moded]}).rules) == 2
+    with pytest.raises(selector.TuningTableError, match="mode 'nonblocking'"):
+        selector.parse_table({"format": "aluminum-tuning/1", "rules": [moded, moded]})
+
+
+def test_nonblocking_calls_follow_the_nonblocking_rules(tmp_path, monkeypatch):
+    """al.nonblocking_allreduce asks for a nonblocking rule, al.allreduce for a blocking one
+    (and repeat calls, which skip the selector, keep what each form chose)."""
+    import numpy as np
+
+    import aluminum as al
+    from aluminum.backends.mpi.algorithms.ring_allreduce import RingAllreduce
+
+    table = {"format": "aluminum-tuning/1", "rules": [
+        rule(1, [[0, "mpi_passthrough"]]),
+        {**rule(1, [[0, "ring"]]), "mode": "nonblocking"}]}
+    monkeypatch.setenv("AL_TUNING_FILE", str(write(tmp_path / "t.json", table)))
+    selector.set_known_algorithms(known)
+    rings = []
+    start = RingAllreduce.start
+    monkeypatch.setattr(RingAllreduce, "start", lambda state: (rings.append("start"),
+                                                               start(state))[1])
+    monkeypatch.setattr(RingAllreduce, "drive", lambda state: rings.append("blocking"))
+    with al.MPICommunicator() as comm:
+        for _ in range(2):
+            buf = np.arange(5, dtype=np.float64)
+            al.nonblocking_allreduce(buf, comm).wait()
+            al.allreduce(buf, comm)
+            np.testing.assert_array_equal(buf, np.arange(5.0))
+    assert rings == ["start", "start"]     # never a blocking ring
+
+
 def test_automatic_never_picks_a_single_node_algorithm_across_nodes():
     """The shipped table was measured on one node; on a communicator spanning nodes its
     shared_memory choice must become the default instead of an error."""
