@@ -12,11 +12,12 @@ A rule may carry ``"placement": "inplace"`` or ``"outofplace"`` (our extension o
 tables without it read as before): it then applies to calls of that kind only, and takes
 precedence over a rule without placement for the same (backend, op, comm_size).  Libraries
 differ by placement (Open MPI's allreduce of 64-512 KiB on 2 ranks here is up to 2x faster in
-place than out of place), so the fastest algorithm may too.  Likewise ``"mode": "nonblocking"`` (or ``"blocking"``)
-limits a rule to the nonblocking (blocking) form of the operation and takes precedence over
-placement: a nonblocking call runs another code path (Open MPI's libnbc ``MPI_Iallreduce``
-reduces and broadcasts whole vectors on fewer than 4 ranks, 1.6-2.9x slower than its blocking
-``MPI_Allreduce`` at 1-16 MiB here), so its fastest algorithm may differ.
+place than out of place), so the fastest algorithm may too.  Likewise ``"mode":
+"nonblocking"`` (or ``"blocking"``) limits a rule to the nonblocking (blocking) form of the
+operation and takes precedence over placement: a nonblocking call runs another code path
+(Open MPI's libnbc ``MPI_Iallreduce`` reduces and broadcasts whole vectors on fewer than 4
+ranks, 1.6-2.9x slower than its blocking ``MPI_Allreduce`` at 1-16 MiB here), so its
+fastest algorithm may differ.
 
 Where the table comes from, first usable wins: ``$AL_TUNING_FILE``, then
 ``user_table_path()`` (``$XDG_CACHE_HOME/aluminum/tuning.json`` or
@@ -391,9 +392,9 @@ def select_algorithm(backend: str, op: str, comm_size: int, nbytes: int, default
     """Return the algorithm to run `op` on `backend` for comm_size ranks and nbytes bytes.
 
     `inplace`, `nonblocking`: the call's placement and mode, for rules that depend on them
-    (None: unknown, only rules without that key apply).  `default` is returned where neither the table nor the cost
-    model decides. Loads the table on first use; a bad table warns once per load and never
-    raises here."""
+    (None: unknown, only rules without that key apply).  `default` is returned where neither
+    the table nor the cost model decides. Loads the table on first use; a bad table warns
+    once per load and never raises here."""
     try:
         return _cache[(backend, op, comm_size, nbytes, default, inplace, nonblocking)]
     except KeyError:
