@@ -17,8 +17,8 @@ __all__ = ["allreduce", "nonblocking_allreduce"]
 # ReductionOp, array runner or None, array state maker or None) for calls on numpy arrays (or
 # CPU torch tensors, through numpy views of them) that already passed validation once: a
 # repeat call skips the selector and the argument parsing, which otherwise cost several times
-# a small MPI allreduce itself.  States with an ``array_runner`` and an ``array_state``
-# (passthrough, shared_memory) also skip making Buffers, blocking and nonblocking.
+# a small MPI allreduce itself.  States with an ``array_state`` (passthrough, shared_memory)
+# also skip making Buffers, blocking and nonblocking (``_array_plans``).
 _plans: dict = {}
 dispatch.plan_caches.append(_plans)
 # blocking (True/False) -> the last such call whose plan works on arrays: (weak references
@@ -177,15 +177,25 @@ def _allreduce(blocking, buf, comm, stream, op, recvbuf, algo):
         # Keyed as _repeat_plan looks up: by the numpy array (or tensor view) dtype and size.
         dispatch.remember(_plans, (comm.backend, comm.size, recvbuf.dtype, recvbuf.count,
                                    raw_op, algo, sendbuf is recvbuf, blocking),
-                          (state_class, op,
-                           _array_plan(state_class, "array_runner", op, sendbuf.dtype),
-                           _array_plan(state_class, "array_state", op, sendbuf.dtype)))
+                          (state_class, op, *_array_plans(state_class, op, sendbuf.dtype)))
     return dispatch.run(comm, "allreduce", state_class, recvbuf.nbytes, blocking,
                         (stream, sendbuf, recvbuf, op))
 
 
-def _array_plan(state_class, kind, op, dtype):
-    """``state_class.array_runner(op, dtype)`` or ``.array_state(...)`` (``kind``), or None
-    for states without it."""
-    make = getattr(state_class, kind, None)
-    return make(op, dtype) if make is not None else None
+def _array_plans(state_class, op, dtype):
+    """``(runner, maker)`` for repeat calls on arrays, each None for a state class without an
+    ``array_state``.  ``maker = state_class.array_state(op, dtype)`` builds unstarted states
+    from arrays; the runner is ``state_class.array_runner(op, dtype)`` where the class has a
+    direct blocking call (passthrough), else it drives a made state on the calling thread,
+    as ``run_blocking`` does with a state built from Buffers."""
+    make_state = getattr(state_class, "array_state", None)
+    if make_state is None:
+        return None, None
+    maker = make_state(op, dtype)
+    make_runner = getattr(state_class, "array_runner", None)
+    if make_runner is not None:
+        return make_runner(op, dtype), maker
+
+    def run(comm, buf, recvbuf):
+        maker(comm, buf, recvbuf).drive()
+    return run, maker

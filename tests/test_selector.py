@@ -333,21 +333,27 @@ def test_placement_rules_apply_to_their_calls_only(tmp_path, monkeypatch):
     assert selector.parse_table(data).rules == selector.current_table().rules   # round trip
 
 
-@pytest.mark.parametrize("bad, words", [
-    ({**rule(2, [[0, "ring"]]), "placement": "sideways"}, "rules[0].placement: expected one of"),
-    ({**rule(2, [[0, "ring"]]), "placement": 1}, "rules[0].placement: expected one of"),
-])
-def test_bad_placement_is_rejected(bad, words):
-    with pytest.raises(selector.TuningTableError, match=re.escape(words)):
-        selector.parse_table({"format": "aluminum-tuning/1", "rules": [bad]})
+# Placement and mode are validated alike.
+LIMITS = pytest.mark.parametrize("key, value", [("placement", "inplace"),
+                                                ("mode", "nonblocking")])
 
 
-def test_same_placement_twice_is_a_duplicate_but_two_placements_are_not():
-    general, placed = rule(2, [[0, "ring"]]), {**rule(2, [[0, "ring"]]), "placement": "inplace"}
+@LIMITS
+@pytest.mark.parametrize("bad", ["sideways", 1, True])
+def test_bad_limit_is_rejected(key, value, bad):
+    with pytest.raises(selector.TuningTableError,
+                       match=re.escape(f"rules[0].{key}: expected one of")):
+        selector.parse_table({"format": "aluminum-tuning/1",
+                              "rules": [{**rule(2, [[0, "ring"]]), key: bad}]})
+
+
+@LIMITS
+def test_same_limit_twice_is_a_duplicate_but_two_limits_are_not(key, value):
+    general, limited = rule(2, [[0, "ring"]]), {**rule(2, [[0, "ring"]]), key: value}
     assert len(selector.parse_table({"format": "aluminum-tuning/1",
-                                     "rules": [general, placed]}).rules) == 2
-    with pytest.raises(selector.TuningTableError, match="placement 'inplace'"):
-        selector.parse_table({"format": "aluminum-tuning/1", "rules": [placed, placed]})
+                                     "rules": [general, limited]}).rules) == 2
+    with pytest.raises(selector.TuningTableError, match=f"{key} '{value}'"):
+        selector.parse_table({"format": "aluminum-tuning/1", "rules": [limited, limited]})
 
 
 # --- mode (our extension: rules for blocking or nonblocking calls only) -------------------
@@ -381,23 +387,6 @@ def test_mode_rules_apply_to_their_calls_and_outrank_placement(tmp_path, monkeyp
     assert [r.get("mode") for r in data["rules"]] == [None, None, "nonblocking", "nonblocking",
                                                       "blocking"]
     assert selector.parse_table(data).rules == selector.current_table().rules   # round trip
-
-
-@pytest.mark.parametrize("bad, words", [
-    ({**rule(2, [[0, "ring"]]), "mode": "eventually"}, "rules[0].mode: expected one of"),
-    ({**rule(2, [[0, "ring"]]), "mode": True}, "rules[0].mode: expected one of"),
-])
-def test_bad_mode_is_rejected(bad, words):
-    with pytest.raises(selector.TuningTableError, match=re.escape(words)):
-        selector.parse_table({"format": "aluminum-tuning/1", "rules": [bad]})
-
-
-def test_same_mode_twice_is_a_duplicate_but_two_modes_are_not():
-    general, moded = rule(2, [[0, "ring"]]), {**rule(2, [[0, "ring"]]), "mode": "nonblocking"}
-    assert len(selector.parse_table({"format": "aluminum-tuning/1",
-                                     "rules": [general, moded]}).rules) == 2
-    with pytest.raises(selector.TuningTableError, match="mode 'nonblocking'"):
-        selector.parse_table({"format": "aluminum-tuning/1", "rules": [moded, moded]})
 
 
 def test_nonblocking_calls_follow_the_nonblocking_rules(tmp_path, monkeypatch):

@@ -89,7 +89,7 @@ class SharedMemoryAllreduce(ProgramState):
     def array_state(cls, op, dtype):
         """``make(comm, buf, recvbuf)``: an unstarted state on C-contiguous numpy arrays (in
         place when ``recvbuf`` is None or ``buf``); what repeat calls build
-        (aluminum/allreduce.py) instead of Buffers."""
+        (aluminum/allreduce.py) instead of Buffers, blocking calls driving them."""
         new = cls.__new__
 
         def make(comm, buf, recvbuf):
@@ -100,15 +100,6 @@ class SharedMemoryAllreduce(ProgramState):
             state._bind(comm, op, send, recv)
             return state
         return make
-
-    @classmethod
-    def array_runner(cls, op, dtype):
-        """``run(comm, buf, recvbuf)``: the blocking form of ``array_state``'s states."""
-        make = cls.array_state(op, dtype)
-
-        def run(comm, buf, recvbuf):
-            make(comm, buf, recvbuf).drive()
-        return run
 
     def program(self):
         if self.window is None:                  # one rank, or nothing to reduce
