@@ -9,6 +9,7 @@ flattened to one dimension (collectives count elements, not shapes).
 from __future__ import annotations
 
 import builtins
+import math
 import sys
 from dataclasses import dataclass
 
@@ -62,8 +63,12 @@ def as_buffer(obj: object, name: str = "buf") -> Buffer:
     """Describe ``obj`` as a ``Buffer``; raise ``BufferError`` naming ``name`` if it is not one."""
     if type(obj) is np.ndarray:
         return _from_ndarray(obj, obj, name)
-    if hasattr(obj, "__cuda_array_interface__"):
-        return _from_cuda_interface(obj, name)
+    cupy = sys.modules.get("cupy")
+    if cupy is not None and type(obj) is cupy.ndarray:
+        return _from_cupy(obj, name)
+    iface = getattr(obj, "__cuda_array_interface__", None)
+    if iface is not None:
+        return _from_cuda_interface(obj, iface, name)
     if _is_torch_tensor(obj):
         return _from_ndarray(obj, _torch_to_numpy(obj, name), name)
     if isinstance(obj, np.ndarray):
@@ -106,20 +111,42 @@ def contiguous_host_buffer(obj: object, array: np.ndarray, writable: bool) -> Bu
     return Buffer(obj, flat, None, array.dtype, flat.size, HOST, writable)
 
 
-def _from_cuda_interface(obj: object, name: str) -> Buffer:
-    iface = obj.__cuda_array_interface__
+# typestr -> numpy dtype: parsing one costs more than the rest of a small GPU call's checks.
+_TYPESTR_DTYPES: dict[str, np.dtype] = {}
+
+
+def _from_cupy(obj, name: str) -> Buffer:
+    """A cupy array, read from its attributes (what ``__cuda_array_interface__`` would say,
+    at a fraction of the cost of building and parsing that dict); dtypes cupy stores as raw
+    2-byte voids (bfloat16) go through the interface, which carries their name."""
+    dtype = obj.dtype
+    if dtype not in dtypes.SUPPORTED_DTYPES:
+        return _from_cuda_interface(obj, obj.__cuda_array_interface__, name)
+    if not obj.flags.c_contiguous:
+        raise BufferError(f"{name}: expected a C-contiguous device buffer, got strides "
+                          f"{obj.strides} for shape {obj.shape}")
+    return Buffer(obj, None, obj.data.ptr, dtype, obj.size, CUDA, True)
+
+
+def _from_cuda_interface(obj: object, iface: dict, name: str) -> Buffer:
     shape = tuple(iface["shape"])
-    try:
-        dtype = np.dtype(iface["typestr"])
-    except TypeError as exc:
-        raise BufferError(f"{name}: unsupported typestr {iface['typestr']!r}") from exc
+    typestr = iface["typestr"]
+    dtype = _TYPESTR_DTYPES.get(typestr) if type(typestr) is str else None
+    if dtype is None:
+        try:
+            if not isinstance(typestr, str):   # np.dtype(None) would be float64
+                raise TypeError(typestr)
+            dtype = np.dtype(typestr)
+        except TypeError as exc:
+            raise BufferError(f"{name}: unsupported typestr {typestr!r}") from exc
+        _TYPESTR_DTYPES[typestr] = dtype
     if iface.get("descr") and iface["descr"][0][0] == "bf16":
         dtype = dtypes.bfloat16
     if dtype not in dtypes.SUPPORTED_DTYPES and dtype.kind == "V" and dtype.itemsize == 2:
         dtype = dtypes.bfloat16
     if dtype not in dtypes.SUPPORTED_DTYPES:
         raise BufferError(f"{name}: unsupported dtype {dtype} in __cuda_array_interface__")
-    count = int(np.prod(shape, dtype=np.int64)) if shape else 1
+    count = math.prod(shape)
     strides = iface.get("strides")
     if strides is not None and count > 1:
         expected = _c_strides(shape, dtype.itemsize)

@@ -111,8 +111,8 @@ class ProgressEngine(Scheduler):
                     request = self._start_now(state, key)
                     if background:
                         self._wake_for_background()
-                    elif self._sleeping:   # it must progress even if nobody waits
-                        self._wake()
+                    elif self._sleeping and not state.progresses_alone:
+                        self._wake()       # it must progress even if nobody waits
                     return request
             finally:
                 self._driver.release()

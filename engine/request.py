@@ -51,7 +51,11 @@ class Request:
 
     @property
     def done(self) -> bool:
-        """True once the operation completed or failed (does not drive progress)."""
+        """True once the operation completed or failed.  Does not drive progress, except that
+        a state that progresses alone (a GPU operation; ``State.progresses_alone``), which no
+        engine pass may have looked at since it was submitted, is polled once."""
+        if not self._done and self.state.progresses_alone:
+            self._engine.poll()
         return self._done
 
     def wait(self, timeout: float | None = None) -> None:

@@ -37,6 +37,11 @@ class State:
     run_type: RunType = RunType.BOUNDED
     compute_stream = None
     name: str = "state"
+    # True for states whose work proceeds without being stepped (it was all enqueued on a
+    # device stream when the state was made) and whose ``step`` only observes completion:
+    # submitting one does not wake a sleeping engine, since waking it would only make it
+    # take the GIL from the caller; whoever asks (``wait``, ``test``, ``done``) polls it.
+    progresses_alone: bool = False
 
     def start(self) -> None:
         """Post the first sends/copies.  Default: nothing to post."""

@@ -72,3 +72,16 @@ def test_cuda_array_interface_non_contiguous_is_rejected():
     array = np.zeros((4, 4), np.float32)
     with pytest.raises(al.BufferError, match="buf: expected a C-contiguous device buffer"):
         as_buffer(FakeCudaArray(array, strides=(4, 16)), "buf")
+
+
+@pytest.mark.parametrize("shape", [(), (0,), (3,), (2, 0, 5), (3, 4, 5)])
+def test_cuda_array_interface_counts_every_shape(shape):
+    assert as_buffer(FakeCudaArray(np.zeros(shape, np.float64))).count == int(np.prod(shape))
+
+
+@pytest.mark.parametrize("typestr", ["<x9", ["<f4"], None])
+def test_cuda_array_interface_bad_typestr_names_the_argument(typestr):
+    fake = FakeCudaArray(np.zeros(4, np.float32))
+    fake.__cuda_array_interface__["typestr"] = typestr
+    with pytest.raises(al.BufferError, match="recvbuf: unsupported"):
+        as_buffer(fake, "recvbuf")

@@ -461,6 +461,34 @@ def test_background_submission_wakes_an_engine_napping_for_callers(make_engine):
     assert request.done
 
 
+class OnDevice(Fake):
+    """A state whose work runs elsewhere (a GPU stream): stepping only observes it."""
+    progresses_alone = True
+
+
+@pytest.mark.parametrize("alone", [True, False])
+def test_only_states_that_need_stepping_wake_a_sleeping_engine(make_engine, alone):
+    engine = make_engine(spin_s=0.0)
+    engine.submit(Fake("first")).wait(timeout=WAIT)     # the engine thread exists now
+    deadline = time.monotonic() + WAIT
+    while not engine._sleeping and time.monotonic() < deadline:
+        time.sleep(0.001)
+    assert engine._sleeping
+    passes = []
+    run_pass = engine._pass
+    engine._pass = lambda: passes.append(1) or run_pass()
+    gate = threading.Event()
+    request = engine.submit((OnDevice if alone else Fake)("op", gate=gate))
+    time.sleep(0.05)
+    assert (passes == []) == alone     # the other kind woke it: it passes even while gated
+    assert not request.done
+    gate.set()
+    deadline = time.monotonic() + WAIT
+    while not request.done and time.monotonic() < deadline:   # polls only an OnDevice op
+        time.sleep(0.001)
+    assert request.done
+
+
 # -- configuration ------------------------------------------------------------------------
 
 def test_config_from_env():

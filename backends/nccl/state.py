@@ -29,6 +29,7 @@ class NCCLState(State):
     """Base of every NCCL operation; see the module docstring."""
 
     name = "nccl"
+    progresses_alone = True   # all on the GPU; step() only polls the completion event
 
     def __init__(self, comm, stream, *op_args):
         ctx = context_of(comm)
