@@ -266,3 +266,28 @@ def test_cuda_device_ops_reject_streams_that_are_not_cuda_streams():
     with pytest.raises(al.ArgumentError, match="stream: the nccl backend needs a CUDA stream "
                                                ".*got HostStream"):
         CupyDeviceOps.as_stream(host_runtime().new_stream())
+
+
+@BLOCKING
+@pytest.mark.parametrize("raised", [RuntimeError("NCCL error: unhandled cuda error"),
+                                    al.UnsupportedError("op: not here")])
+def test_library_errors_surface_as_operation_errors(nccl, blocking, raised):
+    """cupy's NcclError and CUDA errors (any Exception) become al.OperationError naming the
+    operation, the original chained; aluminum's own errors pass through as they are."""
+    comm, fake = nccl
+
+    def fail(*args):
+        raise raised
+    fake.allReduce = fail            # the instance's own attribute hides the method
+    expected = type(raised) if isinstance(raised, al.AluminumError) else al.OperationError
+    with pytest.raises(expected) as info:
+        run(blocking, "allreduce", dev(X.copy()), comm)
+    if expected is al.OperationError:
+        assert str(info.value) == "allreduce/nccl: RuntimeError: NCCL error: unhandled cuda error"
+        assert info.value.__cause__ is raised
+    else:
+        assert info.value is raised
+    del fake.allReduce
+    buf = X.copy()
+    run(blocking, "allreduce", dev(buf), comm)     # the communicator is still usable
+    np.testing.assert_array_equal(buf, X)

@@ -114,9 +114,19 @@ class ReductionPlan:
     parity: bool = False
 
 
+# (op, dtype) -> plan: every NCCL reduction asks, and building one costs a small call's worth.
+_PLANS: dict[tuple[ReductionOp, np.dtype], ReductionPlan] = {}
+
+
 def reduction_plan(op: ReductionOp, dtype: np.dtype, name: str = "buf") -> ReductionPlan:
     """Plan ``op`` on ``dtype`` (already validated by ``check_op_for_dtype``) for NCCL."""
-    dtype = np.dtype(dtype)
+    plan = _PLANS.get((op, dtype))
+    if plan is None:
+        plan = _PLANS[op, dtype] = _plan(op, np.dtype(dtype), name)
+    return plan
+
+
+def _plan(op: ReductionOp, dtype: np.dtype, name: str) -> ReductionPlan:
     if dtype == np.bool_:
         op = _BOOL_BITWISE.get(op, op)
     logical = _LOGICAL_OPS.get(op)
