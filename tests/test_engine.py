@@ -656,11 +656,13 @@ def test_trace_writes_one_file_per_rank(tmp_path):
 
 def test_finalize_releases_a_stream_parked_on_an_abandoned_ht_operation(tmp_path):
     """A host-transfer receive that can never complete holds its stream on a flag; when
-    finalize gives up on it, the stream must be released (with the error), not stay parked."""
+    finalize gives up on it, the stream must be released (with the error), not stay parked.
+    On a host stream, which can carry the error (tests/test_ht_gpu.py: a CUDA stream)."""
     out, took = run_python('''
         import numpy as np
+        from aluminum.backends.runtime.host import HostStream
         al.init()
-        comm = al.HostTransferCommunicator()
+        comm = al.HostTransferCommunicator(stream=HostStream())
         buf = np.zeros(4, np.float32)
         al.recv(buf, 0, comm)            # from itself, and no send: pending forever
         al.finalize()

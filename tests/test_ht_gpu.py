@@ -5,6 +5,7 @@ streams in tests/mpi/rank_ht_*.py everywhere.
 """
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import textwrap
@@ -161,3 +162,32 @@ def test_first_launch_of_a_kernel_while_an_ht_op_waits_does_not_deadlock():
     done = subprocess.run([sys.executable, "-c", _FRESH_KERNEL_DURING_HT],
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0 and "ok" in done.stdout, done.stdout + done.stderr
+
+
+_ABANDONED_RECV = textwrap.dedent("""
+    import warnings
+    import numpy as np
+    import aluminum as al
+    al.init()
+    comm = al.HostTransferCommunicator()
+    buf = np.zeros(4, np.float32)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        al.recv(buf, 0, comm)            # from itself, and no send: pending forever
+        al.finalize()
+        comm.stream.synchronize()        # returns: the parked CUDA stream was released
+    print("released")
+    for warning in caught:
+        print("warning:", warning.message)
+""")
+
+
+def test_finalize_releases_a_cuda_stream_parked_on_an_abandoned_ht_operation():
+    """The CUDA-stream side of tests/test_engine.py's host-stream test: a CUDA stream cannot
+    carry the error, so the failure is a warning, and the stream must not stay parked."""
+    done = subprocess.run([sys.executable, "-c", _ABANDONED_RECV], capture_output=True,
+                          text=True, timeout=120, env={**os.environ, "AL_TIMEOUT": "0.5"})
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "released" in done.stdout, done.stdout + done.stderr
+    assert "warning: aluminum: blocking recv/host_transfer failed on the progress engine: " \
+        "TimeoutError" in done.stdout, done.stdout + done.stderr
