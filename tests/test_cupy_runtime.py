@@ -193,3 +193,29 @@ def test_non_contiguous_cupy_views_are_rejected(view):
 
     with pytest.raises(BufferError, match="recvbuf: expected a C-contiguous device buffer"):
         as_buffer(view(cupy.zeros((4, 6), cupy.float32)), "recvbuf")
+
+
+_SPIN = r"""
+extern "C" __global__ void spin(long long cycles) {
+    long long start = clock64();
+    while (clock64() - start < cycles) { }
+}
+"""
+
+
+@needs_gpu
+def test_stream_and_event_synchronize_take_a_timeout_as_host_ones_do():
+    stream = cupy_runtime.RUNTIME.new_stream()
+    with stream.cupy_stream:
+        cupy.RawKernel(_SPIN, "spin")((1,), (1,), (np.int64(2_000_000_000),))   # ~1 s
+    event = stream.record_event()
+    start = time.monotonic()
+    with pytest.raises(TimeoutError, match=r"stream: .* not idle after 0.05 s"):
+        stream.synchronize(timeout=0.05)
+    with pytest.raises(TimeoutError, match="event: not complete after 0.05 s"):
+        event.synchronize(timeout=0.05)
+    assert time.monotonic() - start < 0.6
+    assert not event.query()
+    stream.synchronize(timeout=30)
+    assert event.query()
+    event.synchronize(timeout=0)          # already passed: returns at once

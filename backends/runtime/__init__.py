@@ -54,8 +54,9 @@ class Event(Protocol):
     def query(self) -> bool:
         """Return True if the event has completed; never blocks."""
 
-    def synchronize(self) -> None:
-        """Block the calling thread until the event has completed."""
+    def synchronize(self, timeout: float | None = None) -> None:
+        """Block the calling thread until the event has completed (the builtin TimeoutError
+        if ``timeout`` seconds pass first)."""
 
 
 @runtime_checkable
@@ -73,8 +74,9 @@ class StreamFlag(Protocol):
 class Stream(Protocol):
     """An in-order queue of asynchronous work."""
 
-    def synchronize(self) -> None:
-        """Block the calling thread until all work enqueued so far has run."""
+    def synchronize(self, timeout: float | None = None) -> None:
+        """Block the calling thread until all work enqueued so far has run (the builtin
+        TimeoutError if ``timeout`` seconds pass first)."""
 
     def record_event(self) -> Event:
         """Enqueue and return an event that completes when earlier work has run."""

@@ -25,6 +25,7 @@ import functools
 import math
 import os
 import threading
+import time
 from typing import Any
 
 import numpy as np
@@ -76,13 +77,26 @@ def _stream_wait_value32() -> Any:
     return wait
 
 
-def _drive_towards(passed) -> None:
-    """Drive engine work (an HT operation this stream waits for) until ``passed()`` or
-    nothing is left to drive; the CUDA wait that follows then returns at once or soon.
-    ``passed`` is only called while the engine has work."""
+def _drive_towards(passed, timeout: float | None = None) -> None:
+    """Drive engine work (an HT operation this stream waits for) until ``passed()``, nothing
+    is left to drive or ``timeout`` seconds passed; the CUDA wait that follows then returns at
+    once or soon.  ``passed`` is only called while the engine has work."""
     drive = waiting_driver()
     if drive is not None:
-        drive(passed, None)
+        drive(passed, timeout)
+
+
+def _await_event(event: "CupyEvent", deadline: float, late: str) -> None:
+    """Poll ``event`` until it has passed; the builtin TimeoutError saying ``late`` once the
+    ``time.monotonic()`` ``deadline`` passed first (CUDA's own waits take no timeout).  Sleeps
+    between polls, from 20 µs up to 1 ms, so a long wait neither spins nor holds the GIL."""
+    pause = 20e-6
+    while not event.query():
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError(late)
+        time.sleep(min(pause, left))
+        pause = min(pause * 2, 1e-3)
 
 
 def _new_cuda_event() -> Any:
@@ -110,11 +124,16 @@ class CupyEvent:
         """Return True if the GPU has passed the event."""
         return bool(self.cupy_event.done)
 
-    def synchronize(self) -> None:
+    def synchronize(self, timeout: float | None = None) -> None:
         """Block the calling thread until the GPU has passed the event (driving engine work
-        that leads there meanwhile, see ``runtime.drive_while_waiting``)."""
-        _drive_towards(self.query)
-        self.cupy_event.synchronize()
+        that leads there meanwhile, see ``runtime.drive_while_waiting``).  Raises the builtin
+        TimeoutError if ``timeout`` seconds pass first, as host events do."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        _drive_towards(self.query, timeout)
+        if deadline is None:
+            self.cupy_event.synchronize()
+        else:
+            _await_event(self, deadline, f"event: not complete after {timeout} s")
 
 
 class CupyStreamFlag:
@@ -179,18 +198,24 @@ class CupyStream:
         """The raw ``cudaStream_t`` handle."""
         return self.cupy_stream.ptr
 
-    def synchronize(self) -> None:
+    def synchronize(self, timeout: float | None = None) -> None:
         """Block the calling thread until all work enqueued so far has run (driving engine
-        work that leads there meanwhile, see ``runtime.drive_while_waiting``)."""
-        marker = []   # recorded only if there is engine work to drive
+        work that leads there meanwhile, see ``runtime.drive_while_waiting``).  Raises the
+        builtin TimeoutError if ``timeout`` seconds pass first, as host streams do."""
+        marker = []   # recorded only if there is engine work to drive, or a timeout
 
         def passed() -> bool:
             if not marker:
                 marker.append(self.record_event())
             return marker[0].query()
 
-        _drive_towards(passed)
-        self.cupy_stream.synchronize()
+        deadline = None if timeout is None else time.monotonic() + timeout
+        _drive_towards(passed, timeout)
+        if deadline is None:
+            self.cupy_stream.synchronize()
+        else:
+            _await_event(marker[0] if marker else self.record_event(), deadline,
+                         f"stream: {self!r} not idle after {timeout} s")
 
     def record_event(self) -> CupyEvent:
         """Enqueue and return an event that completes when all earlier work has run."""
