@@ -171,6 +171,16 @@ def test_table_has_every_column_ratio_and_fastest_mark():
                                                 (MIB, 100.0, 150.0, "ring")]
 
 
+def test_summary_shows_the_noise_of_one_algorithm_measured_twice():
+    result = _result()
+    result.series[0].points[0] = _point(4, 4.5, "ring")   # automatic ran ring: 4.5 vs 6.0
+    assert report.repeat_gaps(result) == [(4, 4.5, 6.0, "ring")]   # no shared_memory column
+    text = report.format_table(result)
+    assert ("# noise: automatic vs the column of the algorithm it ran, the same code measured "
+            "twice: worst 0.75x at 4 B (4.50 us vs ring 6.00 us)") in text
+    assert "# noise" not in report.format_table(_result())   # ran nothing with a column
+
+
 def test_csv_has_one_line_per_point():
     lines = report.dumps_csv(_result()).splitlines()
     assert lines[0].split(",") == list(report.CSV_FIELDS)
