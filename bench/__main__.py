@@ -97,6 +97,12 @@ def _parser() -> argparse.ArgumentParser:
     tune.add_argument("--mode", choices=("both", "blocking", "nonblocking"), default="both",
                       help="blocking calls, nonblocking ones (rules of their own), or both "
                            "(default)")
+    tune.add_argument("--jobs", type=int, default=1, metavar="K",
+                      help="with --np: measure in K separate jobs and decide by each point's "
+                           "median over them (a job can run Open MPI's calls up to 2x slower "
+                           "throughout; default 1)")
+    tune.add_argument("--record", default=None, help=argparse.SUPPRESS)   # --jobs plumbing
+    tune.add_argument("--earlier", default="", help=argparse.SUPPRESS)
     tune.add_argument("--fresh", action="store_true",
                       help="drop the destination's rules for other comm sizes")
     tune.add_argument("--show", action="store_true", help="print the rules (after tuning, if "
@@ -136,38 +142,54 @@ def _under_mpiexec() -> bool:
     return any(key in os.environ for key in _MPI_ENV)
 
 
-def _without_np(argv: list[str]) -> list[str]:
+def _without_np(argv: list[str], option: str = "--np") -> list[str]:
     out, skip = [], False
     for arg in argv:
         if skip:
             skip = False
-        elif arg == "--np":
+        elif arg == option:
             skip = True
-        elif not arg.startswith("--np="):
+        elif not arg.startswith(option + "="):
             out.append(arg)
     return out
 
 
-def _launch(nps: list[int], argv: list[str], timeout: float | None) -> int:
-    """One job per entry of `nps`; a ``tune --fresh`` starts fresh only in the first, so the
-    later jobs add their comm sizes to its table."""
-    from aluminum.launcher import launch
+def _without_jobs(argv: list[str]) -> list[str]:
+    return _without_np(argv, "--jobs")
+
+
+def _launch(nps: list[int], argv: list[str], timeout: float | None, jobs: int = 1) -> int:
+    """One job per entry of `nps` (``tune --jobs K``: K jobs each, the first K - 1 recording
+    their measurements for the last, which decides); a ``tune --fresh`` starts fresh only in
+    the first, so the later jobs add their comm sizes to its table."""
+    import tempfile
 
     code = 0
     for i, n in enumerate(nps):
         if i == 1:
             argv = [arg for arg in argv if arg != "--fresh"]
-        try:
-            code = launch(n, [sys.executable, "-m", "aluminum.bench", *argv],
-                          timeout=timeout).returncode
-        except KeyboardInterrupt:
-            return 130
-        except Exception as exc:  # noqa: BLE001 - report a failed launch plainly
-            print(f"aluminum.bench: launching {n} ranks failed: {exc}", file=sys.stderr)
-            return 1
-        if code:
-            return code
+        with tempfile.TemporaryDirectory(prefix="aluminum-tune-") as folder:
+            records = [os.path.join(folder, f"job{k}.json") for k in range(jobs - 1)]
+            for k in range(jobs):
+                extra = (["--record", records[k]] if k < jobs - 1 else
+                         ["--earlier", ",".join(records)] if records else [])
+                code = _launch_one(n, [*argv, *extra], timeout)
+                if code:
+                    return code
     return code
+
+
+def _launch_one(n: int, argv: list[str], timeout: float | None) -> int:
+    from aluminum.launcher import launch
+
+    try:
+        return launch(n, [sys.executable, "-m", "aluminum.bench", *argv],
+                      timeout=timeout).returncode
+    except KeyboardInterrupt:
+        return 130
+    except Exception as exc:  # noqa: BLE001 - report a failed launch plainly
+        print(f"aluminum.bench: launching {n} ranks failed: {exc}", file=sys.stderr)
+        return 1
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -197,8 +219,13 @@ def main(argv: list[str] | None = None) -> int:
             parser.error(f"--np: expected N or N,M,... got {args.np!r}")
         if len(nps) > 1 and args.command != "tune":
             parser.error("--np: a list of sizes is only for tune")
-        return _launch(nps, _without_np(argv), args.timeout)
+        jobs = getattr(args, "jobs", 1)
+        if jobs < 1:
+            parser.error(f"--jobs: expected at least 1, got {jobs}")
+        return _launch(nps, _without_jobs(_without_np(argv)), args.timeout, jobs)
     if args.command == "tune":
+        if args.jobs != 1 and args.record is None and not args.earlier:
+            parser.error("--jobs: needs --np (each job is a launch of its own)")
         return _tune(args, parser)
     return _sweep(args, parser)
 
@@ -410,7 +437,14 @@ def _tune(args, parser) -> int:
     path = tune.run(comm, world, sizes, iters=args.iters, warmup=args.warmup,
                     rounds=max(1, args.rounds), output=args.output, note=args.note,
                     only=only, placements=_PLACEMENTS[args.placement],
-                    nonblocking=_MODES[args.mode], fresh=args.fresh, progress=not args.quiet)
+                    nonblocking=_MODES[args.mode], fresh=args.fresh, progress=not args.quiet,
+                    record=args.record, earlier=[p for p in args.earlier.split(",") if p])
+    if args.record is not None:
+        if rank == 0:
+            print("[tune] recorded this job's measurements for the deciding job",
+                  file=sys.stderr)
+        al.finalize()
+        return 0
     if rank == 0:
         print(f"[tune] wrote {path}", file=sys.stderr)
         if args.show:

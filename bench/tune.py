@@ -32,6 +32,13 @@ on the 2-core development VM, Open MPI's in-place allreduce of 64–512 KiB take
 its best time depending on the job (independent of buffer alignment), so tune on an idle
 machine and expect mid-size rules to move between runs.
 
+Rounds are taken within one job, and some differences last a whole job: on the 2-core VM,
+Open MPI's allreduce runs 1× or 2× its best for the whole job (where its shared memory lands),
+and two full tunes an hour apart put the out-of-place switch to ``shared_memory`` at 16 KiB and
+at 32 KiB. ``tune --np N --jobs K`` therefore measures in K jobs and decides by each point's
+median over them (``combine_jobs``): the first K - 1 jobs record their measurements in a
+temporary file, the last decides and writes the table.
+
 It also runs a raw-MPI ping-pong between ranks 0 and 1 and fits the α-β model the selector
 falls back on for comm sizes and operations the table lacks: α from the small sizes
 (intercept), β from the large ones (slope), both clamped at 0; per size the one-way time is
@@ -46,6 +53,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import json
 import os
 import socket
 import sys
@@ -202,12 +210,15 @@ def merge(path: Path, rules: Sequence[selector.Rule]) -> list[selector.Rule]:
 def run(comm, world: MPI.Comm, sizes: list[int], *, iters: int, warmup: int, rounds: int,
         output: str | None, note: str, only: list[str] | None = None,
         placements: Sequence[bool] = (True, False), nonblocking: Sequence[bool] = (False, True),
-        fresh: bool = False, progress: bool = True) -> Path | None:
+        fresh: bool = False, progress: bool = True, record: str | None = None,
+        earlier: Sequence[str] = ()) -> Path | None:
     """Sweep, fit, write the table (rank 0); return its path on rank 0, None elsewhere.
 
     `placements` lists the placements to sweep (True in place, False out of place),
     `nonblocking` the call forms (False blocking, True nonblocking: rules of mode
-    "nonblocking")."""
+    "nonblocking").  `tune --jobs K` measures in K jobs: the first K - 1 only `record` their
+    measurements (a JSON file; no table, no ping-pong), and the last decides by each point's
+    median over its own and the `earlier` jobs' measurements (``combine_jobs``)."""
     backend = comm.backend
     rank = world.Get_rank()
     targets = [op for op in tunable_ops(backend) if not only or op in only]
@@ -215,11 +226,16 @@ def run(comm, world: MPI.Comm, sizes: list[int], *, iters: int, warmup: int, rou
         print(f"[tune] the {backend.name} backend offers no choice of algorithm for "
               f"{', '.join(only or ops.SPECS)}; only the ping-pong model is written",
               file=sys.stderr)
+    jobs = Jobs(record, earlier if rank == 0 else ())
     rules = []
     for op in targets:
         for form in nonblocking:
-            rules += _tune_op(comm, world, op, sizes, placements, form, iters=iters,
+            rules += _tune_op(comm, world, op, sizes, placements, form, jobs, iters=iters,
                               warmup=warmup, rounds=rounds, progress=progress)
+    if record is not None:
+        if rank == 0:
+            jobs.save()
+        return None
     model = fit_pingpong(world, rounds=rounds)
     if rank != 0:
         return None
@@ -227,11 +243,60 @@ def run(comm, world: MPI.Comm, sizes: list[int], *, iters: int, warmup: int, rou
                  fresh=fresh)
 
 
+class Jobs:
+    """This job's measurements and, for the deciding job, the earlier jobs' (``--jobs``).
+
+    Keyed by ``"op/blocking|nonblocking/inplace|outofplace"``: ``{series name: [points]}``.
+    Open MPI's library calls can run up to 2× slower for a whole job (where its shared memory
+    lands), so rounds within one job cannot outvote that; the median over jobs can."""
+
+    def __init__(self, record: str | None, earlier: Sequence[str]) -> None:
+        self.record = record
+        self.mine: dict[str, dict[str, list]] = {}
+        self.earlier = [json.loads(Path(path).read_text()) for path in earlier]
+
+    def decide_by(self, key: str, measured: dict[str, list[sweep.Point]]
+                  ) -> dict[str, list[sweep.Point]]:
+        """Keep `measured` for recording; the points to decide by: the median over jobs."""
+        self.mine[key] = {name: [dataclasses.asdict(pt) for pt in points]
+                          for name, points in measured.items()}
+        if not self.earlier:
+            return measured
+        others = [{name: [sweep.Point(**pt) for pt in points]
+                   for name, points in job.get(key, {}).items()} for job in self.earlier]
+        try:
+            return combine_jobs([measured, *others])
+        except ValueError as exc:   # (jobs run with the same arguments: not expected)
+            print(f"[tune] {key}: {exc}; deciding by this job's measurements alone",
+                  file=sys.stderr)
+            return measured
+
+    def save(self) -> None:
+        Path(self.record).write_text(json.dumps(self.mine))
+
+
+def combine_jobs(jobs: Sequence[dict[str, list[sweep.Point]]]) -> dict[str, list[sweep.Point]]:
+    """Per series measured in every job, per size, the point with the median of the jobs'
+    medians (the lower one for an even count); ValueError if the jobs' sizes differ."""
+    combined = {}
+    for name in jobs[0]:
+        if not all(name in job for job in jobs):
+            continue
+        sizes = [pt.size for pt in jobs[0][name]]
+        if any([pt.size for pt in job[name]] != sizes for job in jobs):
+            raise ValueError(f"tune --jobs: the jobs measured {name} at different sizes")
+        combined[name] = [sorted((job[name][i] for job in jobs),
+                                 key=lambda pt: pt.median_us)[(len(jobs) - 1) // 2]
+                          for i in range(len(sizes))]
+    return combined
+
+
 def _tune_op(comm, world: MPI.Comm, op: str, sizes: list[int], placements: Sequence[bool],
-             nonblocking: bool, **sweep_options) -> list[selector.Rule]:
+             nonblocking: bool, jobs: Jobs, **sweep_options) -> list[selector.Rule]:
     """Sweep every algorithm of `op` in each placement, in blocking or nonblocking form;
-    return the rules chosen (on rank 0; an empty list elsewhere)."""
+    return the rules chosen (on rank 0; an empty list elsewhere, and in recording jobs)."""
     backend, p, rank = comm.backend, world.Get_size(), world.Get_rank()
+    form = "nonblocking" if nonblocking else "blocking"
     modes = []
     for inplace in placements:
         config = sweep.Config(op, sizes, backend.algorithms(op), backend=backend.name,
@@ -240,10 +305,13 @@ def _tune_op(comm, world: MPI.Comm, op: str, sizes: list[int], placements: Seque
         if rank == 0:
             result = sweep.Result(op, backend.name, p, "float32", inplace, nonblocking, series)
             print("\n".join(report.format_matrix(result)), flush=True)
-            modes.append({s.name: s.points for s in series if s.points})
-    if rank != 0:
+            key = f"{op}/{form}/{selector.placement_of(inplace)}"
+            modes.append(jobs.decide_by(key, {s.name: s.points for s in series if s.points}))
+    if rank != 0 or jobs.record is not None:
         return []
-    form = "nonblocking" if nonblocking else "blocking"
+    if jobs.earlier:
+        print(f"[tune] {op} ({form}): deciding by each point's median over "
+              f"{len(jobs.earlier) + 1} jobs", file=sys.stderr, flush=True)
     if not all(modes):
         print(f"[tune] {op} ({form}): no algorithm could run; no rule", file=sys.stderr)
         return []

@@ -12,7 +12,8 @@ import pytest
 import aluminum as al
 from aluminum import selector
 from aluminum.bench import model, ops, peers, report, sweep, tune
-from aluminum.bench.__main__ import _without_np
+from aluminum.bench.__main__ import _without_jobs, _without_np
+from aluminum.bench.__main__ import main as bench_main
 from aluminum.bench.sizes import format_size, parse_size, parse_sizes
 
 KIB, MIB = 1 << 10, 1 << 20
@@ -120,6 +121,14 @@ def test_parse_peers():
 def test_without_np_removes_only_the_launch_option():
     assert _without_np(["--np", "2", "allreduce", "--np=3", "--iters", "5"]) == \
         ["allreduce", "--iters", "5"]
+    assert _without_jobs(["tune", "--jobs", "3", "--np", "2", "--jobs=2"]) == \
+        ["tune", "--np", "2"]
+
+
+def test_tune_jobs_need_a_launch_of_their_own(capsys):
+    with pytest.raises(SystemExit):
+        bench_main(["tune", "--jobs", "2", "--ops", "allreduce"])
+    assert "--jobs: needs --np" in capsys.readouterr().err
 
 
 # --- reports -------------------------------------------------------------------------------
@@ -232,6 +241,32 @@ def test_choose_never_picks_more_than_max_slowdown():
     for i in range(30):
         chosen = avgs[rules.choose(4 << i)][i]
         assert chosen <= min(v[i] for v in avgs.values()) * (1 + tune.MAX_SLOWDOWN)
+
+
+def test_jobs_are_combined_by_each_points_median_job():
+    jobs = [{"ring": _series([1.0, 9.0]), "shared_memory": _series([5.0, 5.0])},
+            {"ring": _series([3.0, 7.0]), "shared_memory": _series([4.0, 6.0])},
+            {"ring": _series([2.0, 8.0]), "rabenseifner": _series([1.0, 1.0])}]
+    combined = tune.combine_jobs(jobs)
+    assert list(combined) == ["ring"]          # measured in every job only
+    assert [pt.median_us for pt in combined["ring"]] == [2.0, 8.0]
+    assert [pt.median_us for pt in tune.combine_jobs(jobs[:2])["ring"]] == [1.0, 7.0]
+    with pytest.raises(ValueError, match="different sizes"):
+        tune.combine_jobs([{"ring": _series([1.0, 2.0])}, {"ring": _series([1.0])}])
+
+
+def test_cli_tune_over_two_jobs_writes_a_table(tmp_path):
+    table = tmp_path / "table.json"
+    cmd = [sys.executable, "-m", "aluminum.bench", "tune", "--np", "2", "--jobs", "2", "--ops",
+           "allreduce", "--mode", "blocking", "--sizes", "4:256", "--step", "4", "--iters",
+           "5", "--warmup", "1", "--rounds", "1", "--output", str(table), "--timeout", "90"]
+    run = subprocess.run(cmd, capture_output=True, text=True, timeout=240)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert run.stderr.count("recorded this job's measurements") == 1, run.stderr
+    assert "allreduce (blocking): deciding by each point's median over 2 jobs" in run.stderr
+    rules = [r for r in selector.read_table(table).rules if r.op == "allreduce"]
+    assert rules and all(r.comm_size == 2 and r.mode is None for r in rules)
+    assert all(algo in al.algorithms("allreduce") for r in rules for _, algo in r.by_bytes)
 
 
 def test_tuner_writes_a_table_the_selector_accepts(tmp_path):
