@@ -98,8 +98,8 @@ def _parser() -> argparse.ArgumentParser:
                       help="blocking calls, nonblocking ones (rules of their own), or both "
                            "(default)")
     tune.add_argument("--jobs", type=int, default=1, metavar="K",
-                      help="with --np: measure in K separate jobs and decide by each point's "
-                           "median over them (a job can run Open MPI's calls up to 2x slower "
+                      help="with --np: measure in K separate jobs and choose what loses least "
+                           "in any of them (a job can run Open MPI's calls up to 2x slower "
                            "throughout; default 1)")
     tune.add_argument("--record", default=None, help=argparse.SUPPRESS)   # --jobs plumbing
     tune.add_argument("--earlier", default="", help=argparse.SUPPRESS)

@@ -33,11 +33,15 @@ its best time depending on the job (independent of buffer alignment), so tune on
 machine and expect mid-size rules to move between runs.
 
 Rounds are taken within one job, and some differences last a whole job: on the 2-core VM,
-Open MPI's allreduce runs 1× or 2× its best for the whole job (where its shared memory lands),
-and two full tunes an hour apart put the out-of-place switch to ``shared_memory`` at 16 KiB and
-at 32 KiB. ``tune --np N --jobs K`` therefore measures in K jobs and decides by each point's
-median over them (``combine_jobs``): the first K - 1 jobs record their measurements in a
-temporary file, the last decides and writes the table.
+Open MPI's allreduce runs 1× or 2× its best for the whole job (where its shared memory lands;
+out of place at 1 MiB: 112-305 µs in three jobs of one tune, 577 µs in the next job, while
+the shared-memory allreduce took 117-286 µs), and two full tunes an hour apart put the
+out-of-place switch to ``shared_memory`` at 16 KiB and at 32 KiB. ``tune --np N --jobs K``
+therefore measures in K jobs and treats each job as one more mode: an algorithm's slowdown at
+a size is its worst over the jobs too, so the choice is the one that loses least in any job
+(a choice by median times would keep the library call, best in the typical job and 2× slower
+in the others). The first K - 1 jobs record their measurements in a temporary file, the last
+decides and writes the table.
 
 It also runs a raw-MPI ping-pong between ranks 0 and 1 and fits the α-β model the selector
 falls back on for comm sizes and operations the table lacks: α from the small sizes
@@ -86,7 +90,7 @@ def tunable_ops(backend) -> list[str]:
 def choose(modes: Sequence[dict[str, list[sweep.Point]]],
            default: str) -> list[tuple[int, str]]:
     """By-bytes rule entries from each algorithm's points in each mode (in place, out of
-    place; every list over the same sizes).
+    place; with ``--jobs``, each job's too; every list over the same sizes).
 
     An algorithm's slowdown at a size is its worst over the modes, relative to each mode's
     fastest there. Only algorithms at most ``DEFAULT_MARGIN`` slower than `default` in
@@ -127,18 +131,20 @@ def choose(modes: Sequence[dict[str, list[sweep.Point]]],
     return by_bytes
 
 
-def rules_from(backend: str, op: str, p: int, modes: Sequence[dict[str, list[sweep.Point]]],
+def rules_from(backend: str, op: str, p: int,
+               modes: Sequence[Sequence[dict[str, list[sweep.Point]]]],
                placements: Sequence[bool], default: str) -> list[selector.Rule]:
-    """The rules for (backend, op, p): one that holds in every measured mode and, when in
-    place and out of place each have a different best choice, one rule per placement too
-    (used by calls whose placement is known; the first by the others)."""
+    """The rules for (backend, op, p) from ``modes[i]``, the measurements of ``placements[i]``
+    (one per job): one rule that holds in every placement and job and, when in place and out
+    of place each have a different best choice, one rule per placement too (used by calls
+    whose placement is known; the first by the others)."""
     def rule(chosen, placement=None):
         by_bytes = tuple((ops.spec(op).selector_bytes(size, p), algo) for size, algo in chosen)
         return selector.Rule(backend, op, p, by_bytes, placement)
 
-    rules = [rule(choose(modes, default))]
+    rules = [rule(choose([jobs for placement in modes for jobs in placement], default))]
     if len(modes) == 2:
-        each = [choose([mode], default) for mode in modes]
+        each = [choose(list(placement), default) for placement in modes]
         if each[0] != each[1]:
             rules += [rule(chosen, selector.placement_of(inplace))
                       for chosen, inplace in zip(each, placements)]
@@ -217,8 +223,8 @@ def run(comm, world: MPI.Comm, sizes: list[int], *, iters: int, warmup: int, rou
     `placements` lists the placements to sweep (True in place, False out of place),
     `nonblocking` the call forms (False blocking, True nonblocking: rules of mode
     "nonblocking").  `tune --jobs K` measures in K jobs: the first K - 1 only `record` their
-    measurements (a JSON file; no table, no ping-pong), and the last decides by each point's
-    median over its own and the `earlier` jobs' measurements (``combine_jobs``)."""
+    measurements (a JSON file; no table, no ping-pong), and the last decides by its own and
+    the `earlier` jobs' measurements together (each job one more mode for ``choose``)."""
     backend = comm.backend
     rank = world.Get_rank()
     targets = [op for op in tunable_ops(backend) if not only or op in only]
@@ -246,9 +252,7 @@ def run(comm, world: MPI.Comm, sizes: list[int], *, iters: int, warmup: int, rou
 class Jobs:
     """This job's measurements and, for the deciding job, the earlier jobs' (``--jobs``).
 
-    Keyed by ``"op/blocking|nonblocking/inplace|outofplace"``: ``{series name: [points]}``.
-    Open MPI's library calls can run up to 2× slower for a whole job (where its shared memory
-    lands), so rounds within one job cannot outvote that; the median over jobs can."""
+    Keyed by ``"op/blocking|nonblocking/inplace|outofplace"``: ``{series name: [points]}``."""
 
     def __init__(self, record: str | None, earlier: Sequence[str]) -> None:
         self.record = record
@@ -256,39 +260,25 @@ class Jobs:
         self.earlier = [json.loads(Path(path).read_text()) for path in earlier]
 
     def decide_by(self, key: str, measured: dict[str, list[sweep.Point]]
-                  ) -> dict[str, list[sweep.Point]]:
-        """Keep `measured` for recording; the points to decide by: the median over jobs."""
+                  ) -> list[dict[str, list[sweep.Point]]]:
+        """Keep `measured` for recording; return it and the earlier jobs' measurements of
+        `key` over the same sizes (each job one more "mode" for ``choose``)."""
         self.mine[key] = {name: [dataclasses.asdict(pt) for pt in points]
                           for name, points in measured.items()}
-        if not self.earlier:
-            return measured
-        others = [{name: [sweep.Point(**pt) for pt in points]
-                   for name, points in job.get(key, {}).items()} for job in self.earlier]
-        try:
-            return combine_jobs([measured, *others])
-        except ValueError as exc:   # (jobs run with the same arguments: not expected)
-            print(f"[tune] {key}: {exc}; deciding by this job's measurements alone",
-                  file=sys.stderr)
-            return measured
+        sizes = [pt.size for pt in next(iter(measured.values()), [])]
+        jobs = [measured]
+        for job in self.earlier:
+            theirs = {name: [sweep.Point(**pt) for pt in points]
+                      for name, points in job.get(key, {}).items()}
+            if theirs and all([pt.size for pt in points] == sizes for points in theirs.values()):
+                jobs.append(theirs)
+            else:   # (jobs run with the same arguments: not expected)
+                print(f"[tune] {key}: an earlier job measured other sizes; left out",
+                      file=sys.stderr)
+        return jobs
 
     def save(self) -> None:
         Path(self.record).write_text(json.dumps(self.mine))
-
-
-def combine_jobs(jobs: Sequence[dict[str, list[sweep.Point]]]) -> dict[str, list[sweep.Point]]:
-    """Per series measured in every job, per size, the point with the median of the jobs'
-    medians (the lower one for an even count); ValueError if the jobs' sizes differ."""
-    combined = {}
-    for name in jobs[0]:
-        if not all(name in job for job in jobs):
-            continue
-        sizes = [pt.size for pt in jobs[0][name]]
-        if any([pt.size for pt in job[name]] != sizes for job in jobs):
-            raise ValueError(f"tune --jobs: the jobs measured {name} at different sizes")
-        combined[name] = [sorted((job[name][i] for job in jobs),
-                                 key=lambda pt: pt.median_us)[(len(jobs) - 1) // 2]
-                          for i in range(len(sizes))]
-    return combined
 
 
 def _tune_op(comm, world: MPI.Comm, op: str, sizes: list[int], placements: Sequence[bool],
@@ -310,8 +300,8 @@ def _tune_op(comm, world: MPI.Comm, op: str, sizes: list[int], placements: Seque
     if rank != 0 or jobs.record is not None:
         return []
     if jobs.earlier:
-        print(f"[tune] {op} ({form}): deciding by each point's median over "
-              f"{len(jobs.earlier) + 1} jobs", file=sys.stderr, flush=True)
+        print(f"[tune] {op} ({form}): deciding by the worst of {len(modes[0])} jobs",
+              file=sys.stderr, flush=True)
     if not all(modes):
         print(f"[tune] {op} ({form}): no algorithm could run; no rule", file=sys.stderr)
         return []
