@@ -60,6 +60,7 @@ import datetime
 import json
 import os
 import socket
+import statistics
 import sys
 import time
 import warnings
@@ -82,36 +83,44 @@ PINGPONG_SMALL = [4, 16, 64, 256, 1024]
 PINGPONG_LARGE = [64 << 10, 256 << 10, 1 << 20, 4 << 20]
 
 
+Points = dict[str, list[sweep.Point]]   # series name -> its points, one per size
+
+
 def tunable_ops(backend) -> list[str]:
     """Operations (known to the bench) for which `backend` offers a choice of algorithm."""
     return [op for op in ops.SPECS if len(backend.ops.get(op, ())) > 1]
 
 
-def choose(modes: Sequence[dict[str, list[sweep.Point]]],
-           default: str) -> list[tuple[int, str]]:
+def choose(modes: Sequence[Points | Sequence[Points]], default: str) -> list[tuple[int, str]]:
     """By-bytes rule entries from each algorithm's points in each mode (in place, out of
-    place; with ``--jobs``, each job's too; every list over the same sizes).
+    place), a mode given as one measurement or as a list of them, one per job (``--jobs``);
+    every list over the same sizes.
 
-    An algorithm's slowdown at a size is its worst over the modes, relative to each mode's
-    fastest there. Only algorithms at most ``DEFAULT_MARGIN`` slower than `default` in
-    every mode are eligible. Picks one algorithm per size with slowdown at most
-    ``MAX_SLOWDOWN`` (or the least possible among the eligible), minimising total slowdown plus
-    ``SWITCH_PENALTY`` per change of algorithm and ``DEFAULT_PREFERENCE`` per size not given
-    to `default`: a shortest path over sizes × algorithms, as in Viterbi decoding."""
-    names = [name for name in modes[0] if all(name in mode for mode in modes)]
-    sizes = [pt.size for pt in modes[0][names[0]]]
+    An algorithm's slowdown at a size is its worst over the modes and jobs, relative to
+    each one's fastest there. Only algorithms at most ``DEFAULT_MARGIN`` slower than
+    `default` in every mode are eligible (in the median job: one job's noise does not bar an
+    algorithm that is 2× faster in the others). Picks one algorithm per size with slowdown at
+    most ``MAX_SLOWDOWN`` (or the least possible among the eligible), minimising total
+    slowdown plus ``SWITCH_PENALTY`` per change of algorithm and ``DEFAULT_PREFERENCE`` per
+    size not given to `default`: a shortest path over sizes × algorithms, as in Viterbi
+    decoding."""
+    grouped = [list(mode) if isinstance(mode, (list, tuple)) else [mode] for mode in modes]
+    measured = [job for jobs in grouped for job in jobs]
+    names = [name for name in measured[0] if all(name in job for job in measured)]
+    sizes = [pt.size for pt in measured[0][names[0]]]
     # cost[name] = (total, path) of the best assignment of the sizes so far ending in name
     cost: dict[str, tuple[float, list[str]]] = {name: (0.0, []) for name in names}
     for i in range(len(sizes)):
         slowdown = dict.fromkeys(names, 0.0)
-        for mode in modes:
-            best = min(mode[name][i].median_us for name in names)
+        for job in measured:
+            best = min(job[name][i].median_us for name in names)
             for name in names:
                 if best > 0:
-                    slowdown[name] = max(slowdown[name], mode[name][i].median_us / best - 1)
+                    slowdown[name] = max(slowdown[name], job[name][i].median_us / best - 1)
         safe = [name for name in names if default not in names or all(
-            mode[name][i].median_us <= mode[default][i].median_us * (1 + DEFAULT_MARGIN)
-            for mode in modes)]
+            statistics.median(job[name][i].median_us / max(job[default][i].median_us, 1e-9)
+                              for job in jobs) <= 1 + DEFAULT_MARGIN
+            for jobs in grouped)]
         allowed = max(MAX_SLOWDOWN, min(slowdown[name] for name in safe))
         step: dict[str, tuple[float, list[str]]] = {}
         for name in safe:
@@ -142,9 +151,9 @@ def rules_from(backend: str, op: str, p: int,
         by_bytes = tuple((ops.spec(op).selector_bytes(size, p), algo) for size, algo in chosen)
         return selector.Rule(backend, op, p, by_bytes, placement)
 
-    rules = [rule(choose([jobs for placement in modes for jobs in placement], default))]
+    rules = [rule(choose([list(placement) for placement in modes], default))]
     if len(modes) == 2:
-        each = [choose(list(placement), default) for placement in modes]
+        each = [choose([list(placement)], default) for placement in modes]
         if each[0] != each[1]:
             rules += [rule(chosen, selector.placement_of(inplace))
                       for chosen, inplace in zip(each, placements)]

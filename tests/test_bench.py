@@ -245,8 +245,9 @@ def test_choose_never_picks_more_than_max_slowdown():
 
 def test_each_job_counts_as_a_mode_so_a_choice_never_loses_much_in_any():
     """Open MPI may run a whole job 2x slower: the choice must hold in every job, not only
-    in the job measured last (or the typical one)."""
-    fast_job = {"mpi_passthrough": _series([10.0, 100.0]), "shared_memory": _series([20.0, 110.0])}
+    in the job measured last (or the typical one); and one job where an algorithm is 12%
+    slower than the library does not bar it when it is 2.5x faster in another."""
+    fast_job = {"mpi_passthrough": _series([10.0, 100.0]), "shared_memory": _series([20.0, 112.0])}
     slow_job = {"mpi_passthrough": _series([10.0, 300.0]), "shared_memory": _series([20.0, 120.0])}
     one, both = (tune.rules_from("mpi", "allreduce", 2, [jobs], (False,), "mpi_passthrough")
                  for jobs in ([fast_job], [fast_job, slow_job]))
