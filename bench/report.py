@@ -18,6 +18,7 @@ import json
 from typing import Any, TextIO
 
 from .ops import spec
+from .sizes import format_size
 from .sweep import Point, Result, Series
 
 FORMAT = "aluminum-bench/1"
@@ -170,6 +171,23 @@ def repeat_gaps(result: Result) -> list[tuple[int, float, float, str]]:
             if pt.size in ours.get(pt.algo, {})]
 
 
+def chosen_vs_fastest(result: Result) -> list[tuple[int, str, float, str, float]]:
+    """Per size where "automatic" ran an algorithm that has a column of its own: (size, that
+    algorithm, its column's median, the fastest column's name, that median): whether the
+    choice was right, judged apart from the noise between two measurements of one code."""
+    ours = {s.name: {pt.size: pt.median_us for pt in s.points}
+            for s in result.series if s.kind == "ours" and s.points and s.name != "automatic"}
+    auto = next((s for s in result.series if s.kind == "ours" and s.name == "automatic"),
+                None)
+    rows = []
+    for pt in (auto.points if auto else ()):
+        times = {name: by_size[pt.size] for name, by_size in ours.items() if pt.size in by_size}
+        if pt.algo in times:
+            fastest = min(times, key=times.get)
+            rows.append((pt.size, pt.algo, times[pt.algo], fastest, times[fastest]))
+    return rows
+
+
 def automatic_summary(result: Result) -> list[str]:
     """How far "automatic" is from the fastest explicit algorithm, at worst; and, to judge
     that by, how far apart the run measured automatic and the algorithm it ran, at worst."""
@@ -179,6 +197,13 @@ def automatic_summary(result: Result) -> list[str]:
     size, auto, best, name = max(gaps, key=lambda g: (g[1] / g[2] if g[2] > 0 else 1.0))
     lines = ["", f"# automatic vs the fastest algorithm at each size (medians): worst "
                  f"{ratio(auto, best)} at {size} B ({auto:.2f} us vs {name} {best:.2f} us)"]
+    choices = chosen_vs_fastest(result)
+    if choices:
+        misses = [f"{format_size(size)} ({algo}, {ratio(mine, best)} {fastest})"
+                  for size, algo, mine, fastest, best in choices if algo != fastest]
+        lines.append(f"# automatic ran the fastest algorithm at {len(choices) - len(misses)} "
+                     f"of {len(choices)} sizes" + (f"; not at {', '.join(misses)}"
+                                                   if misses else ""))
     repeats = repeat_gaps(result)
     if repeats:
         size, auto, same, name = max(repeats, key=lambda g: max(g[1], g[2]) / max(

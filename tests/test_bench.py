@@ -188,6 +188,15 @@ def test_summary_shows_the_noise_of_one_algorithm_measured_twice():
     assert ("# noise: automatic vs the column of the algorithm it ran, the same code measured "
             "twice: worst 0.75x at 4 B (4.50 us vs ring 6.00 us)") in text
     assert "# noise" not in report.format_table(_result())   # ran nothing with a column
+    assert "# automatic ran the fastest algorithm at 1 of 1 sizes" in text
+    result.series[1].points[0] = _point(4, 4.0)               # ring's column now faster
+    result.series.insert(2, sweep.Series("shared_memory", "ours",
+                                         [_point(4, 1.5), _point(MIB, 80.0)]))
+    assert report.chosen_vs_fastest(result) == [(4, "ring", 4.0, "shared_memory", 1.5),
+                                                 (MIB, "shared_memory", 80.0, "shared_memory",
+                                                  80.0)]
+    assert ("# automatic ran the fastest algorithm at 1 of 2 sizes; not at 4B (ring, 2.67x "
+            "shared_memory)") in report.format_table(result)
 
 
 def test_csv_has_one_line_per_point():
