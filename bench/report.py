@@ -158,23 +158,11 @@ def automatic_gaps(result: Result) -> list[tuple[int, float, float, str]]:
     return gaps
 
 
-def repeat_gaps(result: Result) -> list[tuple[int, float, float, str]]:
-    """Per size where "automatic" ran an algorithm that has a column of its own: (size,
-    automatic's median, that column's median, its name): one algorithm measured twice in
-    one run, i.e. how far apart this run's noise alone puts two medians."""
-    ours = {s.name: {pt.size: pt.median_us for pt in s.points}
-            for s in result.series if s.kind == "ours" and s.points}
-    auto = next((s for s in result.series if s.kind == "ours" and s.name == "automatic"),
-                None)
-    return [(pt.size, pt.median_us, ours[pt.algo][pt.size], pt.algo)
-            for pt in (auto.points if auto else ())
-            if pt.size in ours.get(pt.algo, {})]
-
-
-def chosen_vs_fastest(result: Result) -> list[tuple[int, str, float, str, float]]:
+def automatic_choices(result: Result) -> list[tuple[int, str, float, float, str, float]]:
     """Per size where "automatic" ran an algorithm that has a column of its own: (size, that
-    algorithm, its column's median, the fastest column's name, that median): whether the
-    choice was right, judged apart from the noise between two measurements of one code."""
+    algorithm, automatic's median, that column's median, the fastest column, its median).
+    The choice is judged by the columns alone; automatic vs its algorithm's column is one code
+    measured twice in one run, i.e. how far apart the run's noise alone puts two medians."""
     ours = {s.name: {pt.size: pt.median_us for pt in s.points}
             for s in result.series if s.kind == "ours" and s.points and s.name != "automatic"}
     auto = next((s for s in result.series if s.kind == "ours" and s.name == "automatic"),
@@ -184,7 +172,8 @@ def chosen_vs_fastest(result: Result) -> list[tuple[int, str, float, str, float]
         times = {name: by_size[pt.size] for name, by_size in ours.items() if pt.size in by_size}
         if pt.algo in times:
             fastest = min(times, key=times.get)
-            rows.append((pt.size, pt.algo, times[pt.algo], fastest, times[fastest]))
+            rows.append((pt.size, pt.algo, pt.median_us, times[pt.algo], fastest,
+                         times[fastest]))
     return rows
 
 
@@ -197,20 +186,18 @@ def automatic_summary(result: Result) -> list[str]:
     size, auto, best, name = max(gaps, key=lambda g: (g[1] / g[2] if g[2] > 0 else 1.0))
     lines = ["", f"# automatic vs the fastest algorithm at each size (medians): worst "
                  f"{ratio(auto, best)} at {size} B ({auto:.2f} us vs {name} {best:.2f} us)"]
-    choices = chosen_vs_fastest(result)
+    choices = automatic_choices(result)
     if choices:
-        misses = [f"{format_size(size)} ({algo}, {ratio(mine, best)} {fastest})"
-                  for size, algo, mine, fastest, best in choices if algo != fastest]
+        misses = [f"{format_size(size)} ({algo}, {ratio(own, best)} {fastest})"
+                  for size, algo, _, own, fastest, best in choices if algo != fastest]
         lines.append(f"# automatic ran the fastest algorithm at {len(choices) - len(misses)} "
                      f"of {len(choices)} sizes" + (f"; not at {', '.join(misses)}"
                                                    if misses else ""))
-    repeats = repeat_gaps(result)
-    if repeats:
-        size, auto, same, name = max(repeats, key=lambda g: max(g[1], g[2]) / max(
-            min(g[1], g[2]), 1e-9))
+        size, name, auto, own, _, _ = max(choices, key=lambda c: max(c[2], c[3]) / max(
+            min(c[2], c[3]), 1e-9))
         lines.append(f"# noise: automatic vs the column of the algorithm it ran, the same code "
-                     f"measured twice: worst {ratio(auto, same)} at {size} B ({auto:.2f} us "
-                     f"vs {name} {same:.2f} us)")
+                     f"measured twice: worst {ratio(auto, own)} at {size} B ({auto:.2f} us "
+                     f"vs {name} {own:.2f} us)")
     return lines
 
 

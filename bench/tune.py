@@ -140,8 +140,7 @@ def choose(modes: Sequence[Points | Sequence[Points]], default: str) -> list[tup
     return by_bytes
 
 
-def rules_from(backend: str, op: str, p: int,
-               modes: Sequence[Sequence[dict[str, list[sweep.Point]]]],
+def rules_from(backend: str, op: str, p: int, modes: Sequence[Sequence[Points]],
                placements: Sequence[bool], default: str) -> list[selector.Rule]:
     """The rules for (backend, op, p) from ``modes[i]``, the measurements of ``placements[i]``
     (one per job): one rule that holds in every placement and job and, when in place and out
@@ -268,8 +267,7 @@ class Jobs:
         self.mine: dict[str, dict[str, list]] = {}
         self.earlier = [json.loads(Path(path).read_text()) for path in earlier]
 
-    def decide_by(self, key: str, measured: dict[str, list[sweep.Point]]
-                  ) -> list[dict[str, list[sweep.Point]]]:
+    def decide_by(self, key: str, measured: Points) -> list[Points]:
         """Keep `measured` for recording; return it and the earlier jobs' measurements of
         `key` over the same sizes (each job one more "mode" for ``choose``)."""
         self.mine[key] = {name: [dataclasses.asdict(pt) for pt in points]
