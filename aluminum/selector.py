@@ -16,7 +16,7 @@ place than out of place), so the fastest algorithm may too.  Likewise ``"mode":
 "nonblocking"`` (or ``"blocking"``) limits a rule to the nonblocking (blocking) form of the
 operation and takes precedence over placement: a nonblocking call runs another code path
 (Open MPI's libnbc ``MPI_Iallreduce`` reduces and broadcasts whole vectors on fewer than 4
-ranks, 1.6-2.9x slower than its blocking ``MPI_Allreduce`` at 1-16 MiB here), so its
+ranks, 1.9-2.9x slower than its blocking ``MPI_Allreduce`` at 1-16 MiB here), so its
 fastest algorithm may differ.
 
 Where the table comes from, first usable wins: ``$AL_TUNING_FILE``, then

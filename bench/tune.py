@@ -35,13 +35,14 @@ machine and expect mid-size rules to move between runs.
 Rounds are taken within one job, and some differences last a whole job: on the 2-core VM,
 Open MPI's allreduce runs 1× or 2× its best for the whole job (where its shared memory lands;
 out of place at 1 MiB: 112-305 µs in three jobs of one tune, 577 µs in the next job, while
-the shared-memory allreduce took 117-286 µs), and two full tunes an hour apart put the
-out-of-place switch to ``shared_memory`` at 16 KiB and at 32 KiB. ``tune --np N --jobs K``
-therefore measures in K jobs and treats each job as one more mode: an algorithm's slowdown at
-a size is its worst over the jobs too, so the choice is the one that loses least in any job
-(a choice by median times would keep the library call, best in the typical job and 2× slower
-in the others). The first K - 1 jobs record their measurements in a temporary file, the last
-decides and writes the table.
+the shared-memory allreduce took 117-286 µs), and one day's full tunes put the out-of-place
+switch to ``shared_memory`` at 32 KiB in one and at 16 KiB in two others. ``tune --np N
+--jobs K`` therefore measures in K jobs and treats each job as one more mode: an algorithm's
+slowdown at a size is its worst over the jobs too, so the choice is the one that loses least
+in any job (a choice by median times kept the library call at that 1 MiB, ahead in two of
+the three jobs, and the next sweep's job ran it 2× slower than shared_memory). The first
+K - 1 jobs record their measurements in a temporary file, the last decides and writes the
+table.
 
 It also runs a raw-MPI ping-pong between ranks 0 and 1 and fits the α-β model the selector
 falls back on for comm sizes and operations the table lacks: α from the small sizes
@@ -91,10 +92,10 @@ def tunable_ops(backend) -> list[str]:
     return [op for op in ops.SPECS if len(backend.ops.get(op, ())) > 1]
 
 
-def choose(modes: Sequence[Points | Sequence[Points]], default: str) -> list[tuple[int, str]]:
+def choose(modes: Sequence[Sequence[Points]], default: str) -> list[tuple[int, str]]:
     """By-bytes rule entries from each algorithm's points in each mode (in place, out of
-    place), a mode given as one measurement or as a list of them, one per job (``--jobs``);
-    every list over the same sizes.
+    place), a mode given as its measurements, one per job (``--jobs``); every list over the
+    same sizes.
 
     An algorithm's slowdown at a size is its worst over the modes and jobs, relative to
     each one's fastest there. Only algorithms at most ``DEFAULT_MARGIN`` slower than
@@ -104,8 +105,7 @@ def choose(modes: Sequence[Points | Sequence[Points]], default: str) -> list[tup
     slowdown plus ``SWITCH_PENALTY`` per change of algorithm and ``DEFAULT_PREFERENCE`` per
     size not given to `default`: a shortest path over sizes × algorithms, as in Viterbi
     decoding."""
-    grouped = [list(mode) if isinstance(mode, (list, tuple)) else [mode] for mode in modes]
-    measured = [job for jobs in grouped for job in jobs]
+    measured = [job for jobs in modes for job in jobs]
     names = [name for name in measured[0] if all(name in job for job in measured)]
     sizes = [pt.size for pt in measured[0][names[0]]]
     # cost[name] = (total, path) of the best assignment of the sizes so far ending in name
@@ -120,7 +120,7 @@ def choose(modes: Sequence[Points | Sequence[Points]], default: str) -> list[tup
         safe = [name for name in names if default not in names or all(
             statistics.median(job[name][i].median_us / max(job[default][i].median_us, 1e-9)
                               for job in jobs) <= 1 + DEFAULT_MARGIN
-            for jobs in grouped)]
+            for jobs in modes)]
         allowed = max(MAX_SLOWDOWN, min(slowdown[name] for name in safe))
         step: dict[str, tuple[float, list[str]]] = {}
         for name in safe:
@@ -150,9 +150,9 @@ def rules_from(backend: str, op: str, p: int, modes: Sequence[Sequence[Points]],
         by_bytes = tuple((ops.spec(op).selector_bytes(size, p), algo) for size, algo in chosen)
         return selector.Rule(backend, op, p, by_bytes, placement)
 
-    rules = [rule(choose([list(placement) for placement in modes], default))]
+    rules = [rule(choose(modes, default))]
     if len(modes) == 2:
-        each = [choose([list(placement)], default) for placement in modes]
+        each = [choose([placement], default) for placement in modes]
         if each[0] != each[1]:
             rules += [rule(chosen, selector.placement_of(inplace))
                       for chosen, inplace in zip(each, placements)]

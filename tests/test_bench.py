@@ -217,17 +217,17 @@ def test_choose_follows_the_fastest_with_few_thresholds():
               "recursive_doubling": _series([3.0, 3.05, 9.0, 200.0]),
               "shared_memory": _series([9.0, 2.99, 9.6, 50.0])}
     # 8 B: shared_memory is faster by < MAX_SLOWDOWN, not worth two thresholds.
-    assert tune.choose([points], "mpi_passthrough") == [
+    assert tune.choose([[points]], "mpi_passthrough") == [
         (0, "recursive_doubling"), (32, "shared_memory")]
     # One size won narrowly by another algorithm between two of the same: smoothed away.
     island = {"mpi_passthrough": _series([5.0, 5.0, 10.0, 100.0]),
               "shared_memory": _series([9.0, 4.8, 12.0, 120.0])}
-    assert tune.choose([island], "mpi_passthrough") == [(0, "mpi_passthrough")]
+    assert tune.choose([[island]], "mpi_passthrough") == [(0, "mpi_passthrough")]
     island["shared_memory"][1].median_us = 4.0        # wins by 20%: a real crossover
-    assert tune.choose([island], "mpi_passthrough") == [
+    assert tune.choose([[island]], "mpi_passthrough") == [
         (0, "mpi_passthrough"), (8, "shared_memory"), (16, "mpi_passthrough")]
     # Within MAX_SLOWDOWN of the best, the default wins.
-    assert tune.choose([{"ring": _series([3.0]), "mpi_passthrough": _series([3.05])}],
+    assert tune.choose([[{"ring": _series([3.0]), "mpi_passthrough": _series([3.05])}]],
                        "mpi_passthrough") == [(0, "mpi_passthrough")]
     # Two placements: the choice must hold in both, never more than DEFAULT_MARGIN slower
     # than the default in either; with none within MAX_SLOWDOWN in both, the least bad wins.
@@ -235,10 +235,10 @@ def test_choose_follows_the_fastest_with_few_thresholds():
                 "shared_memory": _series([3.1, 41.0])}
     out_of_place = {"mpi_passthrough": _series([20.0, 130.0]), "ring": _series([9.0, 70.0]),
                     "shared_memory": _series([9.2, 71.0])}
-    assert tune.choose([in_place, out_of_place], "mpi_passthrough") == [
+    assert tune.choose([[in_place], [out_of_place]], "mpi_passthrough") == [
         (0, "shared_memory"), (8, "mpi_passthrough")]        # ring: 33% slower in place
     in_place["ring"][1].median_us = 32.0
-    assert tune.choose([in_place, out_of_place], "mpi_passthrough") == [
+    assert tune.choose([[in_place], [out_of_place]], "mpi_passthrough") == [
         (0, "shared_memory"), (8, "ring")]
 
 
@@ -246,7 +246,7 @@ def test_choose_never_picks_more_than_max_slowdown():
     rng = np.random.default_rng(0)
     avgs = {name: rng.uniform(1, 2, 30) for name in ("a", "b", "c")}
     points = {name: _series(list(values)) for name, values in avgs.items()}
-    rules = selector.Rule("mpi", "allreduce", 2, tuple(tune.choose([points], "a")))
+    rules = selector.Rule("mpi", "allreduce", 2, tuple(tune.choose([[points]], "a")))
     for i in range(30):
         chosen = avgs[rules.choose(4 << i)][i]
         assert chosen <= min(v[i] for v in avgs.values()) * (1 + tune.MAX_SLOWDOWN)
