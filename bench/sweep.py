@@ -1,11 +1,16 @@
 """OSU-style latency sweep of one operation over sizes, for our algorithms and for peers.
 
-Per size, every series (each requested algorithm, then each peer) runs on the same buffers,
-one after the other, so drift on a busy machine hits them alike; the series that goes first
-rotates from size to size (and round to round), so no series always pays for a fresh size
-(cold caches; buffer pages are faulted in at allocation). Per series: ``warmup``
-untimed calls, then ``iters`` timed calls, each preceded by an untimed barrier (raw MPI on a
-private communicator). A nonblocking call is timed from start to the end of ``wait()``.
+Per size, every series (each requested algorithm, then each peer) runs on the same buffers.
+Per series: ``warmup`` untimed calls, then ``iters`` timed calls, each preceded by an untimed
+barrier (raw MPI on a private communicator). A nonblocking call is timed from start to the end
+of ``wait()``. The timed calls are interleaved: they run in up to ``BLOCKS`` blocks, each
+series taking its turn at one block (after one untimed call, so it starts from its own warm
+state, as a program calling one algorithm in a loop does), so that a slow phase of a shared
+machine (another tenant, a host's scheduling; on the 2-core VMs here they last milliseconds
+to seconds and move latencies up to 2x) hits every series alike instead of deciding a
+comparison. The series that goes first rotates from block to block, size to size and round
+to round, so no series always pays for a fresh size (cold caches; buffer pages are faulted in
+at allocation).
 
 Iterations scale with size: ``iters`` (and ``warmup``) apply up to ``SCALE_BYTES``; above,
 they shrink in proportion to the size, but never below ``MIN_ITERS`` (``MIN_WARMUP``) or the
@@ -16,8 +21,7 @@ peer cannot reduce, a missing progress engine for ``--nonblocking``) is skipped 
 with the reason; a call that fails halfway through a collective on one rank only would
 leave the others waiting, so the job's launcher timeout is the backstop there.
 
-With ``rounds`` > 1 every series is measured that many times per size, in an order rotated
-each round, and the round with the lowest median is kept (as ``timeit`` keeps its best
+With ``rounds`` > 1 every series is measured that many times per size, and the round with the lowest median is kept (as ``timeit`` keeps its best
 repeat): on a shared machine a round disturbed by another process is then discarded instead
 of deciding a comparison. The median is what the tuner and the "automatic vs the fastest"
 summary compare, so the kept round is the best by that same measure. The tuner uses 3
@@ -44,6 +48,8 @@ from .sizes import format_size
 SCALE_BYTES = 64 << 10
 MIN_ITERS = 20
 MIN_WARMUP = 3
+BLOCKS = 10             # interleaved blocks per round, at most ...
+MIN_BLOCK_ITERS = 10    # ... of at least this many timed calls (when there are that many)
 PROGRESS_EVERY_S = 2.0
 
 
@@ -127,13 +133,40 @@ def time_calls(fn: Callable[[], Any], iters: int, warmup: int,
     for _ in range(warmup):
         fn()
     times = np.empty(iters)
+    _time_into(times, fn, barrier)
+    return times
+
+
+def time_interleaved(calls: list[Callable[[], Any]], iters: int, warmup: int,
+                     barrier: Callable[[], Any], first: int = 0) -> list[np.ndarray]:
+    """Time `iters` calls of each of `calls` (s, one array per call), interleaved in blocks.
+
+    Each call first runs `warmup` times; then every block runs each call once untimed and
+    its share of the timed calls, the call going first rotating by one from block to block,
+    starting at index `first`. Every rank must pass the same calls in the same order."""
+    for fn in calls:
+        for _ in range(warmup):
+            fn()
+    times = [np.empty(iters) for _ in calls]
+    blocks = max(1, min(BLOCKS, iters // MIN_BLOCK_ITERS))
+    bounds = [iters * b // blocks for b in range(blocks + 1)]
+    n = len(calls)
+    for block in range(blocks):
+        for turn in range(n):
+            k = (first + block + turn) % n
+            calls[k]()
+            _time_into(times[k][bounds[block]:bounds[block + 1]], calls[k], barrier)
+    return times
+
+
+def _time_into(times: np.ndarray, fn: Callable[[], Any], barrier: Callable[[], Any]) -> None:
+    """Fill `times` with the seconds of as many calls of `fn`, each after `barrier()`."""
     clock = time.perf_counter
-    for i in range(iters):
+    for i in range(times.size):
         barrier()
         start = clock()
         fn()
         times[i] = clock() - start
-    return times
 
 
 def summarize(per_rank: np.ndarray, size: int, iters: int, bus_factor: float,
@@ -212,9 +245,10 @@ def run(config: Config, comm, world: MPI.Comm, peers: list) -> list[Series]:
         best: dict[int, Point] = {}
         order = list(calls)
         for round_ in range(config.rounds):
-            shift = (index + round_) % len(order) if order else 0
-            for i in order[shift:] + order[:shift]:
-                times = time_calls(calls[i], iters, warmup, sync.Barrier)
+            timed = time_interleaved([calls[i] for i in order], iters,
+                                     warmup if round_ == 0 else 1, sync.Barrier,
+                                     first=index + round_)
+            for i, times in zip(order, timed):
                 gathered = np.empty((p, iters)) if rank == 0 else None
                 world.Gather(times, gathered, root=0)
                 if rank == 0:

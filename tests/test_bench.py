@@ -82,6 +82,38 @@ def test_rounds_keep_the_lowest_median_not_the_lowest_avg():
     assert not sweep.better_round(steady, stalled)
 
 
+def test_series_are_timed_in_interleaved_blocks_each_after_an_untimed_call():
+    """A slow phase of the machine must hit every series alike: the timed calls of the
+    series alternate in blocks, the first series rotating, each block re-warmed untimed."""
+    log: list[tuple[str, bool]] = []
+    timing = [False]
+
+    def barrier():
+        timing[0] = True
+
+    def call(name):
+        def fn():
+            log.append((name, timing[0]))
+            timing[0] = False
+        return fn
+
+    iters = 4 * sweep.MIN_BLOCK_ITERS
+    times = sweep.time_interleaved([call("a"), call("b")], iters, 2, barrier, first=1)
+    assert [t.shape for t in times] == [(iters,), (iters,)]
+    assert all(np.all(t >= 0) for t in times)
+    assert log[:4] == [("a", False)] * 2 + [("b", False)] * 2          # warmup
+    turns = []                 # [series, timed calls]: each turn starts with an untimed call
+    for name, timed in log[4:]:
+        if not timed:
+            turns.append([name, 0])
+        else:
+            assert turns[-1][0] == name
+            turns[-1][1] += 1
+    blocks = iters // sweep.MIN_BLOCK_ITERS
+    assert [t[0] for t in turns] == ["b", "a", "a", "b", "b", "a", "a", "b"][:2 * blocks]
+    assert all(t[1] == iters // blocks for t in turns)
+
+
 @pytest.mark.parametrize("op, size, p, actual", [
     ("allreduce", 4, 3, 4), ("allreduce", 6, 3, 4), ("allgather", 4, 3, 12),
     ("allgather", 64, 3, 60), ("reduce_scatter", 1024, 4, 1024), ("barrier", 64, 2, 0),
