@@ -21,11 +21,11 @@ peer cannot reduce, a missing progress engine for ``--nonblocking``) is skipped 
 with the reason; a call that fails halfway through a collective on one rank only would
 leave the others waiting, so the job's launcher timeout is the backstop there.
 
-With ``rounds`` > 1 every series is measured that many times per size, and the round with the lowest median is kept (as ``timeit`` keeps its best
-repeat): on a shared machine a round disturbed by another process is then discarded instead
-of deciding a comparison. The median is what the tuner and the "automatic vs the fastest"
-summary compare, so the kept round is the best by that same measure. The tuner uses 3
-rounds.
+With ``rounds`` > 1 every series is measured that many times per size, and the round with
+the lowest median is kept (as ``timeit`` keeps its best repeat): on a shared machine a round
+disturbed by another process is then discarded instead of deciding a comparison. The median
+is what the tuner and the "automatic vs the fastest" summary compare, so the kept round is the
+best by that same measure. The tuner uses 3 rounds.
 
 Statistics: every rank times every iteration; rank 0 takes, per iteration, the maximum over
 ranks (an operation is done when its slowest rank is), and reports the mean (``Avg``),
