@@ -23,6 +23,7 @@ from .reduce_scatter import (nonblocking_reduce_scatter, nonblocking_reduce_scat
 from .reduction import ReductionOp
 from .runtime import finalize, init, initialized
 from .scatter import nonblocking_scatter, nonblocking_scatterv, scatter, scatterv
+from .shared import shared_empty
 
 SUM, PROD, MIN, MAX = ReductionOp.SUM, ReductionOp.PROD, ReductionOp.MIN, ReductionOp.MAX
 LOR, LAND, LXOR = ReductionOp.LOR, ReductionOp.LAND, ReductionOp.LXOR

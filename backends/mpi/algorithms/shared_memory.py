@@ -29,6 +29,14 @@ whole vector and reduces all of them itself, in rank order (same inputs, same or
 bits), which beats the pipeline's second synchronisation while the redundant arithmetic is
 cheap.
 
+Buffers from ``al.shared_empty`` (shared_buffers.py) skip the staging: when every rank
+announces that its buffers lie in shared memory, each rank reduces its slice straight out of
+every rank's ``sendbuf`` and writes the result straight into every rank's ``recvbuf``, in
+chunks of ``ZERO_COPY_CHUNK`` bytes that stay in cache between the two.  Each element is then
+read once and written once per rank, with two synchronisations per operation (all announced;
+all written); in place is safe because nobody else reads or writes the slice a rank owns.
+When any rank's buffers are private, all of them take the staged path above.
+
 A single-copy design (each rank reading its peers' buffers directly with
 ``process_vm_readv``) was measured and rejected: the kernel copies with ``rep movsb``,
 2.5-10x slower here than numpy's vectorised loops (128 KiB: 92 µs vs 9 µs; 512 KiB: 66 µs vs
@@ -41,7 +49,8 @@ import numpy as np
 from ....errors import OperationError, UnsupportedError
 from ....reduction import _UFUNCS
 from .program import ProgramState
-from .shared_window import COPIED_IN, COPIED_OUT, REDUCED, SharedWindow
+from .shared_buffers import NOT_SHARED, SharedBuffers
+from .shared_window import ANNOUNCED, COPIED_IN, COPIED_OUT, REDUCED, SharedWindow
 from .vector_copy import copy_vector
 
 _ALIGN_BYTES = 64              # slice boundaries on cache lines: owners never share a line
@@ -49,6 +58,11 @@ _ALIGN_BYTES = 64              # slice boundaries on cache lines: owners never s
 # redundant arithmetic grows with p, the pipeline's second synchronisation does not.
 SMALL_BYTES = 256 << 10
 _CELL_BYTES = 4096             # small rounds' staging offsets are multiples of this
+ZERO_COPY_CHUNK = 256 << 10    # bytes reduced, then copied to the peers, at a time
+
+
+class _CountMismatch(Exception):
+    """The ranks' shared buffers differ in size (every rank saw it; the window is intact)."""
 
 
 class SharedMemoryAllreduce(ProgramState):
@@ -84,6 +98,7 @@ class SharedMemoryAllreduce(ProgramState):
             self.ticket, self.first_round = window.reserve(rounds)
             self.end_round = self.first_round + rounds
             self.small = rounds == 1 and recv.nbytes * (comm.size - 1) <= SMALL_BYTES
+            self.place = _place(comm, send, recv)
 
     @classmethod
     def array_state(cls, op, dtype):
@@ -117,15 +132,70 @@ class SharedMemoryAllreduce(ProgramState):
                                  "failed mid-way; its shared window is unusable") \
                 from window.failure
         try:
-            if self.small:
+            shared = yield from self.shared_buffers()
+            if shared is not None:
+                yield from self.zero_copy(*shared)
+            elif self.small:
                 yield from self.every_rank_reduces()
             else:
                 yield from self.pipeline()
+        except _CountMismatch as exc:
+            raise OperationError(f"allreduce: {exc}") from None
         except BaseException as exc:
             window.failure = exc
             raise
         finally:
             window.serving += 1
+
+    def shared_buffers(self):
+        """Announce where this rank's buffers lie; when every rank's are shared buffers,
+        return every rank's (send arrays, recv arrays); None when any rank's are private."""
+        window, round_ = self.window, self.first_round
+        window.announce(round_, self.place)
+        if self.place == NOT_SHARED:
+            return None
+        while not window.reached(ANNOUNCED, round_):
+            self.idle()
+            yield
+        self.progressed()
+        places = tuple(window.places())
+        if any(place[0] < 0 for place in places):
+            return None
+        nbytes = self.recv.nbytes
+        wrong = [(q, place[4]) for q, place in enumerate(places) if place[4] != nbytes]
+        if wrong:       # every rank sees it; none leaves (announcing anew) before all read
+            yield from self.all_done()
+            raise _CountMismatch(
+                f"the ranks' buffers differ in size: {nbytes} bytes on rank {window.rank}, "
+                + ", ".join(f"{b} on rank {q}" for q, b in wrong))
+        return SharedBuffers.find(self.comm).arrays(places, self.recv.dtype)
+
+    def zero_copy(self, sends, recvs):
+        """Reduce this rank's slice out of every rank's sendbuf into every rank's recvbuf,
+        a cache-sized chunk at a time; then wait until every rank has done the same."""
+        rank, size = self.window.rank, self.window.size
+        cuts = self.cuts(self.recv.size)
+        step = max(1, ZERO_COPY_CHUNK // self.recv.itemsize)
+        mine, reduce_into = recvs[rank], self.op.reduce_into
+        for start in range(cuts[rank], cuts[rank + 1], step):
+            stop = min(cuts[rank + 1], start + step)
+            result = mine[start:stop]
+            _UFUNCS[self.op](sends[rank][start:stop], sends[(rank + 1) % size][start:stop],
+                             out=result)
+            for peer in range(2, size):
+                reduce_into(result, sends[(rank + peer) % size][start:stop])
+            self.op.finish(result, size)
+            for peer in range(1, size):
+                copy_vector(recvs[(rank + peer) % size][start:stop], result)
+        yield from self.all_done()
+
+    def all_done(self):
+        """Mark every round of this operation done, then wait until every rank has."""
+        window, last = self.window, self.end_round - 1
+        window.publish(last, COPIED_IN, REDUCED, COPIED_OUT)
+        while not window.reached(COPIED_OUT, last):
+            self.idle()
+            yield
 
     def every_rank_reduces(self):
         """Small vectors, one round: every rank stages its whole vector, then reduces all of
@@ -240,3 +310,15 @@ class SharedMemoryAllreduce(ProgramState):
         size = self.window.size
         base, extra = divmod(-(-length // align), size)
         return [min(length, align * (o * base + min(o, extra))) for o in range(size + 1)]
+
+
+def _place(comm, send: np.ndarray, recv: np.ndarray) -> tuple[int, ...]:
+    """What this rank announces: (send allocation, offset, recv allocation, offset, bytes)
+    when both buffers are ``al.shared_empty`` memory of ``comm``; ``NOT_SHARED`` otherwise."""
+    registry = SharedBuffers.find(comm)
+    if registry is None:
+        return NOT_SHARED
+    send_at, recv_at = registry.locate(send), registry.locate(recv)
+    if send_at is None or recv_at is None:
+        return NOT_SHARED
+    return send_at + recv_at + (recv.nbytes,)

@@ -4,7 +4,8 @@ Allocated once per communicator (``MPI.Win.Allocate_shared`` on its node-local c
 a collective, on the first ``shared_memory`` operation) and cached in ``comm._scratch``, so
 ``comm.free()`` releases it.  Layout (bytes), ``S`` slots of ``chunk`` bytes:
 
-    flags    one 128-byte line per rank (its progress counters; no false sharing)
+    flags    one 128-byte line per rank (its progress counters and where its buffers of the
+             current operation lie in shared memory, if they do; no false sharing)
     staging  per rank, S slots: the parts of a chunk of its vector that other ranks reduce
 
 Synchronisation is by counters, never by barriers: each rank publishes, per kind of work, the
@@ -21,7 +22,8 @@ import numpy as np
 from mpi4py import MPI
 
 LINE = 16                      # int64 counters per rank: one 128-byte line each
-COPIED_IN, REDUCED, COPIED_OUT = 0, 1, 2
+COPIED_IN, REDUCED, COPIED_OUT, ANNOUNCED = 0, 1, 2, 3
+PLACE, PLACE_FIELDS = 4, 5     # the announced place: line[PLACE:PLACE + PLACE_FIELDS]
 _PAGE = 4096
 
 
@@ -86,6 +88,19 @@ class SharedWindow:
         self._win.Sync()
         for kind in kinds:
             self.flags[self.rank * LINE + kind] = round_
+
+    def announce(self, round_: int, place: tuple[int, ...]) -> None:
+        """Publish ``place`` (``PLACE_FIELDS`` integers) as this rank's, for ``round_``."""
+        flags, start = self.flags, self.rank * LINE + PLACE
+        for i, value in enumerate(place):
+            flags[start + i] = value
+        self.publish(round_, ANNOUNCED)
+
+    def places(self) -> list[tuple[int, ...]]:
+        """Every rank's announced place (after ``reached(ANNOUNCED, round_)``)."""
+        flags = self.flags
+        return [tuple(flags[q * LINE + PLACE:q * LINE + PLACE + PLACE_FIELDS])
+                for q in range(self.size)]
 
     def reached(self, kind: int, round_: int) -> bool:
         """True once every other rank has published ``kind`` for ``round_`` (or later)."""

@@ -1,0 +1,120 @@
+"""Buffers allocated in memory the ranks of a node share (``al.shared_empty``).
+
+Each allocation is one ``MPI.Win.Allocate_shared`` over the communicator's node-local ranks (a
+collective: every rank allocates, in the same order, so allocation ``i`` means the same one
+everywhere) and gives each rank its own segment, which every other rank of the node can also
+read and write.  ``shared_memory`` allreduces on such buffers reduce straight out of every
+rank's buffer and write the result straight into it, with no staging copies (see
+shared_memory.py), the way NCCL's registered buffers or PyTorch's symmetric memory let a
+library skip its own copies.
+
+The segments live until ``comm.free()`` (or ``al.finalize()``), which is collective anyway: a
+segment any rank still holds an array of is then kept (and reported with a warning) instead
+of being freed under that array.
+"""
+from __future__ import annotations
+
+import warnings
+import weakref
+
+import numpy as np
+from mpi4py import MPI
+
+NOT_SHARED = (-1, 0, -1, 0, 0)    # the place a rank announces when its buffers are private
+_kept: list = []                   # windows still in use at comm.free(): never freed
+_CACHED_ARRAYS = 64
+
+
+class SharedBuffers:
+    """The shared allocations of one communicator, in allocation order."""
+
+    KEY = "shared_buffers"
+
+    @classmethod
+    def of(cls, comm) -> "SharedBuffers":
+        """The communicator's registry, created on first use."""
+        found = comm._scratch.get(cls.KEY)
+        if found is None:
+            found = comm._scratch[cls.KEY] = cls(comm.local_comm)
+        return found
+
+    @classmethod
+    def find(cls, comm) -> "SharedBuffers | None":
+        """The registry, or None when the communicator never allocated shared buffers."""
+        return comm._scratch.get(cls.KEY)
+
+    def __init__(self, local: MPI.Comm):
+        self._local = local
+        self._rank, self._size = local.Get_rank(), local.Get_size()
+        self._windows: list[MPI.Win] = []
+        self._segments: list[list[np.ndarray]] = []    # [allocation][rank]: uint8 arrays
+        self._bounds: list[tuple[int, int]] = []        # this rank's [start, end) addresses
+        self._handed_out: list[weakref.ref] = []
+        self._arrays: dict = {}
+        self._by_exporter: dict[int, int] = {}          # id(exporter) -> allocation
+
+    def allocate(self, nbytes: int) -> np.ndarray:
+        """This rank's segment of a new allocation, as ``nbytes`` uint8 (collective)."""
+        win = MPI.Win.Allocate_shared(nbytes, 64, comm=self._local)
+        segments = []
+        for owner in range(self._size):
+            memory, _ = win.Shared_query(owner)
+            segments.append(np.frombuffer(memory, np.uint8) if len(memory) else
+                            np.empty(0, np.uint8))
+        # The caller's array gets an exporter of its own: every view of it (numpy collapses
+        # view chains to that array) keeps it alive, so the weak reference tells whether
+        # any is still in use.
+        exporter = np.frombuffer(win.Shared_query(self._rank)[0], np.uint8) if nbytes else \
+            np.empty(0, np.uint8)
+        start = exporter.__array_interface__["data"][0]
+        self._windows.append(win)
+        self._segments.append(segments)
+        self._bounds.append((start, start + nbytes))
+        self._handed_out.append(weakref.ref(exporter))
+        self._by_exporter[id(exporter)] = len(self._bounds) - 1
+        return exporter[:nbytes]
+
+    def locate(self, array: np.ndarray) -> tuple[int, int] | None:
+        """(allocation, byte offset) of a C-contiguous array lying wholly in one of this
+        rank's segments; None when it does not (or is empty)."""
+        index = self._by_exporter.get(id(array.base))    # numpy collapses view chains
+        if index is None or array.nbytes == 0:
+            return None
+        start = array.__array_interface__["data"][0]
+        low, high = self._bounds[index]                 # (an id reused by another object)
+        return (index, start - low) if low <= start and start + array.nbytes <= high else None
+
+    def arrays(self, places: tuple[tuple[int, ...], ...],
+               dtype: np.dtype) -> tuple[list[np.ndarray], list[np.ndarray]]:
+        """Every rank's (send, recv) arrays of ``dtype`` from the places they announced
+        (send allocation, offset, recv allocation, offset, bytes); the last few are cached,
+        as training loops reduce the same buffers over and over."""
+        key = (places, dtype)
+        found = self._arrays.get(key)
+        if found is None:
+            if len(self._arrays) >= _CACHED_ARRAYS:
+                self._arrays.pop(next(iter(self._arrays)))
+            found = self._arrays[key] = tuple(
+                [self._segments[place[at]][owner][place[at + 1]:place[at + 1] + place[4]]
+                 .view(dtype) for owner, place in enumerate(places)] for at in (0, 2))
+        return found
+
+    def close(self) -> None:
+        """Free the allocations no rank still uses (collective over the node)."""
+        if MPI.Is_finalized():
+            return
+        mine = np.array([ref() is not None for ref in self._handed_out], np.bool_)
+        used = np.zeros_like(mine)
+        self._local.Allreduce(mine, used, MPI.LOR)
+        for index, win in enumerate(self._windows):
+            if used[index]:
+                _kept.append(win)
+            else:
+                win.Free()
+        if used.any():
+            warnings.warn(f"comm.free(): {int(used.sum())} al.shared_empty buffer(s) still "
+                          f"referenced; their shared memory is kept until the process exits",
+                          RuntimeWarning, stacklevel=3)
+        self._windows, self._segments, self._bounds, self._handed_out = [], [], [], []
+        self._arrays.clear()
+        self._by_exporter.clear()
