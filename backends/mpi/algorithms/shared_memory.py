@@ -150,6 +150,8 @@ class SharedMemoryAllreduce(ProgramState):
     def shared_buffers(self):
         """Announce where this rank's buffers lie; when every rank's are shared buffers,
         return every rank's (send arrays, recv arrays); None when any rank's are private."""
+        if self.place is None:      # nobody allocated any: every rank knows it (collective)
+            return None
         window, round_ = self.window, self.first_round
         window.announce(round_, self.place)
         if self.place == NOT_SHARED:
@@ -312,12 +314,13 @@ class SharedMemoryAllreduce(ProgramState):
         return [min(length, align * (o * base + min(o, extra))) for o in range(size + 1)]
 
 
-def _place(comm, send: np.ndarray, recv: np.ndarray) -> tuple[int, ...]:
+def _place(comm, send: np.ndarray, recv: np.ndarray) -> tuple[int, ...] | None:
     """What this rank announces: (send allocation, offset, recv allocation, offset, bytes)
-    when both buffers are ``al.shared_empty`` memory of ``comm``; ``NOT_SHARED`` otherwise."""
+    when both buffers are ``al.shared_empty`` memory of ``comm``, ``NOT_SHARED`` otherwise;
+    None (nothing to announce) when ``comm`` has no shared buffers at all."""
     registry = SharedBuffers.find(comm)
     if registry is None:
-        return NOT_SHARED
+        return None
     send_at, recv_at = registry.locate(send), registry.locate(recv)
     if send_at is None or recv_at is None:
         return NOT_SHARED
