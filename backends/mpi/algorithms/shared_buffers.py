@@ -20,6 +20,8 @@ import weakref
 import numpy as np
 from mpi4py import MPI
 
+from ....errors import OperationError
+
 NOT_SHARED = (-1, 0, -1, 0, 0)    # the place a rank announces when its buffers are private
 _kept: list = []                   # windows still in use at comm.free(): never freed
 _CACHED_ARRAYS = 64
@@ -55,7 +57,11 @@ class SharedBuffers:
 
     def allocate(self, nbytes: int) -> np.ndarray:
         """This rank's segment of a new allocation, as ``nbytes`` uint8 (collective)."""
-        win = MPI.Win.Allocate_shared(nbytes, 64, comm=self._local)
+        try:
+            win = MPI.Win.Allocate_shared(nbytes, 64, comm=self._local)
+        except MPI.Exception as exc:
+            raise OperationError(f"shared_empty: MPI could not allocate {nbytes} bytes of "
+                                 f"shared memory: {exc}") from exc
         segments = []
         for owner in range(self._size):
             memory, _ = win.Shared_query(owner)
