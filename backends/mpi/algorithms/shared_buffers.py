@@ -27,6 +27,11 @@ _kept: list = []                   # windows still in use at comm.free(): never 
 _CACHED_ARRAYS = 64
 
 
+def _NOTHING():
+    """A dead weak reference's stand-in."""
+    return None
+
+
 class SharedBuffers:
     """The shared allocations of one communicator, in allocation order."""
 
@@ -54,6 +59,7 @@ class SharedBuffers:
         self._handed_out: list[weakref.ref] = []
         self._arrays: dict = {}
         self._by_exporter: dict[int, int] = {}          # id(exporter) -> allocation
+        self._last_located = _NOTHING, None
 
     def allocate(self, nbytes: int) -> np.ndarray:
         """This rank's segment of a new allocation, as ``nbytes`` uint8 (collective)."""
@@ -86,9 +92,14 @@ class SharedBuffers:
         index = self._by_exporter.get(id(array.base))    # numpy collapses view chains
         if index is None or array.nbytes == 0:
             return None
+        last, found = self._last_located
+        if last() is array:             # training loops pass the same arrays every step
+            return found
         start = array.__array_interface__["data"][0]
         low, high = self._bounds[index]                 # (an id reused by another object)
-        return (index, start - low) if low <= start and start + array.nbytes <= high else None
+        found = (index, start - low) if low <= start and start + array.nbytes <= high else None
+        self._last_located = weakref.ref(array), found
+        return found
 
     def arrays(self, places: tuple[tuple[int, ...], ...],
                dtype: np.dtype) -> tuple[list[np.ndarray], list[np.ndarray]]:

@@ -44,6 +44,8 @@ A single-copy design (each rank reading its peers' buffers directly with
 """
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from ....errors import OperationError, UnsupportedError
@@ -305,13 +307,16 @@ class SharedMemoryAllreduce(ProgramState):
             return start, self.recv.size, self.last_cuts
         return start, start + self.chunk, self.full_cuts
 
-    def cuts(self, length: int) -> list[int]:
+    def cuts(self, length: int) -> tuple[int, ...]:
         """``p + 1`` cut points splitting ``length`` elements into owners' slices on
         cache-line boundaries."""
-        align = max(1, _ALIGN_BYTES // self.recv.itemsize)
-        size = self.window.size
-        base, extra = divmod(-(-length // align), size)
-        return [min(length, align * (o * base + min(o, extra))) for o in range(size + 1)]
+        return _cuts(length, max(1, _ALIGN_BYTES // self.recv.itemsize), self.window.size)
+
+
+@functools.lru_cache(maxsize=256)
+def _cuts(length: int, align: int, size: int) -> tuple[int, ...]:
+    base, extra = divmod(-(-length // align), size)
+    return tuple(min(length, align * (o * base + min(o, extra))) for o in range(size + 1))
 
 
 def _place(comm, send: np.ndarray, recv: np.ndarray) -> tuple[int, ...] | None:

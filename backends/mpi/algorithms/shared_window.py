@@ -68,6 +68,7 @@ class SharedWindow:
         self._rounds = 0
         self.serving = 0
         self.failure: BaseException | None = None
+        self._announced: tuple[int, ...] = ()
 
     def reserve(self, rounds: int) -> tuple[int, int]:
         """A ticket and the first of ``rounds`` consecutive round numbers, in issue order."""
@@ -91,9 +92,11 @@ class SharedWindow:
 
     def announce(self, round_: int, place: tuple[int, ...]) -> None:
         """Publish ``place`` (``PLACE_FIELDS`` integers) as this rank's, for ``round_``."""
-        flags, start = self.flags, self.rank * LINE + PLACE
-        for i, value in enumerate(place):
-            flags[start + i] = value
+        if place != self._announced:      # (a training loop announces the same place)
+            flags, start = self.flags, self.rank * LINE + PLACE
+            for i, value in enumerate(place):
+                flags[start + i] = value
+            self._announced = place
         self.publish(round_, ANNOUNCED)
 
     def places(self) -> list[tuple[int, ...]]:
