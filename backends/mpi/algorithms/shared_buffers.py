@@ -27,7 +27,7 @@ _kept: list = []                   # windows still in use at comm.free(): never 
 _CACHED_ARRAYS = 64
 
 
-def _NOTHING():
+def _dead_reference():
     """A dead weak reference's stand-in."""
     return None
 
@@ -59,7 +59,7 @@ class SharedBuffers:
         self._handed_out: list[weakref.ref] = []
         self._arrays: dict = {}
         self._by_exporter: dict[int, int] = {}          # id(exporter) -> allocation
-        self._last_located = _NOTHING, None
+        self._last_located = _dead_reference, None
 
     def allocate(self, nbytes: int) -> np.ndarray:
         """This rank's segment of a new allocation, as ``nbytes`` uint8 (collective)."""
