@@ -131,15 +131,14 @@ def _from_cupy(obj, name: str) -> Buffer:
 def _from_cuda_interface(obj: object, iface: dict, name: str) -> Buffer:
     shape = tuple(iface["shape"])
     typestr = iface["typestr"]
-    dtype = _TYPESTR_DTYPES.get(typestr) if type(typestr) is str else None
+    if not isinstance(typestr, str):           # np.dtype(None) would be float64
+        raise BufferError(f"{name}: unsupported typestr {typestr!r}")
+    dtype = _TYPESTR_DTYPES.get(typestr)
     if dtype is None:
         try:
-            if not isinstance(typestr, str):   # np.dtype(None) would be float64
-                raise TypeError(typestr)
-            dtype = np.dtype(typestr)
+            dtype = _TYPESTR_DTYPES[typestr] = np.dtype(typestr)
         except TypeError as exc:
             raise BufferError(f"{name}: unsupported typestr {typestr!r}") from exc
-        _TYPESTR_DTYPES[typestr] = dtype
     if iface.get("descr") and iface["descr"][0][0] == "bf16":
         dtype = dtypes.bfloat16
     if dtype not in dtypes.SUPPORTED_DTYPES and dtype.kind == "V" and dtype.itemsize == 2:

@@ -74,6 +74,14 @@ class Communicator:
     def freed(self) -> bool:
         return self._mpi is None
 
+    def scratch(self, key: str, make):
+        """The backend resource kept under ``key``, made by ``make()`` on first use;
+        ``free()`` closes every one that has a ``close()``."""
+        found = self._scratch.get(key)
+        if found is None:
+            found = self._scratch[key] = make()
+        return found
+
     def next_tag(self) -> int:
         """A fresh tag for one operation's messages; identical on every rank for the same op."""
         return 1 + next(self._tags) % _TAG_SPAN

@@ -143,36 +143,22 @@ def format_table(result: Result) -> str:
     return "\n".join(lines).rstrip() + "\n"
 
 
-def automatic_gaps(result: Result) -> list[tuple[int, float, float, str]]:
-    """Per size: (size, automatic's median, the fastest other algorithm's median, its name):
-    medians, as the tuner decides by them."""
-    ours = {s.name: {pt.size: pt.median_us for pt in s.points}
-            for s in result.series if s.kind == "ours" and s.points}
-    auto = ours.pop("automatic", None)
-    gaps = []
-    for size, avg in sorted((auto or {}).items()):
-        others = [(times[size], name) for name, times in ours.items() if size in times]
-        if others:
-            best, name = min(others)
-            gaps.append((size, avg, best, name))
-    return gaps
-
-
-def automatic_choices(result: Result) -> list[tuple[int, str, float, float, str, float]]:
-    """Per size where "automatic" ran an algorithm that has a column of its own: (size, that
-    algorithm, automatic's median, that column's median, the fastest column, its median).
-    The choice is judged by the columns alone; automatic vs its algorithm's column is one code
-    measured twice in one run, i.e. how far apart the run's noise alone puts two medians."""
+def automatic_rows(result: Result) -> list[tuple[int, float, str, float | None, str, float]]:
+    """Per size where "automatic" and other algorithms of ours ran: (size, automatic's
+    median, the algorithm it ran, that algorithm's own column's median or None without one,
+    the fastest column, its median); medians, as the tuner decides by them.  Automatic vs its
+    algorithm's column is one code measured twice in one run, i.e. how far apart the run's
+    noise alone puts two medians."""
     ours = {s.name: {pt.size: pt.median_us for pt in s.points}
             for s in result.series if s.kind == "ours" and s.points and s.name != "automatic"}
     auto = next((s for s in result.series if s.kind == "ours" and s.name == "automatic"),
                 None)
     rows = []
-    for pt in (auto.points if auto else ()):
+    for pt in sorted(auto.points if auto else (), key=lambda pt: pt.size):
         times = {name: by_size[pt.size] for name, by_size in ours.items() if pt.size in by_size}
-        if pt.algo in times:
+        if times:
             fastest = min(times, key=times.get)
-            rows.append((pt.size, pt.algo, pt.median_us, times[pt.algo], fastest,
+            rows.append((pt.size, pt.median_us, pt.algo, times.get(pt.algo), fastest,
                          times[fastest]))
     return rows
 
@@ -180,21 +166,21 @@ def automatic_choices(result: Result) -> list[tuple[int, str, float, float, str,
 def automatic_summary(result: Result) -> list[str]:
     """How far "automatic" is from the fastest explicit algorithm, at worst; and, to judge
     that by, how far apart the run measured automatic and the algorithm it ran, at worst."""
-    gaps = automatic_gaps(result)
-    if not gaps:
+    rows = automatic_rows(result)
+    if not rows:
         return []
-    size, auto, best, name = max(gaps, key=lambda g: (g[1] / g[2] if g[2] > 0 else 1.0))
+    size, auto, _, _, name, best = max(rows, key=lambda r: r[1] / r[5] if r[5] > 0 else 1.0)
     lines = ["", f"# automatic vs the fastest algorithm at each size (medians): worst "
                  f"{ratio(auto, best)} at {size} B ({auto:.2f} us vs {name} {best:.2f} us)"]
-    choices = automatic_choices(result)
+    choices = [row for row in rows if row[3] is not None]
     if choices:
         misses = [f"{format_size(size)} ({algo}, {ratio(own, best)} {fastest})"
-                  for size, algo, _, own, fastest, best in choices if algo != fastest]
+                  for size, _, algo, own, fastest, best in choices if algo != fastest]
         lines.append(f"# automatic ran the fastest algorithm at {len(choices) - len(misses)} "
                      f"of {len(choices)} sizes" + (f"; not at {', '.join(misses)}"
                                                    if misses else ""))
-        size, name, auto, own, _, _ = max(choices, key=lambda c: max(c[2], c[3]) / max(
-            min(c[2], c[3]), 1e-9))
+        size, auto, name, own, _, _ = max(choices, key=lambda c: max(c[1], c[3]) / max(
+            min(c[1], c[3]), 1e-9))
         lines.append(f"# noise: automatic vs the column of the algorithm it ran, the same code "
                      f"measured twice: worst {ratio(auto, own)} at {size} B ({auto:.2f} us "
                      f"vs {name} {own:.2f} us)")

@@ -6,11 +6,10 @@ barrier (raw MPI on a private communicator). A nonblocking call is timed from st
 of ``wait()``. The timed calls are interleaved: they run in up to ``BLOCKS`` blocks, each
 series taking its turn at one block (after one untimed call, so it starts from its own warm
 state, as a program calling one algorithm in a loop does), so that a slow phase of a shared
-machine (another tenant, a host's scheduling; on the 2-core VMs here they last milliseconds
-to seconds and move latencies up to 2x) hits every series alike instead of deciding a
-comparison. The series that goes first rotates from block to block, size to size and round
-to round, so no series always pays for a fresh size (cold caches; buffer pages are faulted in
-at allocation).
+machine (another tenant, a host's scheduling; on the 2-core VMs here latencies move up to 2x
+from run to run) hits every series alike instead of deciding a comparison. The series that
+goes first rotates from block to block, size to size and round to round, so no series always
+pays for a fresh size (cold caches; buffer pages are faulted in at allocation).
 
 Iterations scale with size: ``iters`` (and ``warmup``) apply up to ``SCALE_BYTES``; above,
 they shrink in proportion to the size, but never below ``MIN_ITERS`` (``MIN_WARMUP``) or the
@@ -246,8 +245,8 @@ def run(config: Config, comm, world: MPI.Comm, peers: list) -> list[Series]:
         order = list(calls)
         for round_ in range(config.rounds):
             timed = time_interleaved([calls[i] for i in order], iters,
-                                     warmup if round_ == 0 else 1, sync.Barrier,
-                                     first=index + round_)
+                                     warmup if round_ == 0 else 0, sync.Barrier,
+                                     first=index + round_)   # (blocks re-warm anyway)
             for i, times in zip(order, timed):
                 gathered = np.empty((p, iters)) if rank == 0 else None
                 world.Gather(times, gathered, root=0)

@@ -208,14 +208,15 @@ def test_table_has_every_column_ratio_and_fastest_mark():
     assert "# allreduce on 2 ranks: Avg latency (us) by size" in text
     assert ("automatic vs the fastest algorithm at each size (medians): worst 0.67x at "
             "1048576 B") in text
-    assert report.automatic_gaps(_result()) == [(4, 2.0, 6.0, "ring"),
-                                                (MIB, 100.0, 150.0, "ring")]
+    assert report.automatic_rows(_result()) == [
+        (4, 2.0, "recursive_doubling", None, "ring", 6.0),
+        (MIB, 100.0, "shared_memory", None, "ring", 150.0)]
 
 
 def test_summary_shows_the_noise_of_one_algorithm_measured_twice():
     result = _result()
     result.series[0].points[0] = _point(4, 4.5, "ring")   # automatic ran ring: 4.5 vs 6.0
-    assert report.automatic_choices(result) == [(4, "ring", 4.5, 6.0, "ring", 6.0)]
+    assert report.automatic_rows(result)[0] == (4, 4.5, "ring", 6.0, "ring", 6.0)
     text = report.format_table(result)
     assert ("# noise: automatic vs the column of the algorithm it ran, the same code measured "
             "twice: worst 0.75x at 4 B (4.50 us vs ring 6.00 us)") in text
@@ -224,9 +225,9 @@ def test_summary_shows_the_noise_of_one_algorithm_measured_twice():
     result.series[1].points[0] = _point(4, 4.0)               # ring's column now faster
     result.series.insert(2, sweep.Series("shared_memory", "ours",
                                          [_point(4, 1.5), _point(MIB, 80.0)]))
-    assert report.automatic_choices(result) == [
-        (4, "ring", 4.5, 4.0, "shared_memory", 1.5),
-        (MIB, "shared_memory", 100.0, 80.0, "shared_memory", 80.0)]
+    assert report.automatic_rows(result) == [
+        (4, 4.5, "ring", 4.0, "shared_memory", 1.5),
+        (MIB, 100.0, "shared_memory", 80.0, "shared_memory", 80.0)]
     assert ("# automatic ran the fastest algorithm at 1 of 2 sizes; not at 4B (ring, 2.67x "
             "shared_memory)") in report.format_table(result)
 

@@ -40,10 +40,7 @@ class SharedBuffers:
     @classmethod
     def of(cls, comm) -> "SharedBuffers":
         """The communicator's registry, created on first use."""
-        found = comm._scratch.get(cls.KEY)
-        if found is None:
-            found = comm._scratch[cls.KEY] = cls(comm.local_comm)
-        return found
+        return comm.scratch(cls.KEY, lambda: cls(comm.local_comm))
 
     @classmethod
     def find(cls, comm) -> "SharedBuffers | None":

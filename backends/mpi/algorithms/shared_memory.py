@@ -32,7 +32,8 @@ cheap.
 Buffers from ``al.shared_empty`` (shared_buffers.py) skip the staging: when every rank
 announces that its buffers lie in shared memory, each rank reduces its slice straight out of
 every rank's ``sendbuf`` and writes the result straight into every rank's ``recvbuf``, in
-chunks of ``ZERO_COPY_CHUNK`` bytes that stay in cache between the two.  Each element is then
+chunks of ``ZERO_COPY_CHUNK`` bytes, so that a chunk is still in cache when it is copied out
+(256 KiB, the size a first prototype used; other sizes were not compared).  Each element is then
 read once and written once per rank, with two synchronisations per operation (all announced;
 all written); in place is safe because nobody else reads or writes the slice a rank owns.
 When any rank's buffers are private, all of them take the staged path above.

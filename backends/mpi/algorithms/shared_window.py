@@ -1,7 +1,7 @@
 """The shared-memory window of one communicator: staging slots and progress counters.
 
 Allocated once per communicator (``MPI.Win.Allocate_shared`` on its node-local communicator,
-a collective, on the first ``shared_memory`` operation) and cached in ``comm._scratch``, so
+a collective, on the first ``shared_memory`` operation) and kept by ``comm.scratch``, so
 ``comm.free()`` releases it.  Layout (bytes), ``S`` slots of ``chunk`` bytes:
 
     flags    one 128-byte line per rank (its progress counters and where its buffers of the
@@ -41,10 +41,7 @@ class SharedWindow:
     @classmethod
     def of(cls, comm) -> "SharedWindow":
         """The communicator's window, allocated on first use (collective over the node)."""
-        window = comm._scratch.get(cls.KEY)
-        if window is None:
-            window = comm._scratch[cls.KEY] = cls(comm.local_comm)
-        return window
+        return comm.scratch(cls.KEY, lambda: cls(comm.local_comm))
 
     def __init__(self, local: MPI.Comm, chunk_bytes: int = CHUNK_BYTES, slots: int = SLOTS):
         self.rank, self.size = local.Get_rank(), local.Get_size()
