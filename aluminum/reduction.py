@@ -44,6 +44,10 @@ class ReductionOp(enum.Enum):
         """``inout = inout (op) other`` element-wise, in place (AVG accumulates a sum)."""
         _UFUNCS[self](inout, other, out=inout)
 
+    def finishes(self, comm_size: int) -> bool:
+        """Whether ``finish`` does anything for a communicator of ``comm_size`` ranks."""
+        return self is ReductionOp.AVG or (comm_size == 1 and self in _LOGICAL)
+
     def finish(self, result: np.ndarray, comm_size: int) -> None:
         """Post-process a fully reduced result in place (AVG division, logical 0/1)."""
         if self is ReductionOp.AVG:

@@ -24,7 +24,7 @@ from ....errors import OperationError
 
 NOT_SHARED = (-1, 0, -1, 0, 0)    # the place a rank announces when its buffers are private
 _kept: list = []                   # windows still in use at comm.free(): never freed
-_CACHED_ARRAYS = 64
+_CACHED_PLANS = 64
 
 
 def _dead_reference():
@@ -54,9 +54,9 @@ class SharedBuffers:
         self._segments: list[list[np.ndarray]] = []    # [allocation][rank]: uint8 arrays
         self._bounds: list[tuple[int, int]] = []        # this rank's [start, end) addresses
         self._handed_out: list[weakref.ref] = []
-        self._arrays: dict = {}
         self._by_exporter: dict[int, int] = {}          # id(exporter) -> allocation
-        self._last_located = _dead_reference, None
+        self._last_place = _dead_reference, _dead_reference, NOT_SHARED
+        self.plans: dict = {}      # see remember()
 
     def allocate(self, nbytes: int) -> np.ndarray:
         """This rank's segment of a new allocation, as ``nbytes`` uint8 (collective)."""
@@ -83,35 +83,43 @@ class SharedBuffers:
         self._by_exporter[id(exporter)] = len(self._bounds) - 1
         return exporter[:nbytes]
 
+    def place(self, send: np.ndarray, recv: np.ndarray) -> tuple[int, ...]:
+        """What a rank announces for an allreduce from ``send`` into ``recv``: (send
+        allocation, offset, recv allocation, offset, bytes) when both lie in this rank's
+        segments, ``NOT_SHARED`` otherwise.  The last pair's answer is remembered (by weak
+        references): training loops pass the same arrays every step."""
+        last_send, last_recv, found = self._last_place
+        if last_send() is send and last_recv() is recv:
+            return found
+        send_at, recv_at = self.locate(send), self.locate(recv)
+        found = NOT_SHARED if send_at is None or recv_at is None else \
+            send_at + recv_at + (recv.nbytes,)
+        self._last_place = weakref.ref(send), weakref.ref(recv), found
+        return found
+
     def locate(self, array: np.ndarray) -> tuple[int, int] | None:
         """(allocation, byte offset) of a C-contiguous array lying wholly in one of this
         rank's segments; None when it does not (or is empty)."""
         index = self._by_exporter.get(id(array.base))    # numpy collapses view chains
         if index is None or array.nbytes == 0:
             return None
-        last, found = self._last_located
-        if last() is array:             # training loops pass the same arrays every step
-            return found
         start = array.__array_interface__["data"][0]
         low, high = self._bounds[index]                 # (an id reused by another object)
-        found = (index, start - low) if low <= start and start + array.nbytes <= high else None
-        self._last_located = weakref.ref(array), found
-        return found
+        return (index, start - low) if low <= start and start + array.nbytes <= high else None
 
-    def arrays(self, places: tuple[tuple[int, ...], ...],
+    def arrays(self, places: list[tuple[int, ...]],
                dtype: np.dtype) -> tuple[list[np.ndarray], list[np.ndarray]]:
         """Every rank's (send, recv) arrays of ``dtype`` from the places they announced
-        (send allocation, offset, recv allocation, offset, bytes); the last few are cached,
-        as training loops reduce the same buffers over and over."""
-        key = (places, dtype)
-        found = self._arrays.get(key)
-        if found is None:
-            if len(self._arrays) >= _CACHED_ARRAYS:
-                self._arrays.pop(next(iter(self._arrays)))
-            found = self._arrays[key] = tuple(
-                [self._segments[place[at]][owner][place[at + 1]:place[at + 1] + place[4]]
-                 .view(dtype) for owner, place in enumerate(places)] for at in (0, 2))
-        return found
+        (send allocation, offset, recv allocation, offset, bytes)."""
+        return tuple([self._segments[place[at]][owner][place[at + 1]:place[at + 1] + place[4]]
+                      .view(dtype) for owner, place in enumerate(places)] for at in (0, 2))
+
+    def remember(self, key, plan) -> None:
+        """Keep ``plan`` (work on these segments, built by shared_memory.py) in ``plans``
+        under ``key``, forgetting the oldest beyond a few dozen; ``close`` drops them all."""
+        if len(self.plans) >= _CACHED_PLANS:
+            self.plans.pop(next(iter(self.plans)))
+        self.plans[key] = plan
 
     def close(self) -> None:
         """Free the allocations no rank still uses (collective over the node)."""
@@ -130,5 +138,6 @@ class SharedBuffers:
                           f"referenced; their shared memory is kept until the process exits",
                           RuntimeWarning, stacklevel=3)
         self._windows, self._segments, self._bounds, self._handed_out = [], [], [], []
-        self._arrays.clear()
+        self.plans.clear()
         self._by_exporter.clear()
+        self._last_place = _dead_reference, _dead_reference, NOT_SHARED

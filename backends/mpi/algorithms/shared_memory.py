@@ -54,7 +54,7 @@ from ....reduction import _UFUNCS
 from .program import ProgramState
 from .shared_buffers import NOT_SHARED, SharedBuffers
 from .shared_window import ANNOUNCED, COPIED_IN, COPIED_OUT, REDUCED, SharedWindow
-from .vector_copy import copy_vector
+from .vector_copy import copy_vector, vector_copier
 
 _ALIGN_BYTES = 64              # slice boundaries on cache lines: owners never share a line
 # Every rank reduces the whole vector itself while nbytes * (p - 1) stays below this: the
@@ -135,9 +135,9 @@ class SharedMemoryAllreduce(ProgramState):
                                  "failed mid-way; its shared window is unusable") \
                 from window.failure
         try:
-            shared = yield from self.shared_buffers()
-            if shared is not None:
-                yield from self.zero_copy(*shared)
+            plan = yield from self.shared_buffers()
+            if plan is not None:
+                yield from self.zero_copy(plan)
             elif self.small:
                 yield from self.every_rank_reduces()
             else:
@@ -152,7 +152,8 @@ class SharedMemoryAllreduce(ProgramState):
 
     def shared_buffers(self):
         """Announce where this rank's buffers lie; when every rank's are shared buffers,
-        return every rank's (send arrays, recv arrays); None when any rank's are private."""
+        return this rank's zero-copy plan (``zero_copy_plan``), None when any rank's are
+        private.  Plans are remembered by every rank's announced place, dtype and op."""
         if self.place is None:      # nobody allocated any: every rank knows it (collective)
             return None
         window, round_ = self.window, self.first_round
@@ -163,7 +164,12 @@ class SharedMemoryAllreduce(ProgramState):
             self.idle()
             yield
         self.progressed()
-        places = tuple(window.places())
+        registry = SharedBuffers.find(self.comm)
+        key = (window.announced(), self.recv.dtype, self.op)
+        plan = registry.plans.get(key)
+        if plan is not None:
+            return plan
+        places = window.places(key[0])
         if any(place[0] < 0 for place in places):
             return None
         nbytes = self.recv.nbytes
@@ -173,25 +179,36 @@ class SharedMemoryAllreduce(ProgramState):
             raise _CountMismatch(
                 f"the ranks' buffers differ in size: {nbytes} bytes on rank {window.rank}, "
                 + ", ".join(f"{b} on rank {q}" for q, b in wrong))
-        return SharedBuffers.find(self.comm).arrays(places, self.recv.dtype)
+        plan = self.zero_copy_plan(*registry.arrays(places, self.recv.dtype))
+        registry.remember(key, plan)
+        return plan
 
-    def zero_copy(self, sends, recvs):
-        """Reduce this rank's slice out of every rank's sendbuf into every rank's recvbuf,
-        a cache-sized chunk at a time; then wait until every rank has done the same."""
-        rank, size = self.window.rank, self.window.size
+    def zero_copy_plan(self, sends, recvs) -> list:
+        """This rank's share of a zero-copy allreduce, as calls to make in order: reduce its
+        slice out of every rank's sendbuf into its recvbuf and copy the result into every
+        other rank's recvbuf, a cache-sized chunk at a time."""
+        rank, size, op = self.window.rank, self.window.size, self.op
+        ufunc, finishes = _UFUNCS[op], op.finishes(size)
         cuts = self.cuts(self.recv.size)
         step = max(1, ZERO_COPY_CHUNK // self.recv.itemsize)
-        mine, reduce_into = recvs[rank], self.op.reduce_into
+        plan = []
         for start in range(cuts[rank], cuts[rank + 1], step):
             stop = min(cuts[rank + 1], start + step)
-            result = mine[start:stop]
-            _UFUNCS[self.op](sends[rank][start:stop], sends[(rank + 1) % size][start:stop],
-                             out=result)
-            for peer in range(2, size):
-                reduce_into(result, sends[(rank + peer) % size][start:stop])
-            self.op.finish(result, size)
-            for peer in range(1, size):
-                copy_vector(recvs[(rank + peer) % size][start:stop], result)
+            result = recvs[rank][start:stop]
+            inputs = [sends[(rank + peer) % size][start:stop] for peer in range(size)]
+            plan.append(functools.partial(ufunc, inputs[0], inputs[1], out=result))
+            plan.extend(functools.partial(ufunc, result, other, out=result)
+                        for other in inputs[2:])
+            if finishes:
+                plan.append(functools.partial(op.finish, result, size))
+            plan.extend(vector_copier(recvs[(rank + peer) % size][start:stop], result)
+                        for peer in range(1, size))
+        return plan
+
+    def zero_copy(self, plan):
+        """Make this rank's zero-copy calls, then wait until every rank has made its own."""
+        for call in plan:
+            call()
         yield from self.all_done()
 
     def all_done(self):
@@ -321,13 +338,7 @@ def _cuts(length: int, align: int, size: int) -> tuple[int, ...]:
 
 
 def _place(comm, send: np.ndarray, recv: np.ndarray) -> tuple[int, ...] | None:
-    """What this rank announces: (send allocation, offset, recv allocation, offset, bytes)
-    when both buffers are ``al.shared_empty`` memory of ``comm``, ``NOT_SHARED`` otherwise;
-    None (nothing to announce) when ``comm`` has no shared buffers at all."""
+    """What this rank announces (``SharedBuffers.place``); None (nothing to announce) when
+    ``comm`` has no shared buffers at all."""
     registry = SharedBuffers.find(comm)
-    if registry is None:
-        return None
-    send_at, recv_at = registry.locate(send), registry.locate(recv)
-    if send_at is None or recv_at is None:
-        return NOT_SHARED
-    return send_at + recv_at + (recv.nbytes,)
+    return None if registry is None else registry.place(send, recv)

@@ -4,8 +4,10 @@ Allocated once per communicator (``MPI.Win.Allocate_shared`` on its node-local c
 a collective, on the first ``shared_memory`` operation) and kept by ``comm.scratch``, so
 ``comm.free()`` releases it.  Layout (bytes), ``S`` slots of ``chunk`` bytes:
 
-    flags    one 128-byte line per rank (its progress counters and where its buffers of the
-             current operation lie in shared memory, if they do; no false sharing)
+    flags    one 128-byte line per rank: its progress counters (no false sharing)
+    places   ``PLACE_FIELDS`` integers per rank, together: where its buffers of the current
+             operation lie in shared memory, if they do (rewritten only when they change, so
+             every rank reads all of them as one ``bytes`` key to its cached plans)
     staging  per rank, S slots: the parts of a chunk of its vector that other ranks reduce
 
 Synchronisation is by counters, never by barriers: each rank publishes, per kind of work, the
@@ -23,7 +25,7 @@ from mpi4py import MPI
 
 LINE = 16                      # int64 counters per rank: one 128-byte line each
 COPIED_IN, REDUCED, COPIED_OUT, ANNOUNCED = 0, 1, 2, 3
-PLACE, PLACE_FIELDS = 4, 5     # the announced place: line[PLACE:PLACE + PLACE_FIELDS]
+PLACE_FIELDS = 5               # integers in a rank's announced place
 _PAGE = 4096
 
 
@@ -46,18 +48,24 @@ class SharedWindow:
     def __init__(self, local: MPI.Comm, chunk_bytes: int = CHUNK_BYTES, slots: int = SLOTS):
         self.rank, self.size = local.Get_rank(), local.Get_size()
         self.chunk_bytes, self.slots = chunk_bytes, slots
-        control = -(-self.size * LINE * 8 // _PAGE) * _PAGE
+        lines = self.size * LINE * 8
+        control = -(-(lines + self.size * PLACE_FIELDS * 8) // _PAGE) * _PAGE
         total = control + self.size * slots * chunk_bytes
         self._win = MPI.Win.Allocate_shared(total if self.rank == 0 else 0, 1, comm=local)
         memory, _ = self._win.Shared_query(0)
         self._win.Lock_all(MPI.MODE_NOCHECK)
-        self.flags = memoryview(memory)[:control].cast("q")
+        self.flags = memoryview(memory)[:lines].cast("q")
+        self._places = memoryview(memory)[lines:lines + self.size * PLACE_FIELDS * 8]
+        mine = self.rank * PLACE_FIELDS * 8
+        self._my_place = self._places[mine:mine + PLACE_FIELDS * 8].cast("q")
         data = np.frombuffer(memory, np.uint8, offset=control)
         self._staging = [[data[(q * slots + s) * chunk_bytes:(q * slots + s + 1) * chunk_bytes]
                           for s in range(slots)] for q in range(self.size)]
         self._typed: dict[np.dtype, list] = {}
         mine = self.rank * LINE
         self.flags[mine:mine + LINE] = memoryview(bytes(LINE * 8)).cast("q")
+        for field in range(PLACE_FIELDS):
+            self._my_place[field] = 0
         self._win.Sync()
         local.Barrier()
         self._peers = [q * LINE for q in range(self.size) if q != self.rank]
@@ -90,16 +98,19 @@ class SharedWindow:
     def announce(self, round_: int, place: tuple[int, ...]) -> None:
         """Publish ``place`` (``PLACE_FIELDS`` integers) as this rank's, for ``round_``."""
         if place != self._announced:      # (a training loop announces the same place)
-            flags, start = self.flags, self.rank * LINE + PLACE
-            for i, value in enumerate(place):
-                flags[start + i] = value
+            for field, value in enumerate(place):
+                self._my_place[field] = value
             self._announced = place
         self.publish(round_, ANNOUNCED)
 
-    def places(self) -> list[tuple[int, ...]]:
-        """Every rank's announced place (after ``reached(ANNOUNCED, round_)``)."""
-        flags = self.flags
-        return [tuple(flags[q * LINE + PLACE:q * LINE + PLACE + PLACE_FIELDS])
+    def announced(self) -> bytes:
+        """Every rank's announced place, raw (after ``reached(ANNOUNCED, round_)``)."""
+        return bytes(self._places)
+
+    def places(self, announced: bytes) -> list[tuple[int, ...]]:
+        """``announced()`` as one tuple of ``PLACE_FIELDS`` integers per rank."""
+        fields = memoryview(announced).cast("q")
+        return [tuple(fields[q * PLACE_FIELDS:(q + 1) * PLACE_FIELDS])
                 for q in range(self.size)]
 
     def reached(self, kind: int, round_: int) -> bool:

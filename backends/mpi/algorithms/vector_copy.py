@@ -9,6 +9,9 @@ copy of unsigned words, so mid-sized copies go through it; tiny and huge copies 
 """
 from __future__ import annotations
 
+import functools
+from typing import Callable
+
 import numpy as np
 
 _LOOP_MIN_BYTES = 2 << 10
@@ -20,9 +23,22 @@ _WORD = {0: np.dtype(np.uint64), 4: np.dtype(np.uint32), 2: np.dtype(np.uint16),
 
 def copy_vector(target: np.ndarray, source: np.ndarray) -> None:
     """``target[:] = source`` for 1-D contiguous arrays of one dtype and length."""
-    nbytes = source.nbytes
-    word = _WORD.get(nbytes & 7) if _LOOP_MIN_BYTES <= nbytes < _LOOP_MAX_BYTES else None
+    word = _loop_word(source.nbytes)
     if word is None:
         np.copyto(target, source)
     else:
         np.positive(source.view(word), out=target.view(word))
+
+
+def vector_copier(target: np.ndarray, source: np.ndarray) -> Callable[[], None]:
+    """A callable doing ``copy_vector(target, source)`` with its choices made once, for
+    copies repeated call after call (shared_memory's zero-copy plans)."""
+    word = _loop_word(source.nbytes)
+    if word is None:
+        return functools.partial(np.copyto, target, source)
+    return functools.partial(np.positive, source.view(word), out=target.view(word))
+
+
+def _loop_word(nbytes: int) -> np.dtype | None:
+    """The word to copy ``nbytes`` through numpy's loop in, None when ``memcpy`` is better."""
+    return _WORD.get(nbytes & 7) if _LOOP_MIN_BYTES <= nbytes < _LOOP_MAX_BYTES else None
