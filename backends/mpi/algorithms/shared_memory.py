@@ -60,7 +60,6 @@ _ALIGN_BYTES = 64              # slice boundaries on cache lines: owners never s
 # Every rank reduces the whole vector itself while nbytes * (p - 1) stays below this: the
 # redundant arithmetic grows with p, the pipeline's second synchronisation does not.
 SMALL_BYTES = 256 << 10
-_CELL_BYTES = 4096             # small rounds' staging offsets are multiples of this
 ZERO_COPY_CHUNK = 256 << 10    # bytes reduced, then copied to the peers, at a time
 
 
@@ -135,7 +134,7 @@ class SharedMemoryAllreduce(ProgramState):
                                  "failed mid-way; its shared window is unusable") \
                 from window.failure
         try:
-            plan = yield from self.shared_buffers()
+            plan = None if self.place is None else (yield from self.shared_buffers())
             if plan is not None:
                 yield from self.zero_copy(plan)
             elif self.small:
@@ -154,8 +153,6 @@ class SharedMemoryAllreduce(ProgramState):
         """Announce where this rank's buffers lie; when every rank's are shared buffers,
         return this rank's zero-copy plan (``zero_copy_plan``), None when any rank's are
         private.  Plans are remembered by every rank's announced place, dtype and op."""
-        if self.place is None:      # nobody allocated any: every rank knows it (collective)
-            return None
         window, round_ = self.window, self.first_round
         window.announce(round_, self.place)
         if self.place == NOT_SHARED:
@@ -222,15 +219,8 @@ class SharedMemoryAllreduce(ProgramState):
     def every_rank_reduces(self):
         """Small vectors, one round: every rank stages its whole vector, then reduces all of
         them itself in rank order."""
-        window, round_ = self.window, self.first_round
-        count, size = self.recv.size, window.size
-        # Successive small rounds stage at different offsets of their slot: writing lines a
-        # peer read lately (still in its cache) costs several times more than others.
-        cell = -(-self.recv.nbytes // _CELL_BYTES) * _CELL_BYTES
-        offset = (round_ // window.slots) % (window.chunk_bytes // cell) * cell \
-            // self.recv.itemsize
-        staged = [slots[round_ % window.slots][offset:offset + count]
-                  for slots in window.staging(self.recv.dtype)]
+        window, round_, size = self.window, self.first_round, self.window.size
+        staged = window.cells(round_, self.recv.dtype, self.recv.size)
         while not window.reached(COPIED_OUT, round_ - window.slots):
             self.idle()
             yield

@@ -27,6 +27,8 @@ LINE = 16                      # int64 counters per rank: one 128-byte line each
 COPIED_IN, REDUCED, COPIED_OUT, ANNOUNCED = 0, 1, 2, 3
 PLACE_FIELDS = 5               # integers in a rank's announced place
 _PAGE = 4096
+_CACHED_CELLS = 4096
+_CELL_BYTES = 4096             # one-round operations' staging offsets are multiples of this
 
 
 class SharedWindow:
@@ -62,6 +64,7 @@ class SharedWindow:
         self._staging = [[data[(q * slots + s) * chunk_bytes:(q * slots + s + 1) * chunk_bytes]
                           for s in range(slots)] for q in range(self.size)]
         self._typed: dict[np.dtype, list] = {}
+        self._cells: dict = {}
         mine = self.rank * LINE
         self.flags[mine:mine + LINE] = memoryview(bytes(LINE * 8)).cast("q")
         for field in range(PLACE_FIELDS):
@@ -87,6 +90,23 @@ class SharedWindow:
         if found is None:
             found = self._typed[dtype] = [[s.view(dtype) for s in slots]
                                           for slots in self._staging]
+        return found
+
+    def cells(self, round_: int, dtype: np.dtype, count: int) -> list[np.ndarray]:
+        """Every rank's staging cell of ``count`` elements of ``dtype`` for a one-round
+        operation ``round_``: in its slot for that round, at an offset that moves on from round
+        to round, since writing lines a peer read lately (still in its cache) costs several
+        times more than writing others.  Remembered: such rounds cycle through a few dozen."""
+        cell = -(-count * dtype.itemsize // _CELL_BYTES) * _CELL_BYTES
+        slot = round_ % self.slots
+        offset = (round_ // self.slots) % (self.chunk_bytes // cell) * cell // dtype.itemsize
+        key = (slot, offset, dtype, count)
+        found = self._cells.get(key)
+        if found is None:
+            if len(self._cells) >= _CACHED_CELLS:
+                self._cells.clear()
+            found = self._cells[key] = [slots[slot][offset:offset + count]
+                                        for slots in self.staging(dtype)]
         return found
 
     def publish(self, round_: int, *kinds: int) -> None:
