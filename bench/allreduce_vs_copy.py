@@ -1,7 +1,7 @@
 """Our allreduce algorithms against raw mpi4py ``Allreduce`` and against a plain memory copy.
 
     python -m aluminum.run -n 2 bench/allreduce_vs_copy.py [--sizes 64KiB:64MiB] [--step 4]
-        [--algos shared_memory,ring,...] [--out-of-place] [--seconds 0.4] [--rounds 5]
+        [--algos shared_memory,ring,...] [--out-of-place] [--touch] [--seconds 0.4] [--rounds 5]
 
 Issue 4's performance target, measured in one run so machine drift cancels out of the ratios:
 the best of our algorithms within 1.0× of mpi4py at every size ≥ 64 KiB and within 0.7× at
@@ -13,7 +13,11 @@ barrier; every rank times every iteration, the iteration's time is the maximum o
 and the table shows the median over iterations in µs.  Series are interleaved in ``--rounds``
 rounds per size so that noise from other work on the machine hits them alike.  Each
 algorithm's result is checked against the expected sum once per size before timing.
-Buffers are float32, ``op=SUM``, in place by default (MPI.IN_PLACE for mpi4py).
+Buffers are float32, ``op=SUM``, in place by default (MPI.IN_PLACE for mpi4py).  OSU
+reuses the buffers untouched from call to call; ``--touch`` rewrites every series' buffer
+(untimed) before each timed call instead, as a training step writes fresh gradients, so that
+no series finds data left in its cache by the call before (a zero-copy allreduce could, as
+each rank reads and writes the same slices of every buffer each time).
 
 When ``shared_memory`` is among the algorithms, a ``shared_buffers`` column runs it on buffers
 from ``al.shared_empty`` (the zero-copy path: no staging copies), and the verdict is given
@@ -43,6 +47,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--algos", default=",".join(_custom_algorithms()),
                         help="our allreduce algorithms to run (comma list)")
     parser.add_argument("--out-of-place", action="store_true", help="separate recvbuf")
+    parser.add_argument("--touch", action="store_true",
+                        help="rewrite each buffer (untimed) before every timed call")
     parser.add_argument("--seconds", type=float, default=0.4,
                         help="approximate timed seconds per series and size")
     parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds per size")
@@ -57,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
     for size in sizes:
         series = _series(comm, world, size, algos, not args.out_of_place,
                          with_copy=size == sizes[-1])
-        rows.append((size, _measure(world, series, size, args.seconds, args.rounds)))
+        rows.append((size, _measure(world, series, args.seconds, args.rounds, args.touch)))
         del series                      # (frees the shared buffers at comm.free())
         if comm.rank == 0:
             _print_row(size, rows[-1][1], columns, first=size == sizes[0])
@@ -75,27 +81,27 @@ def _custom_algorithms() -> list[str]:
 
 
 def _series(comm, world, size: int, algos: list[str], inplace: bool, with_copy: bool):
-    """name -> no-argument callable, each on its own buffers."""
+    """name -> (no-argument call, the buffer it reads), each series on buffers of its own."""
     count = size // 4
     series = {}
     send = _touched(count)
     recv = send if inplace else _touched(count)
     mpi_send = MPI.IN_PLACE if inplace else send
-    series["mpi4py"] = lambda: world.Allreduce(mpi_send, recv, MPI.SUM)
+    series["mpi4py"] = lambda: world.Allreduce(mpi_send, recv, MPI.SUM), send
     for algo in algos:
         _check(comm, algo, count)
         a_send = _touched(count)
         a_recv = None if inplace else _touched(count)
         series[algo] = (lambda s=a_send, r=a_recv, a=algo:
-                        al.allreduce(s, comm, recvbuf=r, algo=a))
+                        al.allreduce(s, comm, recvbuf=r, algo=a)), a_send
     if "shared_memory" in algos:
         s_send = _touched(count, comm)
         s_recv = None if inplace else _touched(count, comm)
         series[SHARED] = lambda: al.allreduce(s_send, comm, recvbuf=s_recv,
-                                              algo="shared_memory")
+                                              algo="shared_memory"), s_send
     if with_copy:
         source, target = _touched(count), _touched(count)
-        series[COPY] = lambda: np.copyto(target, source)
+        series[COPY] = lambda: np.copyto(target, source), source
     return series
 
 
@@ -119,10 +125,10 @@ def _check(comm, algo: str, count: int) -> None:
         raise SystemExit(f"rank {comm.rank}: {algo} gave a wrong sum at {count} floats")
 
 
-def _measure(world, series: dict, size: int, seconds: float, rounds: int) -> dict:
+def _measure(world, series: dict, seconds: float, rounds: int, touch: bool) -> dict:
     """name -> median over iterations of the max over ranks, in µs."""
     probe = {}
-    for name, call in series.items():        # warmup, and a first estimate of the cost
+    for name, (call, _) in series.items():   # warmup, and a first estimate of the cost
         world.Barrier()
         start = time.perf_counter()
         for _ in range(3):
@@ -130,10 +136,12 @@ def _measure(world, series: dict, size: int, seconds: float, rounds: int) -> dic
         probe[name] = world.allreduce((time.perf_counter() - start) / 3, MPI.MAX)
     times: dict[str, list[float]] = {name: [] for name in series}
     for _ in range(rounds):
-        for name, call in series.items():
+        for name, (call, buffer) in series.items():
             iters = max(3, min(2000, int(seconds / rounds / max(probe[name], 1e-6))))
             mine = np.empty(iters)
             for i in range(iters):
+                if touch:
+                    buffer.fill(0.0)
                 world.Barrier()
                 start = time.perf_counter()
                 call()
