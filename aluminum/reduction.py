@@ -45,14 +45,22 @@ class ReductionOp(enum.Enum):
         _UFUNCS[self](inout, other, out=inout)
 
     def finishes(self, comm_size: int) -> bool:
-        """Whether ``finish`` does anything for a communicator of ``comm_size`` ranks."""
-        return self is ReductionOp.AVG or (comm_size == 1 and self in _LOGICAL)
+        """Whether ``finish`` may change a result for a communicator of ``comm_size`` ranks
+        (when False, callers may skip it)."""
+        return (self is ReductionOp.AVG and comm_size > 1) or \
+            (comm_size == 1 and self in _LOGICAL)
 
     def finish(self, result: np.ndarray, comm_size: int) -> None:
         """Post-process a fully reduced result in place (AVG division, logical 0/1)."""
         if self is ReductionOp.AVG:
+            if comm_size == 1:
+                return
             if dtypes.is_integer(result.dtype):
-                np.copyto(result, np.trunc(result / comm_size).astype(result.dtype))
+                # Exact integer division rounded toward zero (as ncclAvg); going through
+                # float64 would round sums beyond 2**53.
+                quotient = np.floor_divide(result, comm_size)
+                np.add(quotient, (quotient * comm_size != result) & (result < 0),
+                       out=result, casting="unsafe")
             else:
                 np.divide(result, result.dtype.type(comm_size), out=result)
         elif comm_size == 1 and self in _LOGICAL:

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import aluminum as al
-from aluminum.backends.mpi.algorithms.shared_buffers import SharedBuffers
+from aluminum.backends.mpi.algorithms.shared_buffers import NOT_SHARED, SharedBuffers
 from aluminum.backends.runtime.host import HostStream
 
 
@@ -49,6 +49,20 @@ def test_locate_finds_views_inside_a_segment_only(comm):
     assert registry.locate(np.empty(10)) is None
     assert registry.locate(array[:0]) is None
     del array
+    gc.collect()
+
+
+def test_place_names_both_buffers_and_follows_the_arrays_passed(comm):
+    first, second = al.shared_empty(64, np.int32, comm), al.shared_empty(64, np.int32, comm)
+    registry = SharedBuffers.find(comm)
+    assert registry.place(first, second) == (0, 0, 1, 0, 256)
+    assert registry.place(first[16:32], second[:16]) == (0, 64, 1, 0, 64)
+    assert registry.place(first, first) == (0, 0, 0, 0, 256)      # in place
+    private = np.empty(64, np.int32)
+    assert registry.place(first, private) == NOT_SHARED
+    assert registry.place(private, private) == NOT_SHARED
+    assert registry.place(first, second) == (0, 0, 1, 0, 256)     # remembered pair replaced
+    del first, second
     gc.collect()
 
 
