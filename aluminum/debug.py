@@ -41,9 +41,7 @@ def check(comm, op: str, algo: str, args: tuple) -> None:
     if op in POINT_TO_POINT:
         return
     mine = fingerprint(op, algo, args)
-    debug_comm = comm._scratch.get("debug_comm")
-    if debug_comm is None:
-        debug_comm = comm._scratch["debug_comm"] = _FreeOnClose(comm.mpi_comm.Dup())
+    debug_comm = comm.scratch("debug_comm", lambda: _FreeOnClose(comm.mpi_comm.Dup()))
     everyone = debug_comm.comm.allgather(mine)
     if any(print_ != everyone[0] for print_ in everyone):
         rows = "; ".join(f"rank {r}: {p}" for r, p in enumerate(everyone))

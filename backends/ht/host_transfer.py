@@ -97,10 +97,7 @@ class PostingOrder:
 
     @staticmethod
     def of(comm) -> PostingOrder:
-        order = comm._scratch.get("ht_order")
-        if order is None:
-            order = comm._scratch["ht_order"] = PostingOrder()
-        return order
+        return comm.scratch("ht_order", PostingOrder)
 
 
 class HostTransferState(State):

@@ -2,7 +2,7 @@
 
 Every host-transfer operation copies its device buffers into host memory (D2H), lets MPI work
 there, and copies results back (H2D).  The host side comes from a ``StagingPool`` kept in
-``comm._scratch``: pinned memory from cupy's pinned pool on CUDA streams (so the copies are
+``comm.scratch``: pinned memory from cupy's pinned pool on CUDA streams (so the copies are
 truly asynchronous), plain host memory on host streams.  Reusing buffers matters beyond the
 allocation itself: a fresh multi-megabyte host array page-faults on first touch, which costs
 about as much as the copy into it.
@@ -83,10 +83,7 @@ class StagingPool:
 
 def staging_pool(comm) -> StagingPool:
     """The communicator's staging pool, created on first use."""
-    pool = comm._scratch.get("ht_staging")
-    if pool is None:
-        pool = comm._scratch["ht_staging"] = StagingPool()
-    return pool
+    return comm.scratch("ht_staging", StagingPool)
 
 
 class DeviceRegion:
