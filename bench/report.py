@@ -163,6 +163,20 @@ def automatic_rows(result: Result) -> list[tuple[int, float, str, float | None, 
     return rows
 
 
+# How close "automatic" must be to the fastest algorithm to count as having chosen well:
+# within 10%, or within 2 µs where the fastest takes under 20 µs (where 10% is below what
+# this machine's noise moves a median).
+CLOSE_RATIO = 1.10
+CLOSE_SMALL_US, CLOSE_SMALL_BELOW_US = 2.0, 20.0
+
+
+def close_to_fastest(auto_us: float, fastest_us: float) -> bool:
+    """Whether automatic's median is close enough to the fastest column's (see above)."""
+    if auto_us <= fastest_us * CLOSE_RATIO:
+        return True
+    return fastest_us < CLOSE_SMALL_BELOW_US and auto_us - fastest_us <= CLOSE_SMALL_US
+
+
 def automatic_summary(result: Result) -> list[str]:
     """How far "automatic" is from the fastest explicit algorithm, at worst; and, to judge
     that by, how far apart the run measured automatic and the algorithm it ran, at worst."""
@@ -172,6 +186,12 @@ def automatic_summary(result: Result) -> list[str]:
     size, auto, _, _, name, best = max(rows, key=lambda r: r[1] / r[5] if r[5] > 0 else 1.0)
     lines = ["", f"# automatic vs the fastest algorithm at each size (medians): worst "
                  f"{ratio(auto, best)} at {size} B ({auto:.2f} us vs {name} {best:.2f} us)"]
+    far = [f"{format_size(size)} ({ratio(auto, best)}, +{auto - best:.1f} us)"
+           for size, auto, _, _, _, best in rows if not close_to_fastest(auto, best)]
+    lines.append(f"# automatic within {CLOSE_RATIO - 1:.0%} of the fastest (or "
+                 f"{CLOSE_SMALL_US:g} us below {CLOSE_SMALL_BELOW_US:g} us): "
+                 f"{len(rows) - len(far)} of {len(rows)} sizes"
+                 + (f"; not at {', '.join(far)}" if far else ""))
     choices = [row for row in rows if row[3] is not None]
     if choices:
         misses = [f"{format_size(size)} ({algo}, {ratio(own, best)} {fastest})"

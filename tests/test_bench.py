@@ -211,6 +211,20 @@ def test_table_has_every_column_ratio_and_fastest_mark():
     assert report.automatic_rows(_result()) == [
         (4, 2.0, "recursive_doubling", None, "ring", 6.0),
         (MIB, 100.0, "shared_memory", None, "ring", 150.0)]
+    assert ("# automatic within 10% of the fastest (or 2 us below 20 us): 2 of 2 sizes\n"
+            in text)
+
+
+@pytest.mark.parametrize("auto, fastest, close", [
+    (11.0, 10.0, True), (11.5, 10.0, True), (12.1, 10.0, False), (110.0, 100.0, True),
+    (111.0, 100.0, False), (21.9, 19.9, True), (22.0, 19.9, False), (23.0, 20.0, False)])
+def test_close_to_fastest_allows_ten_percent_or_two_us_under_twenty(auto, fastest, close):
+    assert report.close_to_fastest(auto, fastest) is close
+    result = _result()
+    result.series[0].points[0] = _point(4, auto, "ring")
+    result.series[1].points[0] = _point(4, fastest)
+    text = report.format_table(result)
+    assert (f"2 of 2 sizes" if close else "1 of 2 sizes; not at 4B") in text
 
 
 def test_summary_shows_the_noise_of_one_algorithm_measured_twice():
