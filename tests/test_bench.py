@@ -224,7 +224,7 @@ def test_close_to_fastest_allows_ten_percent_or_two_us_under_twenty(auto, fastes
     result.series[0].points[0] = _point(4, auto, "ring")
     result.series[1].points[0] = _point(4, fastest)
     text = report.format_table(result)
-    assert (f"2 of 2 sizes" if close else "1 of 2 sizes; not at 4B") in text
+    assert ("2 of 2 sizes" if close else "1 of 2 sizes; not at 4B") in text
 
 
 def test_summary_shows_the_noise_of_one_algorithm_measured_twice():
