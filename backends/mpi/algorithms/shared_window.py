@@ -58,8 +58,8 @@ class SharedWindow:
         self._win.Lock_all(MPI.MODE_NOCHECK)
         self.flags = memoryview(memory)[:lines].cast("q")
         self._places = memoryview(memory)[lines:lines + self.size * PLACE_FIELDS * 8]
-        mine = self.rank * PLACE_FIELDS * 8
-        self._my_place = self._places[mine:mine + PLACE_FIELDS * 8].cast("q")
+        at = self.rank * PLACE_FIELDS * 8
+        self._my_place = self._places[at:at + PLACE_FIELDS * 8].cast("q")
         data = np.frombuffer(memory, np.uint8, offset=control)
         self._staging = [[data[(q * slots + s) * chunk_bytes:(q * slots + s + 1) * chunk_bytes]
                           for s in range(slots)] for q in range(self.size)]
