@@ -63,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
     for size in sizes:
         series = _series(comm, world, size, algos, not args.out_of_place,
                          with_copy=size == sizes[-1])
-        rows.append((size, _measure(world, series, args.seconds, args.rounds, args.touch)))
+        rows.append((size, measure(world, series, args.seconds, args.rounds, args.touch)))
         del series                      # (frees the shared buffers at comm.free())
         if comm.rank == 0:
             _print_row(size, rows[-1][1], columns, first=size == sizes[0])
@@ -84,28 +84,28 @@ def _series(comm, world, size: int, algos: list[str], inplace: bool, with_copy: 
     """name -> (no-argument call, the buffer it reads), each series on buffers of its own."""
     count = size // 4
     series = {}
-    send = _touched(count)
-    recv = send if inplace else _touched(count)
+    send = touched(count)
+    recv = send if inplace else touched(count)
     mpi_send = MPI.IN_PLACE if inplace else send
     series["mpi4py"] = lambda: world.Allreduce(mpi_send, recv, MPI.SUM), send
     for algo in algos:
         _check(comm, algo, count)
-        a_send = _touched(count)
-        a_recv = None if inplace else _touched(count)
+        a_send = touched(count)
+        a_recv = None if inplace else touched(count)
         series[algo] = (lambda s=a_send, r=a_recv, a=algo:
                         al.allreduce(s, comm, recvbuf=r, algo=a)), a_send
     if "shared_memory" in algos:
-        s_send = _touched(count, comm)
-        s_recv = None if inplace else _touched(count, comm)
+        s_send = touched(count, comm)
+        s_recv = None if inplace else touched(count, comm)
         series[SHARED] = lambda: al.allreduce(s_send, comm, recvbuf=s_recv,
                                               algo="shared_memory"), s_send
     if with_copy:
-        source, target = _touched(count), _touched(count)
+        source, target = touched(count), touched(count)
         series[COPY] = lambda: np.copyto(target, source), source
     return series
 
 
-def _touched(count: int, shared_with=None) -> np.ndarray:
+def touched(count: int, shared_with=None) -> np.ndarray:
     """Zeros written page by page (np.zeros maps untouched pages to one shared zero page;
     zeros also keep in-place sums from overflowing over thousands of iterations); in memory
     shared by the ranks of communicator `shared_with` when given."""
@@ -125,7 +125,7 @@ def _check(comm, algo: str, count: int) -> None:
         raise SystemExit(f"rank {comm.rank}: {algo} gave a wrong sum at {count} floats")
 
 
-def _measure(world, series: dict, seconds: float, rounds: int, touch: bool) -> dict:
+def measure(world, series: dict, seconds: float, rounds: int, touch: bool) -> dict:
     """name -> median over iterations of the max over ranks, in µs."""
     probe = {}
     for name, (call, _) in series.items():   # warmup, and a first estimate of the cost

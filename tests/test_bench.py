@@ -1,10 +1,12 @@
 """Tests of the benchmark package: sizes, bandwidth formulas, reports, tuner output, plots.
 
-One test runs a real 2-rank sweep through the self-launching CLI and reads its JSON back.
+Two tests run real 2-rank sweeps through the self-launching CLI; two more run the allreduce
+scripts of bench/ on 2 ranks.
 """
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -431,3 +433,18 @@ def test_tuner_adds_per_placement_rules_only_where_placements_disagree():
     same = tune.rules_from("mpi", "allreduce", 2, [[in_place], [in_place]], (True, False),
                            "mpi_passthrough")
     assert [rule.placement for rule in same] == [None]
+
+
+@pytest.mark.parametrize("script, args, rows", [
+    ("allreduce_vs_copy.py", ["--algos", "ring,shared_memory", "--touch"],
+     ["4KiB", "64KiB", "with the caller's own buffers:", "allowing al.shared_empty buffers:"]),
+    ("allreduce_floors.py", [], ["4KiB", "64KiB", "floor_zero_copy"])])
+def test_allreduce_scripts_run_on_two_ranks_and_check_their_sums(script, args, rows):
+    """Both scripts check every series' sum before timing and exit non-zero on a wrong one."""
+    path = Path(__file__).resolve().parent.parent / "bench" / script
+    cmd = [sys.executable, "-m", "aluminum.run", "-n", "2", str(path), "--sizes",
+           "4KiB,64KiB", "--seconds", "0.02", "--rounds", "1", *args]
+    run = subprocess.run(cmd, capture_output=True, text=True, timeout=180)
+    assert run.returncode == 0, run.stdout + run.stderr
+    for row in rows:
+        assert row in run.stdout, run.stdout
