@@ -45,10 +45,11 @@ When any rank's buffers are private, all of them take the staged path above.
 A single-copy design (each rank reading its peers' buffers directly with
 ``process_vm_readv``) was measured and rejected: the kernel copies with ``rep movsb``,
 2.5-10x slower here than numpy's vectorised loops (128 KiB: 92 µs vs 9 µs; 512 KiB: 66 µs vs
-26 µs), and it needs ptrace permission between the ranks.  A 2-rank prototype that reads the
+26 µs), and it needs ptrace permission between the ranks.  A 2-rank version that reads the
 peer's half with it 256 KiB at a time, reduces it in cache, then reads the peer's finished
-half took 1.10x, 1.12x, 0.99x and 0.83x mpi4py at 256 KiB, 1, 4 and 16 MiB, against this
-staged path's 1.33x, 0.98x, 0.95x and 0.79x in the same run: no better.
+half (``floor_cma`` in bench/allreduce_floors.py) took 1.11-1.57x, 1.11-1.18x, 0.97-1.19x and
+0.79-1.22x mpi4py at 256 KiB, 1, 4 and 16 MiB over three runs, against this staged path's
+0.95-1.30x, 0.69-0.98x, 0.80-0.87x and 0.80-1.34x in the same runs: no better.
 """
 from __future__ import annotations
 
