@@ -19,7 +19,8 @@ def shared_empty(shape, dtype, comm) -> np.ndarray:
     Allreduces whose buffers all come from ``shared_empty`` on the same communicator (on
     every rank, in place or not) run without copies through staging memory when they use
     the ``shared_memory`` algorithm (``algo="shared_memory"``, or "automatic" where the
-    tuning table picks it); any other buffer works as usual.  Keep a bucket of them and
+    tuning table picks it); so do views of them and objects over the same memory, such as
+    ``torch.from_numpy(array)``.  Any other buffer works as usual.  Keep a bucket of them and
     copy gradients in, as Horovod's fusion buffer does.
 
     The memory stays valid until ``comm.free()`` or ``al.finalize()``; an array still

@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import aluminum as al
+from aluminum.backends.mpi.algorithms.shared_buffers import SharedBuffers
 from conftest import rank_data
 from rank_algorithms import assert_identical_on_all_ranks, inexact_data
 from rank_allreduce import CASES, SIZES, reference
@@ -96,3 +97,22 @@ def test_mismatched_sizes_raise_everywhere_and_leave_buffers_and_comm_usable(com
     again = shared_copy(pools[0], np.ones(64, np.float32), 0)
     al.allreduce(again, comm, algo="shared_memory")
     np.testing.assert_array_equal(again, comm.size)
+
+
+@pytest.mark.parametrize("wrap", ["torch", "memoryview"])
+def test_other_objects_over_shared_buffers_take_the_zero_copy_path(comm, pools, wrap):
+    """A torch tensor made with ``torch.from_numpy`` of a shared buffer, or an array over a
+    memoryview of one, reaches the same memory: it is found by address, and the call runs
+    zero-copy (it builds a zero-copy plan) on more than one rank."""
+    registry = SharedBuffers.find(comm)
+    registry.plans.clear()
+    data = np.arange(300, dtype=np.float32) * (comm.rank + 1)
+    view = shared_copy(pools[0], data, 128)
+    if wrap == "torch":
+        buf = pytest.importorskip("torch").from_numpy(view)
+    else:
+        buf = np.frombuffer(memoryview(view), np.float32)
+    al.allreduce(buf, comm, algo="shared_memory")
+    np.testing.assert_array_equal(view, np.arange(300, dtype=np.float32)
+                                  * (comm.size * (comm.size + 1) // 2))
+    assert bool(registry.plans) == (comm.size > 1)

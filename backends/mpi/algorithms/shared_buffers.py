@@ -14,6 +14,7 @@ of being freed under that array.
 """
 from __future__ import annotations
 
+import bisect
 import warnings
 import weakref
 
@@ -53,6 +54,7 @@ class SharedBuffers:
         self._windows: list[MPI.Win] = []
         self._segments: list[list[np.ndarray]] = []    # [allocation][rank]: uint8 arrays
         self._bounds: list[tuple[int, int]] = []        # this rank's [start, end) addresses
+        self._starts: list[tuple[int, int]] = []        # (start, allocation), sorted
         self._handed_out: list[weakref.ref] = []
         self._by_exporter: dict[int, int] = {}          # id(exporter) -> allocation
         self._last_place = _dead_reference, _dead_reference, NOT_SHARED
@@ -79,6 +81,8 @@ class SharedBuffers:
         self._windows.append(win)
         self._segments.append(segments)
         self._bounds.append((start, start + nbytes))
+        if nbytes:
+            bisect.insort(self._starts, (start, len(self._bounds) - 1))
         self._handed_out.append(weakref.ref(exporter))
         self._by_exporter[id(exporter)] = len(self._bounds) - 1
         return exporter[:nbytes]
@@ -99,12 +103,21 @@ class SharedBuffers:
 
     def locate(self, array: np.ndarray) -> tuple[int, int] | None:
         """(allocation, byte offset) of a C-contiguous array lying wholly in one of this
-        rank's segments; None when it does not (or is empty)."""
-        index = self._by_exporter.get(id(array.base))    # numpy collapses view chains
-        if index is None or array.nbytes == 0:
+        rank's segments; None when it does not (or is empty).
+
+        Views of the returned arrays are found by their base (numpy collapses view chains
+        onto it); other arrays over the same memory (the numpy view of a torch tensor made
+        with ``torch.from_numpy``, an array over a memoryview) by their address."""
+        if array.nbytes == 0:
             return None
         start = array.__array_interface__["data"][0]
-        low, high = self._bounds[index]                 # (an id reused by another object)
+        index = self._by_exporter.get(id(array.base))
+        if index is None:
+            at = bisect.bisect_right(self._starts, (start, len(self._bounds))) - 1
+            if at < 0:
+                return None
+            index = self._starts[at][1]
+        low, high = self._bounds[index]                 # (also: an id reused by another object)
         return (index, start - low) if low <= start and start + array.nbytes <= high else None
 
     def arrays(self, places: list[tuple[int, ...]],
@@ -138,6 +151,7 @@ class SharedBuffers:
                           f"referenced; their shared memory is kept until the process exits",
                           RuntimeWarning, stacklevel=3)
         self._windows, self._segments, self._bounds, self._handed_out = [], [], [], []
+        self._starts = []
         self.plans.clear()
         self._by_exporter.clear()
         self._last_place = _dead_reference, _dead_reference, NOT_SHARED
