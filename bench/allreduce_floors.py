@@ -33,7 +33,7 @@ import numpy as np
 from mpi4py import MPI
 
 import aluminum as al
-from aluminum.bench.allreduce_vs_copy import measure, touched
+from aluminum.bench.allreduce_vs_copy import add_measure_arguments, measure, touched
 from aluminum.backends.mpi.algorithms.shared_buffers import SharedBuffers
 from aluminum.bench.sizes import format_size, parse_sizes
 
@@ -145,13 +145,7 @@ def floor_cma(world, flags: Flags, buf: np.ndarray):
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="bench/allreduce_floors.py", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--sizes", default="64KiB:16MiB", help="lo:hi or a,b,c (bytes)")
-    parser.add_argument("--step", type=int, default=4, help="factor between sizes in lo:hi")
-    parser.add_argument("--touch", action="store_true",
-                        help="rewrite each buffer (untimed) before every timed call")
-    parser.add_argument("--seconds", type=float, default=0.4,
-                        help="approximate timed seconds per series and size")
-    parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds per size")
+    add_measure_arguments(parser, "64KiB:16MiB")
     args = parser.parse_args(argv)
     if MPI.COMM_WORLD.Get_size() != 2:
         raise SystemExit("allreduce_floors.py: the floors are written for exactly 2 ranks")

@@ -42,16 +42,10 @@ SHARED = "shared_buffers"      # shared_memory on al.shared_empty buffers
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="bench/allreduce_vs_copy.py", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--sizes", default="64KiB:64MiB", help="lo:hi or a,b,c (bytes)")
-    parser.add_argument("--step", type=int, default=4, help="factor between sizes in lo:hi")
+    add_measure_arguments(parser, "64KiB:64MiB")
     parser.add_argument("--algos", default=",".join(_custom_algorithms()),
                         help="our allreduce algorithms to run (comma list)")
     parser.add_argument("--out-of-place", action="store_true", help="separate recvbuf")
-    parser.add_argument("--touch", action="store_true",
-                        help="rewrite each buffer (untimed) before every timed call")
-    parser.add_argument("--seconds", type=float, default=0.4,
-                        help="approximate timed seconds per series and size")
-    parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds per size")
     args = parser.parse_args(argv)
 
     comm = al.MPICommunicator()
@@ -74,6 +68,18 @@ def main(argv: list[str] | None = None) -> int:
     world.Free()
     comm.free()
     return 0
+
+
+def add_measure_arguments(parser: argparse.ArgumentParser, sizes: str) -> None:
+    """--sizes (default ``sizes``), --step, --touch, --seconds and --rounds, as ``measure``
+    takes them."""
+    parser.add_argument("--sizes", default=sizes, help="lo:hi or a,b,c (bytes)")
+    parser.add_argument("--step", type=int, default=4, help="factor between sizes in lo:hi")
+    parser.add_argument("--touch", action="store_true",
+                        help="rewrite each buffer (untimed) before every timed call")
+    parser.add_argument("--seconds", type=float, default=0.4,
+                        help="approximate timed seconds per series and size")
+    parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds per size")
 
 
 def _custom_algorithms() -> list[str]:
