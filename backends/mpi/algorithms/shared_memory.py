@@ -97,8 +97,8 @@ class SharedMemoryAllreduce(ProgramState):
                 f"algo: shared_memory needs every rank on one node; this communicator has "
                 f"{comm.size} ranks, {comm.local_size} of them on this node (use ring, "
                 f"rabenseifner or mpi_passthrough)")
-        ProgramState.__init__(self, comm)
-        self.send, self.recv, self.op = send, recv, op
+        # (No ProgramState.__init__: no messages, so no tag or MPI communicator of its own.)
+        self.comm, self.send, self.recv, self.op = comm, send, recv, op
         self.window = None
         count = recv.size
         if comm.size > 1 and count > 0:
@@ -108,7 +108,9 @@ class SharedMemoryAllreduce(ProgramState):
             self.ticket, self.first_round = window.reserve(rounds)
             self.end_round = self.first_round + rounds
             self.small = rounds == 1 and recv.nbytes * (comm.size - 1) <= SMALL_BYTES
-            self.place = _place(comm, send, recv)
+            # None: the communicator has no shared buffers (nothing to announce)
+            self.registry = registry = SharedBuffers.find(comm)
+            self.place = None if registry is None else registry.place(send, recv)
 
     @classmethod
     def array_state(cls, op, dtype):
@@ -163,13 +165,13 @@ class SharedMemoryAllreduce(ProgramState):
         private.  Plans are remembered by every rank's announced place, dtype and op."""
         window, round_ = self.window, self.first_round
         window.announce(round_, self.place)
-        if self.place == NOT_SHARED:
+        if self.place is NOT_SHARED:
             return None
         while not window.reached(ANNOUNCED, round_):
             self.idle()
             yield
         self.progressed()
-        registry = SharedBuffers.find(self.comm)
+        registry = self.registry
         key = (window.announced(), self.recv.dtype, self.op)
         plan = registry.plans.get(key)
         if plan is not None:
@@ -333,10 +335,3 @@ class SharedMemoryAllreduce(ProgramState):
 def _cuts(length: int, align: int, size: int) -> tuple[int, ...]:
     base, extra = divmod(-(-length // align), size)
     return tuple(min(length, align * (o * base + min(o, extra))) for o in range(size + 1))
-
-
-def _place(comm, send: np.ndarray, recv: np.ndarray) -> tuple[int, ...] | None:
-    """What this rank announces (``SharedBuffers.place``); None (nothing to announce) when
-    ``comm`` has no shared buffers at all."""
-    registry = SharedBuffers.find(comm)
-    return None if registry is None else registry.place(send, recv)
