@@ -52,6 +52,20 @@ def test_locate_finds_views_inside_a_segment_only(comm):
     gc.collect()
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float16, al.bfloat16, np.longdouble,
+                                   np.bool_, np.uint64])
+@pytest.mark.parametrize("read_only", [False, True])
+def test_locate_finds_every_dtype_writable_or_not(comm, dtype, read_only):
+    array = al.shared_empty(64, np.uint8, comm)
+    view = array[16:48].view(dtype)
+    view.flags.writeable = not read_only
+    registry = SharedBuffers.find(comm)
+    assert registry.locate(view) == (0, 16)
+    assert registry.locate(np.frombuffer(view.tobytes(), dtype)) is None   # a private copy
+    del array, view
+    gc.collect()
+
+
 def test_place_names_both_buffers_and_follows_the_arrays_passed(comm):
     first, second = al.shared_empty(64, np.int32, comm), al.shared_empty(64, np.int32, comm)
     registry = SharedBuffers.find(comm)
