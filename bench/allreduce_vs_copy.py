@@ -132,7 +132,8 @@ def _check(comm, algo: str, count: int) -> None:
 
 
 def measure(world, series: dict, seconds: float, rounds: int, touch: bool) -> dict:
-    """name -> median over iterations of the max over ranks, in µs."""
+    """name -> median over iterations of the max over ranks, in µs, for ``series``: name ->
+    (no-argument call, the buffer it reads, which ``touch`` rewrites before each call)."""
     probe = {}
     for name, (call, _) in series.items():   # warmup, and a first estimate of the cost
         world.Barrier()
