@@ -120,7 +120,7 @@ class SharedBuffers:
         Views of the returned arrays are found by their base (numpy collapses view chains
         onto it); other arrays over the same memory (the numpy view of a torch tensor made
         with ``torch.from_numpy``, an array over a memoryview) by their address."""
-        if array.nbytes == 0:
+        if array.nbytes == 0 or array.base is None:     # (an array owning its memory: private)
             return None
         start = _address(array)
         index = self._by_exporter.get(id(array.base))
