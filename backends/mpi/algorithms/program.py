@@ -31,11 +31,15 @@ class ProgramState(State):
     _program: Iterator[None] | None = None
     _finished = False
     _idle_polls = 0
+    # False for algorithms that exchange no messages (shared memory): they take no tag and
+    # no MPI communicator (every rank runs the same algorithms, so tags still agree).
+    sends_messages = True
 
     def __init__(self, comm):
         self.comm = comm
-        self.mpi = comm.mpi_comm
-        self.tag = comm.next_tag()
+        if self.sends_messages:
+            self.mpi = comm.mpi_comm
+            self.tag = comm.next_tag()
 
     def program(self) -> Iterator[None]:
         raise NotImplementedError

@@ -86,6 +86,7 @@ class SharedMemoryAllreduce(ProgramState):
 
     name = "allreduce/shared_memory"
     single_node = True   # the selector falls back to the default on multi-node communicators
+    sends_messages = False
 
     def __init__(self, comm, stream, sendbuf, recvbuf, op):
         self._bind(comm, op, sendbuf.array, recvbuf.array)
@@ -97,8 +98,8 @@ class SharedMemoryAllreduce(ProgramState):
                 f"algo: shared_memory needs every rank on one node; this communicator has "
                 f"{comm.size} ranks, {comm.local_size} of them on this node (use ring, "
                 f"rabenseifner or mpi_passthrough)")
-        # (No ProgramState.__init__: no messages, so no tag or MPI communicator of its own.)
-        self.comm, self.send, self.recv, self.op = comm, send, recv, op
+        ProgramState.__init__(self, comm)
+        self.send, self.recv, self.op = send, recv, op
         self.window = None
         count = recv.size
         if comm.size > 1 and count > 0:
