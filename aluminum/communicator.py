@@ -74,11 +74,12 @@ class Communicator:
     def freed(self) -> bool:
         return self._mpi is None
 
-    def scratch(self, key: str, make):
-        """The backend resource kept under ``key``, made by ``make()`` on first use;
-        ``free()`` closes every one that has a ``close()``."""
+    def scratch(self, key: str, make=None):
+        """The backend resource kept under ``key``, made by ``make()`` on first use (None
+        when there is none and no ``make``); ``free()`` closes every one that has a
+        ``close()``."""
         found = self._scratch.get(key)
-        if found is None:
+        if found is None and make is not None:
             found = self._scratch[key] = make()
         return found
 

@@ -24,7 +24,7 @@ __all__ = ["ENABLED", "ArrivalCounters", "arrive"]
 
 ENABLED = bool(os.environ.get("AL_TIMEOUT", "").strip())
 
-_KEY = "arrivals"   # comm._scratch
+_KEY = "arrivals"   # comm.scratch
 _SLOT_BYTES = 64    # one cache line per rank's counter
 
 
@@ -47,7 +47,7 @@ class ArrivalCounters:
     @staticmethod
     def of(comm) -> ArrivalCounters | None:
         """The communicator's counters (None when the watchdog is off for it)."""
-        return comm._scratch.get(_KEY)
+        return comm.scratch(_KEY)
 
     def arrive(self) -> int:
         """Count one more collective entered by this rank; its number on this communicator."""
@@ -79,7 +79,7 @@ def attach(comm) -> None:
     """Give a new communicator its counters when every rank runs with ``AL_TIMEOUT``
     (collective: decided together, so ranks that disagree cannot deadlock on the window)."""
     if comm.mpi_comm.allreduce(ENABLED, op=MPI.LAND):
-        comm._scratch[_KEY] = ArrivalCounters(comm)
+        comm.scratch(_KEY, lambda: ArrivalCounters(comm))
 
 
 def arrive(comm) -> Callable[[], str] | None:

@@ -57,7 +57,7 @@ class SharedBuffers:
     @classmethod
     def find(cls, comm) -> "SharedBuffers | None":
         """The registry, or None when the communicator never allocated shared buffers."""
-        return comm._scratch.get(cls.KEY)
+        return comm.scratch(cls.KEY)
 
     def __init__(self, local: MPI.Comm):
         self._local = local

@@ -45,8 +45,7 @@ class SharedWindow:
     @classmethod
     def of(cls, comm) -> "SharedWindow":
         """The communicator's window, allocated on first use (collective over the node)."""
-        found = comm._scratch.get(cls.KEY)      # (every call asks: skip making the lambda)
-        return found if found is not None else comm.scratch(cls.KEY, lambda: cls(comm.local_comm))
+        return comm.scratch(cls.KEY, lambda: cls(comm.local_comm))
 
     def __init__(self, local: MPI.Comm, chunk_bytes: int = CHUNK_BYTES, slots: int = SLOTS):
         self.rank, self.size = local.Get_rank(), local.Get_size()
