@@ -87,24 +87,22 @@ def _custom_algorithms() -> list[str]:
 
 
 def _series(comm, world, size: int, algos: list[str], inplace: bool, with_copy: bool):
-    """name -> (no-argument call, the buffer it reads), each series on buffers of its own."""
+    """name -> (no-argument call, the buffer it reads), each series on buffers of its own;
+    every allreduce series' sum is checked once, on the very buffers it is timed on."""
     count = size // 4
     series = {}
     send = touched(count)
     recv = send if inplace else touched(count)
     mpi_send = MPI.IN_PLACE if inplace else send
-    series["mpi4py"] = lambda: world.Allreduce(mpi_send, recv, MPI.SUM), send
-    for algo in algos:
-        _check(comm, algo, count)
-        a_send = touched(count)
-        a_recv = None if inplace else touched(count)
-        series[algo] = (lambda s=a_send, r=a_recv, a=algo:
-                        al.allreduce(s, comm, recvbuf=r, algo=a)), a_send
-    if "shared_memory" in algos:
-        s_send = touched(count, comm)
-        s_recv = None if inplace else touched(count, comm)
-        series[SHARED] = lambda: al.allreduce(s_send, comm, recvbuf=s_recv,
-                                              algo="shared_memory"), s_send
+    series["mpi4py"] = _checked(comm, "mpi4py", lambda: world.Allreduce(mpi_send, recv, MPI.SUM),
+                                send, recv)
+    for name, algo, shared_with in [(a, a, None) for a in algos] + \
+            [(SHARED, "shared_memory", comm)] * ("shared_memory" in algos):
+        a_send = touched(count, shared_with)
+        a_recv = None if inplace else touched(count, shared_with)
+        series[name] = _checked(comm, name, lambda s=a_send, r=a_recv, a=algo:
+                                al.allreduce(s, comm, recvbuf=r, algo=a),
+                                a_send, a_send if inplace else a_recv)
     if with_copy:
         source, target = touched(count), touched(count)
         series[COPY] = lambda: np.copyto(target, source), source
@@ -122,13 +120,16 @@ def touched(count: int, shared_with=None) -> np.ndarray:
     return array
 
 
-def _check(comm, algo: str, count: int) -> None:
-    mine = np.full(count, comm.rank + 1, np.float32)
-    out = np.zeros(count, np.float32)
-    al.allreduce(mine, comm, recvbuf=out, algo=algo)
-    expected = comm.size * (comm.size + 1) / 2
-    if not np.all(out == expected):
-        raise SystemExit(f"rank {comm.rank}: {algo} gave a wrong sum at {count} floats")
+def _checked(comm, name: str, call, send: np.ndarray, result: np.ndarray):
+    """``(call, send)`` once ``call`` summed every rank's ``rank + 1`` into ``result``
+    (the buffers are zeros again afterwards)."""
+    send.fill(comm.rank + 1)
+    call()
+    if not np.all(result == comm.size * (comm.size + 1) / 2):
+        raise SystemExit(f"rank {comm.rank}: {name} gave a wrong sum at {send.size} floats")
+    send.fill(0.0)
+    result.fill(0.0)
+    return call, send
 
 
 def measure(world, series: dict, seconds: float, rounds: int, touch: bool) -> dict:
