@@ -2,7 +2,7 @@
 
 ``import aluminum as al``; see README.md for the API in brief and ../shared/DESIGN.md §3.
 """
-from . import dtypes
+from .core import dtypes
 from .allgather import allgather, allgatherv, nonblocking_allgather, nonblocking_allgatherv
 from .allreduce import allreduce, nonblocking_allreduce
 from .alltoall import alltoall, alltoallv, nonblocking_alltoall, nonblocking_alltoallv
@@ -10,9 +10,9 @@ from .barrier import barrier, nonblocking_barrier
 from .bcast import bcast, nonblocking_bcast
 from .communicator import (Communicator, HostTransferCommunicator, MPICommunicator,
                            NCCLCommunicator)
-from .dtypes import bfloat16
+from .core.dtypes import bfloat16
 from .engine import Request, test_all, wait_all
-from .errors import (AluminumError, ArgumentError, BufferError, CommunicatorError,
+from .core.errors import (AluminumError, ArgumentError, BufferError, CommunicatorError,
                      OperationError, TimeoutError, UnsupportedError)
 from .gather import gather, gatherv, nonblocking_gather, nonblocking_gatherv
 from .pt2pt import (multisendrecv, nonblocking_multisendrecv, nonblocking_recv,
@@ -20,7 +20,7 @@ from .pt2pt import (multisendrecv, nonblocking_multisendrecv, nonblocking_recv,
 from .reduce import nonblocking_reduce, reduce
 from .reduce_scatter import (nonblocking_reduce_scatter, nonblocking_reduce_scatterv,
                              reduce_scatter, reduce_scatterv)
-from .reduction import ReductionOp
+from .core.reduction import ReductionOp
 from .runtime import finalize, init, initialized
 from .scatter import nonblocking_scatter, nonblocking_scatterv, scatter, scatterv
 from .shared import shared_empty

@@ -1,7 +1,7 @@
 """Allgather: every rank gets every rank's buffer, concatenated in rank order."""
 from __future__ import annotations
 
-from . import dispatch
+from . import dispatch, selector
 from .validate import (block_count, check_comm, check_stream, counts_arg, disjoint_layout,
                        displs_arg, expect_at_least, expect_count, in_place_or_pair,
                        layout_extent)
@@ -57,7 +57,7 @@ def _allgather(blocking, buf, comm, stream, recvbuf, algo):
     else:
         expect_count(recvbuf, comm.size * sendbuf.count, sendbuf.dtype, "recvbuf")
     stream = check_stream(stream, comm)
-    state_class = comm.backend.state_class("allgather", algo, comm, recvbuf.nbytes,
+    state_class = selector.choose(comm, "allgather", algo, recvbuf.nbytes,
                                            nonblocking=not blocking)
     return dispatch.run(comm, "allgather", state_class, recvbuf.nbytes, blocking,
                         (stream, sendbuf, recvbuf))
@@ -75,7 +75,7 @@ def _allgatherv(blocking, buf, counts, displs, comm, stream, recvbuf, algo):
         expect_count(sendbuf, counts[comm.rank], sendbuf.dtype, "buf")
         expect_at_least(recvbuf, layout_extent(counts, displs), sendbuf.dtype, "recvbuf")
     stream = check_stream(stream, comm)
-    state_class = comm.backend.state_class("allgatherv", algo, comm, recvbuf.nbytes,
+    state_class = selector.choose(comm, "allgatherv", algo, recvbuf.nbytes,
                                            nonblocking=not blocking)
     return dispatch.run(comm, "allgatherv", state_class, recvbuf.nbytes, blocking,
                         (stream, sendbuf, recvbuf, counts, displs))

@@ -5,9 +5,10 @@ import weakref
 
 import numpy as np
 
-from . import dispatch, trace
-from .buffers import array_or_tensor, contiguous_host_buffer, torch_host_views
-from .reduction import ReductionOp
+from . import dispatch, selector
+from .core import trace
+from .core.buffers import array_or_tensor, contiguous_host_buffer, torch_host_views
+from .core.reduction import ReductionOp
 from .validate import (check_comm, check_stream, expect_count, input_buffer, output_buffer,
                        reduction_op, same_or_disjoint)
 
@@ -170,7 +171,7 @@ def _allreduce(blocking, buf, comm, stream, op, recvbuf, algo):
             sendbuf = recvbuf
     op = reduction_op(op, sendbuf.dtype)
     stream = check_stream(stream, comm)
-    state_class = comm.backend.state_class("allreduce", algo, comm, recvbuf.nbytes,
+    state_class = selector.choose(comm, "allreduce", algo, recvbuf.nbytes,
                                            sendbuf is recvbuf, not blocking)
     if stream is None and array_or_tensor(buf) and array_or_tensor(recvbuf.obj) \
             and not trace.ENABLED and not dispatch.checks_enabled():

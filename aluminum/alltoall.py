@@ -1,8 +1,8 @@
 """All-to-all: block ``j`` of rank ``i``'s buffer goes to block ``i`` of rank ``j``'s result."""
 from __future__ import annotations
 
-from . import dispatch
-from .errors import ArgumentError
+from . import dispatch, selector
+from .core.errors import ArgumentError
 from .validate import (block_count, check_comm, check_stream, counts_arg, disjoint_layout,
                        displs_arg, expect_at_least, expect_count, in_place_or_pair,
                        layout_extent)
@@ -60,7 +60,7 @@ def _alltoall(blocking, buf, comm, stream, recvbuf, algo):
     if sendbuf is not recvbuf:
         expect_count(recvbuf, sendbuf.count, sendbuf.dtype, "recvbuf")
     stream = check_stream(stream, comm)
-    state_class = comm.backend.state_class("alltoall", algo, comm, recvbuf.nbytes)
+    state_class = selector.choose(comm, "alltoall", algo, recvbuf.nbytes)
     return dispatch.run(comm, "alltoall", state_class, recvbuf.nbytes, blocking,
                         (stream, sendbuf, recvbuf))
 
@@ -86,7 +86,7 @@ def _alltoallv(blocking, buf, send_counts, send_displs, recv_counts, recv_displs
     expect_at_least(recvbuf, layout_extent(recv_counts, recv_displs), sendbuf.dtype,
                     "buf" if sendbuf is recvbuf else "recvbuf")
     stream = check_stream(stream, comm)
-    state_class = comm.backend.state_class("alltoallv", algo, comm, recvbuf.nbytes)
+    state_class = selector.choose(comm, "alltoallv", algo, recvbuf.nbytes)
     return dispatch.run(comm, "alltoallv", state_class, recvbuf.nbytes, blocking,
                         (stream, sendbuf, recvbuf, send_counts, send_displs, recv_counts,
                          recv_displs))

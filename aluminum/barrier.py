@@ -1,7 +1,7 @@
 """Barrier: no rank leaves until every rank of the communicator has entered."""
 from __future__ import annotations
 
-from . import dispatch
+from . import dispatch, selector
 from .validate import check_comm, check_stream
 
 __all__ = ["barrier", "nonblocking_barrier"]
@@ -24,5 +24,5 @@ def nonblocking_barrier(comm, stream=None, *, algo: str = "automatic"):
 def _barrier(blocking, comm, stream, algo):
     comm = check_comm(comm)
     stream = check_stream(stream, comm)
-    state_class = comm.backend.state_class("barrier", algo, comm, 0)
+    state_class = selector.choose(comm, "barrier", algo, 0)
     return dispatch.run(comm, "barrier", state_class, 0, blocking, (stream,))

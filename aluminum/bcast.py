@@ -1,7 +1,7 @@
 """Broadcast: every rank's buffer gets a copy of the root's."""
 from __future__ import annotations
 
-from . import dispatch
+from . import dispatch, selector
 from .validate import check_comm, check_stream, input_buffer, output_buffer, rank_in_range
 
 __all__ = ["bcast", "nonblocking_bcast"]
@@ -29,5 +29,5 @@ def _bcast(blocking, buf, comm, stream, root, algo):
     check = input_buffer if comm.rank == root else output_buffer
     buf = check(buf, comm, "buf")
     stream = check_stream(stream, comm)
-    state_class = comm.backend.state_class("bcast", algo, comm, buf.nbytes)
+    state_class = selector.choose(comm, "bcast", algo, buf.nbytes)
     return dispatch.run(comm, "bcast", state_class, buf.nbytes, blocking, (stream, buf, root))

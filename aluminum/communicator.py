@@ -9,10 +9,8 @@ from __future__ import annotations
 
 import itertools
 
-from mpi4py import MPI
-
 from . import runtime, watchdog
-from .errors import CommunicatorError
+from .core.errors import CommunicatorError
 
 # Tags cycle below the MPI-guaranteed minimum of MPI_TAG_UB (32767); tag 0 is left for
 # Aluminum-style untagged point-to-point.
@@ -24,8 +22,10 @@ class Communicator:
 
     backend_name: str = ""
 
-    def __init__(self, mpi_comm: MPI.Comm | None = None, stream=None):
+    def __init__(self, mpi_comm=None, stream=None):
         world = runtime.ensure_initialized()
+        from mpi4py import MPI
+
         parent = world if mpi_comm is None else mpi_comm
         if not isinstance(parent, MPI.Comm) or parent == MPI.COMM_NULL:
             raise CommunicatorError(f"mpi_comm: expected an mpi4py communicator, got {parent!r}")
@@ -57,14 +57,14 @@ class Communicator:
         return self._stream
 
     @property
-    def mpi_comm(self) -> MPI.Comm:
+    def mpi_comm(self):
         """The private duplicated MPI communicator (raises if the communicator was freed)."""
         if self._mpi is None:
             raise self.unusable_error()
         return self._mpi
 
     @property
-    def local_comm(self) -> MPI.Comm:
+    def local_comm(self):
         """The node-local MPI communicator (ranks sharing memory with this one)."""
         if self._mpi is None:
             raise self.unusable_error()
@@ -107,6 +107,8 @@ class Communicator:
             if close is not None:
                 close()
         self._scratch.clear()
+        from mpi4py import MPI
+
         if not MPI.Is_finalized():
             self._local.Free()
             mpi.Free()

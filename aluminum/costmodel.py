@@ -27,7 +27,7 @@ import math
 from dataclasses import dataclass
 from typing import Callable, Iterable, NamedTuple, Sequence
 
-from aluminum.errors import ArgumentError
+from aluminum.core.errors import ArgumentError
 
 
 @dataclass(frozen=True)

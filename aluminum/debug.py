@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import os
 
-from .buffers import Buffer
-from .errors import ArgumentError
+from .core.buffers import Buffer
+from .core.errors import ArgumentError
 
 ENABLED = os.environ.get("AL_DEBUG", "0") not in ("", "0", "false", "False")
 

@@ -1,7 +1,8 @@
 """Forward a validated operation to its backend: blocking on this thread, or to the engine."""
 from __future__ import annotations
 
-from . import debug, selector, trace, watchdog
+from . import debug, selector, watchdog
+from .core import trace
 from .debug import POINT_TO_POINT
 from .engine.progress import submit
 

@@ -1,7 +1,7 @@
 """Gather: the root gets every rank's buffer, concatenated in rank order."""
 from __future__ import annotations
 
-from . import dispatch
+from . import dispatch, selector
 from .validate import (block_count, check_comm, check_stream, counts_arg, disjoint_layout,
                        displs_arg, expect_at_least, expect_count, in_place_or_pair,
                        input_buffer, layout_extent, rank_in_range)
@@ -65,7 +65,7 @@ def _gather(blocking, buf, comm, stream, root, recvbuf, algo):
         else:
             expect_count(recvbuf, comm.size * sendbuf.count, sendbuf.dtype, "recvbuf")
     stream = check_stream(stream, comm)
-    state_class = comm.backend.state_class("gather", algo, comm, sendbuf.nbytes)
+    state_class = selector.choose(comm, "gather", algo, sendbuf.nbytes)
     return dispatch.run(comm, "gather", state_class, sendbuf.nbytes, blocking,
                         (stream, sendbuf, recvbuf, root))
 
@@ -86,6 +86,6 @@ def _gatherv(blocking, buf, counts, displs, comm, stream, root, recvbuf, algo):
         expect_at_least(recvbuf, layout_extent(counts, displs), sendbuf.dtype,
                         "buf" if sendbuf is recvbuf else "recvbuf")
     stream = check_stream(stream, comm)
-    state_class = comm.backend.state_class("gatherv", algo, comm, sendbuf.nbytes)
+    state_class = selector.choose(comm, "gatherv", algo, sendbuf.nbytes)
     return dispatch.run(comm, "gatherv", state_class, sendbuf.nbytes, blocking,
                         (stream, sendbuf, recvbuf, counts, displs, root))

@@ -15,7 +15,7 @@ import threading
 import time
 from pathlib import Path
 
-from .errors import AluminumError
+from .core.errors import AluminumError
 
 LAUNCH_ENV = {
     "OMPI_ALLOW_RUN_AS_ROOT": "1",

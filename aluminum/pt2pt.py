@@ -7,8 +7,8 @@ posted sends never starve the receives they wait for.
 """
 from __future__ import annotations
 
-from . import dispatch
-from .errors import ArgumentError
+from . import dispatch, selector
+from .core.errors import ArgumentError
 from .validate import (check_comm, check_stream, disjoint_buffers, expect_dtype, input_buffer,
                        output_buffer, rank_in_range, same_or_disjoint)
 
@@ -135,5 +135,5 @@ def _peer_buffers(pairs, comm, name, check, peer_name):
 
 
 def _run(comm, op, algo, nbytes, blocking, args):
-    state_class = comm.backend.state_class(op, algo, comm, nbytes)
+    state_class = selector.choose(comm, op, algo, nbytes)
     return dispatch.run(comm, op, state_class, nbytes, blocking, args)

@@ -1,8 +1,8 @@
 """Reduce: the root gets the element-wise reduction of every rank's buffer."""
 from __future__ import annotations
 
-from . import dispatch
-from .reduction import ReductionOp
+from . import dispatch, selector
+from .core.reduction import ReductionOp
 from .validate import (check_comm, check_stream, expect_count, in_place_or_pair, input_buffer,
                        rank_in_range, reduction_op)
 
@@ -39,6 +39,6 @@ def _reduce(blocking, buf, comm, stream, root, op, recvbuf, algo):
         expect_count(recvbuf, sendbuf.count, sendbuf.dtype, "recvbuf")
     op = reduction_op(op, sendbuf.dtype)
     stream = check_stream(stream, comm)
-    state_class = comm.backend.state_class("reduce", algo, comm, sendbuf.nbytes)
+    state_class = selector.choose(comm, "reduce", algo, sendbuf.nbytes)
     return dispatch.run(comm, "reduce", state_class, sendbuf.nbytes, blocking,
                         (stream, sendbuf, recvbuf, op, root))

@@ -1,8 +1,8 @@
 """Reduce-scatter: reduce every rank's buffer element-wise, then rank ``r`` keeps block ``r``."""
 from __future__ import annotations
 
-from . import dispatch
-from .reduction import ReductionOp
+from . import dispatch, selector
+from .core.reduction import ReductionOp
 from .validate import (block_count, check_comm, check_stream, counts_arg, expect_count,
                        in_place_or_pair, reduction_op)
 
@@ -57,7 +57,7 @@ def _reduce_scatter(blocking, buf, comm, stream, op, recvbuf, algo):
         expect_count(recvbuf, count, sendbuf.dtype, "recvbuf")
     op = reduction_op(op, sendbuf.dtype)
     stream = check_stream(stream, comm)
-    state_class = comm.backend.state_class("reduce_scatter", algo, comm, sendbuf.nbytes,
+    state_class = selector.choose(comm, "reduce_scatter", algo, sendbuf.nbytes,
                                            nonblocking=not blocking)
     return dispatch.run(comm, "reduce_scatter", state_class, sendbuf.nbytes, blocking,
                         (stream, sendbuf, recvbuf, op))
@@ -72,7 +72,7 @@ def _reduce_scatterv(blocking, buf, counts, comm, stream, op, recvbuf, algo):
         expect_count(recvbuf, counts[comm.rank], sendbuf.dtype, "recvbuf")
     op = reduction_op(op, sendbuf.dtype)
     stream = check_stream(stream, comm)
-    state_class = comm.backend.state_class("reduce_scatterv", algo, comm, sendbuf.nbytes,
+    state_class = selector.choose(comm, "reduce_scatterv", algo, sendbuf.nbytes,
                                            nonblocking=not blocking)
     return dispatch.run(comm, "reduce_scatterv", state_class, sendbuf.nbytes, blocking,
                         (stream, sendbuf, recvbuf, op, counts))

@@ -13,24 +13,19 @@ import itertools
 import threading
 import weakref
 
-import mpi4py
-
-mpi4py.rc.thread_level = "multiple"
-from mpi4py import MPI  # noqa: E402  (rc must be set first)
-
-from .errors import CommunicatorError  # noqa: E402
+from .core import trace
+from .core.errors import CommunicatorError
 
 _lock = threading.Lock()
 _state = "uninitialized"            # -> "initialized" -> "finalized"
-_world: MPI.Comm | None = None
+_world = None   # the default group's mpi4py communicator, once initialized
 # Creation order: freeing shared windows is collective, so every rank must free its
 # communicators in the same (creation) order or finalize can deadlock.
 _communicators: "weakref.WeakValueDictionary" = weakref.WeakValueDictionary()
 _created = itertools.count()
-_finalize_hooks: list = []
 
 
-def init(mpi_comm: MPI.Comm | None = None) -> None:
+def init(mpi_comm=None) -> None:
     """Initialize aluminum (idempotent).  ``mpi_comm`` becomes the default communicator group
     (``COMM_WORLD`` if omitted).  Raises ``CommunicatorError`` after ``finalize``."""
     global _state, _world
@@ -39,6 +34,13 @@ def init(mpi_comm: MPI.Comm | None = None) -> None:
             raise CommunicatorError("al.init: aluminum was finalized; it cannot be re-initialized")
         if _state == "initialized":
             return
+        # Importing mpi4py.MPI initializes MPI, so ``import aluminum`` starts none; a program
+        # that imported mpi4py.MPI itself first keeps its own settings.
+        import mpi4py
+
+        mpi4py.rc.thread_level = "multiple"
+        from mpi4py import MPI
+
         if MPI.Query_thread() < MPI.THREAD_MULTIPLE:
             import warnings
 
@@ -58,16 +60,11 @@ def finalized() -> bool:
     return _state == "finalized"
 
 
-def ensure_initialized() -> MPI.Comm:
+def ensure_initialized():
     """The default MPI communicator, initializing on first use; raises after ``finalize``."""
     if _state != "initialized":
         init()
     return _world
-
-
-def at_finalize(hook) -> None:
-    """Register ``hook()`` to run first in ``finalize`` (the engine uses it to drain and stop)."""
-    _finalize_hooks.append(hook)
 
 
 def register_communicator(comm) -> None:
@@ -82,7 +79,9 @@ def finalize() -> None:
         _state = "finalized"
     if not was_initialized:
         return
-    for hook in _finalize_hooks:
-        hook()
+    from .engine import progress
+
+    progress.finalize_engine()
+    trace.write()
     for _, comm in sorted(_communicators.items(), key=lambda item: item[0]):
         comm.free()

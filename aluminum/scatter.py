@@ -1,7 +1,7 @@
 """Scatter: rank ``r`` gets block ``r`` of the root's buffer."""
 from __future__ import annotations
 
-from . import dispatch
+from . import dispatch, selector
 from .validate import (block_count, check_comm, check_stream, counts_arg, displs_arg,
                        expect_at_least, expect_count, in_place_or_pair, input_buffer,
                        layout_extent, output_buffer, rank_in_range)
@@ -78,7 +78,7 @@ def _scatter(blocking, buf, comm, stream, root, recvbuf, algo):
         else:
             expect_count(sendbuf, comm.size * recvbuf.count, recvbuf.dtype, "buf")
     stream = check_stream(stream, comm)
-    state_class = comm.backend.state_class("scatter", algo, comm, recvbuf.nbytes)
+    state_class = selector.choose(comm, "scatter", algo, recvbuf.nbytes)
     return dispatch.run(comm, "scatter", state_class, recvbuf.nbytes, blocking,
                         (stream, sendbuf, recvbuf, root))
 
@@ -97,6 +97,6 @@ def _scatterv(blocking, buf, counts, displs, comm, stream, root, recvbuf, algo):
         if sendbuf is not recvbuf:
             expect_count(recvbuf, counts[root], sendbuf.dtype, "recvbuf")
     stream = check_stream(stream, comm)
-    state_class = comm.backend.state_class("scatterv", algo, comm, recvbuf.nbytes)
+    state_class = selector.choose(comm, "scatterv", algo, recvbuf.nbytes)
     return dispatch.run(comm, "scatterv", state_class, recvbuf.nbytes, blocking,
                         (stream, sendbuf, recvbuf, counts, displs, root))

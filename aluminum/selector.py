@@ -57,7 +57,7 @@ from pathlib import Path
 from typing import Any, Callable, Collection
 
 from aluminum import costmodel
-from aluminum.errors import AluminumError, ArgumentError
+from aluminum.core.errors import AluminumError, ArgumentError
 
 FORMAT = "aluminum-tuning/1"
 PLACEMENTS = ("inplace", "outofplace")
@@ -272,7 +272,15 @@ def user_table_path() -> Path:
 
 _cache: dict[tuple[str, str, int, int, str, bool | None, bool | None], str] = {}
 _table: Table | None = None
-_known: KnownAlgorithms | None = None
+
+
+def _backend_algorithms(backend: str, op: str) -> list[str]:
+    from .backends import get_backend
+
+    return get_backend(backend).algorithms(op)
+
+
+_known: KnownAlgorithms | None = _backend_algorithms
 _lock = threading.RLock()
 
 
@@ -399,3 +407,23 @@ def select_algorithm(backend: str, op: str, comm_size: int, nbytes: int, default
         return _cache[(backend, op, comm_size, nbytes, default, inplace, nonblocking)]
     except KeyError:
         return _select_uncached(backend, op, comm_size, nbytes, default, inplace, nonblocking)
+
+
+def choose(comm, op: str, algo: str, nbytes: int, inplace: bool | None = None,
+           nonblocking: bool | None = None) -> type:
+    """The State class that runs ``op`` on ``comm``'s backend with ``algo``; "automatic"
+    asks ``select_algorithm`` with the call's placement and mode when known.
+
+    An automatic choice of an algorithm that needs every rank on one node (its class says
+    ``single_node = True``) falls back to the default on a communicator that spans nodes: a
+    table measured on one node must not break a multi-node job."""
+    backend = comm.backend
+    if algo != "automatic":
+        return backend.state_class(op, algo)
+    default = backend.default_for(op)
+    chosen = select_algorithm(backend.name, op, comm.size, nbytes, default, inplace,
+                              nonblocking)
+    cls = backend.state_class(op, chosen)
+    if getattr(cls, "single_node", False) and comm.local_size != comm.size:
+        return backend.state_class(op, default)
+    return cls

@@ -8,8 +8,9 @@ import operator
 
 import numpy as np
 
-from . import dtypes, validate
-from .errors import ArgumentError, UnsupportedError
+from . import validate
+from .core import dtypes
+from .core.errors import ArgumentError, UnsupportedError
 
 
 def shared_empty(shape, dtype, comm) -> np.ndarray:
@@ -27,7 +28,8 @@ def shared_empty(shape, dtype, comm) -> np.ndarray:
     referenced then keeps its memory (with a ``RuntimeWarning``) instead of losing it.
     """
     comm = validate.check_comm(comm)
-    if comm.backend.name != "mpi":
+    allocate = comm.backend.allocate_shared
+    if allocate is None:
         raise UnsupportedError(f"comm: shared_empty needs an MPI-backend communicator (host "
                                f"memory), got the {comm.backend.name} backend")
     shape = _shape(shape)
@@ -37,10 +39,8 @@ def shared_empty(shape, dtype, comm) -> np.ndarray:
         raise ArgumentError(f"dtype: not a numpy dtype: {dtype!r}") from exc
     if dtype not in dtypes.SUPPORTED_DTYPES:
         raise ArgumentError(f"dtype: aluminum does not communicate {dtype}")
-    from .backends.mpi.algorithms.shared_buffers import SharedBuffers
-
     count = int(np.prod(shape, dtype=np.int64))
-    segment = SharedBuffers.of(comm).allocate(count * dtype.itemsize)
+    segment = allocate(comm, count * dtype.itemsize)
     return segment.view(dtype).reshape(shape)
 
 

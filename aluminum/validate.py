@@ -11,10 +11,10 @@ import operator
 
 import numpy as np
 
-from .buffers import HOST, Buffer, as_buffer
+from .core.buffers import HOST, Buffer, as_buffer
 from .communicator import Communicator
-from .errors import ArgumentError, BufferError
-from .reduction import ReductionOp, as_reduction_op, check_op_for_dtype
+from .core.errors import ArgumentError, BufferError
+from .core.reduction import ReductionOp, as_reduction_op, check_op_for_dtype
 
 
 def check_comm(comm: object) -> Communicator:

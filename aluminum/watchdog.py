@@ -18,7 +18,6 @@ import os
 from typing import Callable
 
 import numpy as np
-from mpi4py import MPI
 
 __all__ = ["ENABLED", "ArrivalCounters", "arrive"]
 
@@ -38,6 +37,8 @@ class ArrivalCounters:
         self.views: list[np.ndarray] = []
         if comm.local_size != comm.size:   # shared memory cannot see other nodes
             return
+        from mpi4py import MPI
+
         self.window = MPI.Win.Allocate_shared(_SLOT_BYTES, 1, comm=comm.local_comm)
         for peer in range(comm.size):
             memory, _ = self.window.Shared_query(peer)
@@ -71,13 +72,19 @@ class ArrivalCounters:
     def close(self) -> None:
         window, self.window = self.window, None
         self.views = []
-        if window is not None and not MPI.Is_finalized():
+        if window is None:
+            return
+        from mpi4py import MPI
+
+        if not MPI.Is_finalized():
             window.Free()
 
 
 def attach(comm) -> None:
     """Give a new communicator its counters when every rank runs with ``AL_TIMEOUT``
     (collective: decided together, so ranks that disagree cannot deadlock on the window)."""
+    from mpi4py import MPI
+
     if comm.mpi_comm.allreduce(ENABLED, op=MPI.LAND):
         comm.scratch(_KEY, lambda: ArrivalCounters(comm))
 

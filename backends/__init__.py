@@ -10,8 +10,7 @@ import importlib
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from .. import selector
-from ..errors import UnsupportedError
+from ..core.errors import UnsupportedError
 
 _MODULES = {"mpi": ".mpi", "ht": ".ht", "nccl": ".nccl"}
 _REGISTRY: dict[str, "Backend"] = {}
@@ -22,12 +21,13 @@ class Backend:
     """A named set of operations.
 
     ``ops[op][algo]`` is the ``State`` class implementing ``op`` with ``algo``;
-    ``algo="automatic"`` asks the selector (aluminum/selector.py), which falls back to
-    ``default_algorithm`` where its table says nothing; ``uses_streams`` says whether
-    operations are ordered on a stream; ``devices`` lists the buffer locations it accepts
-    ("cpu", "cuda").  ``default_stream()`` gives the stream a communicator
-    binds when built with ``stream=None``; ``setup(comm)`` runs once per new communicator
-    (e.g. the NCCL unique-id bootstrap) and may keep resources in ``comm._scratch``.
+    ``default_algorithm`` is what the API's selector falls back to where its table says
+    nothing; ``uses_streams`` says whether operations are ordered on a stream; ``devices``
+    lists the buffer locations it accepts ("cpu", "cuda").  ``default_stream()`` gives the
+    stream a communicator binds when built with ``stream=None``; ``setup(comm)`` runs once
+    per new communicator (e.g. the NCCL unique-id bootstrap) and may keep resources with
+    ``comm.scratch``; ``allocate_shared(comm, nbytes)`` returns a uint8 array in memory the
+    node's ranks share (``al.shared_empty``), None where the backend has no such memory.
     """
 
     name: str
@@ -37,32 +37,31 @@ class Backend:
     devices: frozenset = frozenset({"cpu"})
     default_stream: Callable[[], Any] | None = None
     setup: Callable[[Any], None] | None = None
+    allocate_shared: Callable[[Any, int], Any] | None = None
 
     def algorithms(self, op: str) -> list[str]:
         """Names accepted by ``algo=`` for ``op`` (besides ``"automatic"``)."""
         return list(self._table(op))
 
-    def state_class(self, op: str, algo: str, comm, nbytes: int,
-                    inplace: bool | None = None, nonblocking: bool | None = None) -> type:
-        """The State class that runs ``op`` with ``algo`` ("automatic" asks the selector,
-        with the call's placement ``inplace`` and mode ``nonblocking`` when known).
-
-        An automatic choice of an algorithm that needs every rank on one node (its class
-        says ``single_node = True``) falls back to the default on a communicator that spans
-        nodes: a table measured on one node must not break a multi-node job."""
+    def state_class(self, op: str, algo: str) -> type:
+        """The State class that runs ``op`` with the algorithm named ``algo`` (never
+        "automatic": the API asks its selector first, see ``aluminum.selector.choose``)."""
         table = self._table(op)
-        if algo == "automatic":
-            default = self.default_algorithm or next(iter(table))
-            algo = selector.select_algorithm(self.name, op, comm.size, nbytes, default,
-                                             inplace, nonblocking)
-            if getattr(table.get(algo), "single_node", False) \
-                    and comm.local_size != comm.size:
-                algo = default
         cls = table.get(algo)
         if cls is None:
             raise UnsupportedError(f"algo: {op} on the {self.name} backend offers "
                                    f"{', '.join(table)} or automatic, got {algo!r}")
         return cls
+
+    def default_for(self, op: str) -> str:
+        """The name of ``op``'s default algorithm (the first listed where
+        ``default_algorithm`` does not implement it)."""
+        table = self._table(op)
+        return self.default_algorithm if self.default_algorithm in table else next(iter(table))
+
+    def default_state(self, op: str) -> type:
+        """The State class of ``op``'s default algorithm."""
+        return self.state_class(op, self.default_for(op))
 
     def _table(self, op: str) -> dict[str, type]:
         table = self.ops.get(op)
@@ -92,10 +91,3 @@ def get_backend(name: str) -> Backend:
 
 def backend_names() -> list[str]:
     return list(_MODULES)
-
-
-def _known_algorithms(backend: str, op: str) -> list[str]:
-    return get_backend(backend).algorithms(op)
-
-
-selector.set_known_algorithms(_known_algorithms)

@@ -312,7 +312,7 @@ def _sweep(args, parser) -> int:
     from mpi4py import MPI
 
     import aluminum as al
-    from aluminum import dtypes
+    from aluminum.core import dtypes
 
     from . import ops, peers as peer_module, sweep
 

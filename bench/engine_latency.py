@@ -30,6 +30,7 @@ import numpy as np
 from mpi4py import MPI
 
 import aluminum as al
+from aluminum import selector
 
 
 def variants(comm, buf, algo: str) -> dict:
@@ -75,7 +76,7 @@ def label(comm, algo: str, nbytes: int) -> str:
     """``algo``, or for ``automatic`` what blocking and nonblocking in-place calls pick."""
     if algo != "automatic":
         return algo
-    picks = [comm.backend.state_class("allreduce", algo, comm, nbytes, True, nonblocking)
+    picks = [selector.choose(comm, "allreduce", algo, nbytes, True, nonblocking)
              .name.split("/")[-1] for nonblocking in (False, True)]
     return "auto: " + (picks[0] if picks[0] == picks[1] else "/".join(picks))
 

@@ -26,6 +26,7 @@ import numpy as np
 from mpi4py import MPI
 
 import aluminum as al
+from aluminum import selector
 
 
 class Compute:
@@ -95,7 +96,7 @@ def main(argv: list[str] | None = None) -> None:
     if comm.rank == 0:
         c, m, o = medians["compute"], medians["comm"], medians["overlapped"]
         hidden = (c + m - o) / min(c, m)
-        algo = comm.backend.state_class("allreduce", args.algo, comm, args.bytes).name
+        algo = selector.choose(comm, "allreduce", args.algo, args.bytes).name
         print(f"# np={comm.size}, {args.bytes} B float32 {algo}, {compute.rounds} compute "
               f"rounds, median ms of {args.trials} trials (max over ranks)")
         print(f"compute alone {c:8.2f} ms")

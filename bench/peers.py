@@ -22,7 +22,7 @@ from typing import Any, Callable
 import numpy as np
 from mpi4py import MPI
 
-from aluminum import dtypes
+from aluminum.core import dtypes
 
 from .ops import ROOT, Case
 

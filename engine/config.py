@@ -56,20 +56,13 @@ def _parse(env, name: str, kind: type, minimum, default):
 
 # -- core pinning --------------------------------------------------------------------------
 
-_LOCAL_RANK_ENV = (("OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE"),
-                   ("MPI_LOCALRANKID", "MPI_LOCALNRANKS"))
-
-
 def node_local_rank(state=None) -> tuple[int, int]:
     """``(local_rank, local_size)`` of this process on its node.
 
-    From the launcher's environment (Open MPI, MPICH), else from the first state's
-    communicator (``state.comm.local_rank``/``local_size``), else ``(0, 1)``.
+    From the first state's communicator (``state.comm.local_rank``/``local_size``: every
+    communicator knows its node-local group), else ``(0, 1)``.  The engine knows nothing of
+    MPI launchers; whoever builds states gives them their communicator.
     """
-    for rank_var, size_var in _LOCAL_RANK_ENV:
-        rank, size = os.environ.get(rank_var, ""), os.environ.get(size_var, "")
-        if rank.isdigit() and size.isdigit():
-            return int(rank), int(size)
     comm = getattr(state, "comm", None)
     rank, size = getattr(comm, "local_rank", None), getattr(comm, "local_size", None)
     if isinstance(rank, int) and isinstance(size, int):

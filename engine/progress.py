@@ -38,8 +38,8 @@ import threading
 import time
 from typing import Callable
 
-from .. import runtime, trace
-from ..errors import CommunicatorError, OperationError, TimeoutError
+from ..core import trace
+from ..core.errors import CommunicatorError, OperationError, TimeoutError
 from .config import EngineConfig, default_core, node_local_rank, pin_thread
 from .request import Request
 from .scheduler import Scheduler, check_hashable, describe
@@ -427,7 +427,7 @@ _engine_lock = threading.Lock()
 def get_engine() -> ProgressEngine:
     """The process's engine, created on first use (its thread starts on first submission).
 
-    Creating it registers ``finalize_engine`` with ``al.finalize`` and with ``atexit``.
+    Creating it registers ``finalize_engine`` with ``atexit`` (``al.finalize`` calls it too).
     """
     global _engine
     engine = _engine
@@ -435,7 +435,6 @@ def get_engine() -> ProgressEngine:
         with _engine_lock:
             if _engine is None:
                 _engine = ProgressEngine()
-                runtime.at_finalize(finalize_engine)
                 atexit.register(finalize_engine)
             engine = _engine
     return engine

@@ -14,7 +14,7 @@ import threading
 import time
 from typing import TYPE_CHECKING, Iterable
 
-from ..errors import OperationError
+from ..core.errors import OperationError
 from .completion import mark_done, wait_done
 
 if TYPE_CHECKING:

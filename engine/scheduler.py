@@ -29,7 +29,7 @@ import collections
 import itertools
 from typing import Callable
 
-from .. import trace
+from ..core import trace
 from .config import EngineConfig
 from .request import Request
 from .state import Action, RunType, State

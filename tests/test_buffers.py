@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 
 import aluminum as al
-from aluminum.buffers import CUDA, HOST, as_buffer
+from aluminum.core.buffers import CUDA, HOST, as_buffer
 from providers import PROVIDERS, FakeCudaArray
 
 DTYPES = [np.int8, np.uint16, np.int32, np.int64, np.float16, np.float32, np.float64, np.bool_]

@@ -5,7 +5,7 @@ import random
 import pytest
 
 from aluminum import costmodel
-from aluminum.errors import ArgumentError
+from aluminum.core.errors import ArgumentError
 
 A, B = 1e-6, 1e-9  # α = 1 µs, β = 1 ns/byte (1 GB/s)
 N = 1000  # bytes: n·β = 1 µs

@@ -175,7 +175,7 @@ def test_host_stream_can_wait_on_a_cuda_event():
 @pytest.mark.parametrize("shape", [(), (0,), (5,), (2, 3), (1, 4, 1)])
 @pytest.mark.parametrize("dtype", [np.int8, np.uint64, np.float16, np.float32, np.bool_])
 def test_cupy_arrays_are_described_as_their_interface_says(shape, dtype):
-    from aluminum.buffers import _from_cuda_interface, as_buffer
+    from aluminum.core.buffers import _from_cuda_interface, as_buffer
 
     array = cupy.zeros(shape, dtype)
     fields = ("address", "dtype", "count", "device", "writable")
@@ -189,7 +189,7 @@ def test_cupy_arrays_are_described_as_their_interface_says(shape, dtype):
 @pytest.mark.parametrize("view", [lambda a: a[:, ::2], lambda a: a.T, lambda a: a[::-1]])
 def test_non_contiguous_cupy_views_are_rejected(view):
     from aluminum import BufferError
-    from aluminum.buffers import as_buffer
+    from aluminum.core.buffers import as_buffer
 
     with pytest.raises(BufferError, match="recvbuf: expected a C-contiguous device buffer"):
         as_buffer(view(cupy.zeros((4, 6), cupy.float32)), "recvbuf")

@@ -14,7 +14,7 @@ from aluminum.backends.ht.host_transfer import layout_blocks
 from aluminum.backends.ht.staging import DeviceRegion, StagingPool, region
 from aluminum.backends.mpi.passthrough import PASSTHROUGH_OPS
 from aluminum.backends.runtime import host, host_runtime
-from aluminum.buffers import as_buffer
+from aluminum.core.buffers import as_buffer
 from providers import FakeCudaArray
 
 try:

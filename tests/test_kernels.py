@@ -5,6 +5,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import aluminum as al
+from aluminum.core.reduction import check_op_for_dtype
 from aluminum.backends.mpi.algorithms.vector_copy import copy_vector, vector_copier
 
 # Byte counts on both sides of the switches between memcpy and numpy's loop (2 KiB, 8 MiB)
@@ -30,7 +31,7 @@ def test_vector_copier_copies_exactly_what_copy_vector_copies(nbytes, seed):
 
 def _applies(op, dtype) -> bool:
     try:
-        al.reduction.check_op_for_dtype(op, np.dtype(dtype))
+        check_op_for_dtype(op, np.dtype(dtype))
     except al.UnsupportedError:
         return False
     return True

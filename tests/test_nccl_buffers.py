@@ -11,7 +11,7 @@ import pytest
 
 import aluminum as al
 from aluminum.backends.nccl.datatypes import BYTES, DATATYPES
-from aluminum.buffers import CUDA, as_buffer
+from aluminum.core.buffers import CUDA, as_buffer
 from nccl_fakes import fake_nccl_communicator
 from providers import FakeCudaArray
 

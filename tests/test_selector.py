@@ -6,7 +6,8 @@ import warnings
 
 import pytest
 
-from aluminum import costmodel, errors, selector
+from aluminum import costmodel, selector
+from aluminum.core import errors
 
 MPI_ALLREDUCE = {"mpi_passthrough", "recursive_doubling", "ring", "rabenseifner",
                  "shared_memory"}
@@ -416,17 +417,22 @@ def test_nonblocking_calls_follow_the_nonblocking_rules(tmp_path, monkeypatch):
     assert rings == ["start", "start"]     # never a blocking ring
 
 
-def test_automatic_never_picks_a_single_node_algorithm_across_nodes():
-    """The shipped table was measured on one node; on a communicator spanning nodes its
-    shared_memory choice must become the default instead of an error."""
+def test_automatic_never_picks_a_single_node_algorithm_across_nodes(tmp_path, monkeypatch):
+    """A table measured on one node that picks shared_memory: on a communicator spanning
+    nodes that choice must become the default instead of an error."""
     from types import SimpleNamespace
 
     from aluminum.backends import get_backend
 
+    table = {"format": "aluminum-tuning/1", "rules": [
+        {"backend": "mpi", "op": "allreduce", "comm_size": 2,
+         "by_bytes": [[0, "shared_memory"]]}]}
+    monkeypatch.setenv("AL_TUNING_FILE", str(write(tmp_path / "one_node.json", table)))
+    selector.set_known_algorithms(None)
     mpi = get_backend("mpi")
-    one_node, two_nodes = SimpleNamespace(size=2, local_size=2), SimpleNamespace(size=2,
-                                                                                local_size=1)
-    assert mpi.state_class("allreduce", "automatic", one_node, 1 << 20).name == \
+    one_node = SimpleNamespace(size=2, local_size=2, backend=mpi)
+    two_nodes = SimpleNamespace(size=2, local_size=1, backend=mpi)
+    assert selector.choose(one_node, "allreduce", "automatic", 1 << 20).name == \
         "allreduce/shared_memory"
-    assert mpi.state_class("allreduce", "automatic", two_nodes, 1 << 20).name == \
+    assert selector.choose(two_nodes, "allreduce", "automatic", 1 << 20).name == \
         "allreduce/mpi_passthrough"

@@ -16,4 +16,4 @@ class HostTransferAllgather(HostTransferState):
         block = recvbuf.count // comm.size
         host_send, host_recv = self.staged_pair(sendbuf, recvbuf,
                                                 d2h_in_place=[(comm.rank * block, block)])
-        self.launch("allgather", recvbuf.nbytes, host_send, host_recv)
+        self.launch("allgather", host_send, host_recv)

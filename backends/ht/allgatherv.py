@@ -18,4 +18,4 @@ class HostTransferAllgatherv(HostTransferState):
         host_send, host_recv = self.staged_pair(
             sendbuf, recvbuf, d2h_in_place=[(displs[rank], counts[rank])],
             h2d=layout_blocks(counts, displs))
-        self.launch("allgatherv", recvbuf.nbytes, host_send, host_recv, counts, displs)
+        self.launch("allgatherv", host_send, host_recv, counts, displs)

@@ -14,4 +14,4 @@ class HostTransferAllreduce(HostTransferState):
     def __init__(self, comm, stream, sendbuf, recvbuf, op):
         super().__init__(comm, stream)
         host_send, host_recv = self.staged_pair(sendbuf, recvbuf)
-        self.launch("allreduce", recvbuf.nbytes, host_send, host_recv, op)
+        self.launch("allreduce", host_send, host_recv, op)

@@ -14,4 +14,4 @@ class HostTransferAlltoall(HostTransferState):
     def __init__(self, comm, stream, sendbuf, recvbuf):
         super().__init__(comm, stream)
         host_send, host_recv = self.staged_pair(sendbuf, recvbuf)
-        self.launch("alltoall", recvbuf.nbytes, host_send, host_recv)
+        self.launch("alltoall", host_send, host_recv)

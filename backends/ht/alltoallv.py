@@ -18,5 +18,5 @@ class HostTransferAlltoallv(HostTransferState):
         blocks = layout_blocks(recv_counts, recv_displs)
         host_send, host_recv = self.staged_pair(sendbuf, recvbuf, d2h_in_place=blocks,
                                                 h2d=blocks)
-        self.launch("alltoallv", recvbuf.nbytes, host_send, host_recv, send_counts,
+        self.launch("alltoallv", host_send, host_recv, send_counts,
                     send_displs, recv_counts, recv_displs)

@@ -13,4 +13,4 @@ class HostTransferBarrier(HostTransferState):
 
     def __init__(self, comm, stream):
         super().__init__(comm, stream)
-        self.launch("barrier", 0, wait_for_stream=True, hold_stream=True)
+        self.launch("barrier", wait_for_stream=True, hold_stream=True)

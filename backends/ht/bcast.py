@@ -19,4 +19,4 @@ class HostTransferBcast(HostTransferState):
             host_buf = self.staged(buf)
         else:
             host_buf = self.staged(buf, d2h=False, h2d=True)
-        self.launch("bcast", buf.nbytes, host_buf, root)
+        self.launch("bcast", host_buf, root)

@@ -21,4 +21,4 @@ class HostTransferGather(HostTransferState):
             block = recvbuf.count // comm.size
             host_send, host_recv = self.staged_pair(sendbuf, recvbuf,
                                                     d2h_in_place=[(root * block, block)])
-        self.launch("gather", sendbuf.nbytes, host_send, host_recv, root)
+        self.launch("gather", host_send, host_recv, root)

@@ -20,4 +20,4 @@ class HostTransferGatherv(HostTransferState):
             host_send, host_recv = self.staged_pair(
                 sendbuf, recvbuf, d2h_in_place=[(displs[root], counts[root])],
                 h2d=layout_blocks(counts, displs))
-        self.launch("gatherv", sendbuf.nbytes, host_send, host_recv, counts, displs, root)
+        self.launch("gatherv", host_send, host_recv, counts, displs, root)

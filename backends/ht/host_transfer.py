@@ -64,10 +64,10 @@ import warnings
 
 import numpy as np
 
-from ...buffers import CUDA, HOST, Buffer
+from ...core.buffers import CUDA, HOST, Buffer
 from ...engine.progress import drive_until, submit
 from ...engine.state import Action, State
-from ...errors import ArgumentError, BufferError
+from ...core.errors import ArgumentError, BufferError
 from .. import get_backend
 from ..runtime import drive_while_waiting, host, runtime_for
 from .staging import region, staging_pool
@@ -177,11 +177,12 @@ class HostTransferState(State):
         staged_recv = self.staged(recvbuf, d2h=False, h2d=h2d)
         return self.staged(sendbuf), staged_recv
 
-    def launch(self, op: str, nbytes: int, *mpi_args, wait_for_stream: bool | None = None,
+    def launch(self, op: str, *mpi_args, wait_for_stream: bool | None = None,
                hold_stream: bool | None = None) -> None:
         """Enqueue the stream side of the operation; in between, the engine runs ``op`` on
         the staged buffers (``mpi_args``: the MPI backend's State arguments after ``stream``)
-        with the algorithm the MPI backend would choose for ``nbytes``.
+        with the MPI backend's default algorithm (the MPI library's own, as Aluminum's HT
+        backend calls it).
 
         By default the engine waits for the stream (the *ready* event) when something is
         copied in, and the stream waits for MPI (the flag) when something is copied back; an
@@ -191,7 +192,7 @@ class HostTransferState(State):
         if getattr(stream, "closed", False):
             raise ArgumentError(f"stream: {stream!r} is closed")
         mpi_backend = get_backend("mpi")
-        algorithm = mpi_backend.state_class(op, "automatic", self.comm, nbytes)
+        algorithm = mpi_backend.default_state(op)
         self.mpi = algorithm(self.comm, None, *mpi_args)
         if self._direct:   # MPI will touch the user's memory: not before the stream gets here
             wait_for_stream = True

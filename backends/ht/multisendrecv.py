@@ -18,5 +18,4 @@ class HostTransferMultiSendRecv(HostTransferState):
         super().__init__(comm, stream)
         host_recvs = [(self.staged(buf, d2h=False, h2d=True), peer) for buf, peer in recvs]
         host_sends = [(self.staged(buf), peer) for buf, peer in sends]
-        nbytes = sum(buf.nbytes for buf, _ in sends + recvs)
-        self.launch("multisendrecv", nbytes, host_sends, host_recvs)
+        self.launch("multisendrecv", host_sends, host_recvs)

@@ -16,4 +16,4 @@ class HostTransferRecv(HostTransferState):
 
     def __init__(self, comm, stream, buf, src):
         super().__init__(comm, stream)
-        self.launch("recv", buf.nbytes, self.staged(buf, d2h=False, h2d=True), src)
+        self.launch("recv", self.staged(buf, d2h=False, h2d=True), src)

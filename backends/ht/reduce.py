@@ -18,4 +18,4 @@ class HostTransferReduce(HostTransferState):
             host_send, host_recv = self.staged(sendbuf), None
         else:
             host_send, host_recv = self.staged_pair(sendbuf, recvbuf)
-        self.launch("reduce", sendbuf.nbytes, host_send, host_recv, op, root)
+        self.launch("reduce", host_send, host_recv, op, root)

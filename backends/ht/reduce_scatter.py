@@ -16,4 +16,4 @@ class HostTransferReduceScatter(HostTransferState):
         super().__init__(comm, stream)
         block = recvbuf.count // comm.size if sendbuf is recvbuf else recvbuf.count
         host_send, host_recv = self.staged_pair(sendbuf, recvbuf, h2d=[(0, block)])
-        self.launch("reduce_scatter", sendbuf.nbytes, host_send, host_recv, op)
+        self.launch("reduce_scatter", host_send, host_recv, op)

@@ -15,4 +15,4 @@ class HostTransferReduceScatterv(HostTransferState):
         super().__init__(comm, stream)
         host_send, host_recv = self.staged_pair(sendbuf, recvbuf,
                                                 h2d=[(0, counts[comm.rank])])
-        self.launch("reduce_scatterv", sendbuf.nbytes, host_send, host_recv, op, counts)
+        self.launch("reduce_scatterv", host_send, host_recv, op, counts)

@@ -20,4 +20,4 @@ class HostTransferScatter(HostTransferState):
         else:   # in place, the root's own block stays where it is: nothing to copy back
             host_send, host_recv = self.staged_pair(sendbuf, recvbuf,
                                                     h2d=sendbuf is not recvbuf)
-        self.launch("scatter", recvbuf.nbytes, host_send, host_recv, root)
+        self.launch("scatter", host_send, host_recv, root)

@@ -19,4 +19,4 @@ class HostTransferScatterv(HostTransferState):
         else:   # in place, the root's own block stays where it is: nothing to copy back
             host_send, host_recv = self.staged_pair(sendbuf, recvbuf,
                                                     h2d=sendbuf is not recvbuf)
-        self.launch("scatterv", recvbuf.nbytes, host_send, host_recv, counts, displs, root)
+        self.launch("scatterv", host_send, host_recv, counts, displs, root)

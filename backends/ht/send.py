@@ -15,4 +15,4 @@ class HostTransferSend(HostTransferState):
 
     def __init__(self, comm, stream, buf, dest):
         super().__init__(comm, stream)
-        self.launch("send", buf.nbytes, self.staged(buf), dest)
+        self.launch("send", self.staged(buf), dest)

@@ -16,5 +16,4 @@ class HostTransferSendrecv(HostTransferState):
     def __init__(self, comm, stream, sendbuf, dest, recvbuf, src):
         super().__init__(comm, stream)
         host_send, host_recv = self.staged_pair(sendbuf, recvbuf)
-        self.launch("sendrecv", sendbuf.nbytes + recvbuf.nbytes, host_send, dest, host_recv,
-                    src)
+        self.launch("sendrecv", host_send, dest, host_recv, src)

@@ -19,7 +19,7 @@ import threading
 
 import numpy as np
 
-from ...buffers import HOST, Buffer
+from ...core.buffers import HOST, Buffer
 
 __all__ = ["StagingPool", "DeviceRegion", "staging_pool", "region"]
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from .. import Backend, register_backend
 from .algorithms import CUSTOM_ALGORITHMS
+from .algorithms.shared_buffers import SharedBuffers
 from .passthrough import PASSTHROUGH_OPS
 
 
@@ -17,5 +18,11 @@ def _op_table() -> dict[str, dict[str, type]]:
     return table
 
 
-MPI_BACKEND = Backend(name="mpi", ops=_op_table(), default_algorithm="mpi_passthrough")
+def _allocate_shared(comm, nbytes: int):
+    """Node-shared memory the ``shared_memory`` allreduce reads and writes in place."""
+    return SharedBuffers.of(comm).allocate(nbytes)
+
+
+MPI_BACKEND = Backend(name="mpi", ops=_op_table(), default_algorithm="mpi_passthrough",
+                      allocate_shared=_allocate_shared)
 register_backend(MPI_BACKEND)

@@ -10,8 +10,8 @@ from __future__ import annotations
 import numpy as np
 from mpi4py import MPI
 
-from ...dtypes import HALF_PRECISION
-from ...reduction import ReductionOp
+from ...core.dtypes import HALF_PRECISION
+from ...core.reduction import ReductionOp
 
 _NATIVE_OPS = {
     ReductionOp.SUM: MPI.SUM, ReductionOp.AVG: MPI.SUM, ReductionOp.PROD: MPI.PROD,

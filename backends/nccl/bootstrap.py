@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from ...errors import AluminumError, CommunicatorError, UnsupportedError
+from ...core.errors import AluminumError, CommunicatorError, UnsupportedError
 from .context import NCCLContext
 
 

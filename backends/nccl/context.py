@@ -17,7 +17,7 @@ import contextlib
 import threading
 from typing import Any
 
-from ...errors import CommunicatorError
+from ...core.errors import CommunicatorError
 
 
 class NCCLContext:

@@ -23,9 +23,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ...dtypes import bfloat16, describe
-from ...errors import UnsupportedError
-from ...reduction import ReductionOp
+from ...core.dtypes import bfloat16, describe
+from ...core.errors import UnsupportedError
+from ...core.reduction import ReductionOp
 
 
 class NcclDataType(enum.IntEnum):

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from ...errors import ArgumentError
+from ...core.errors import ArgumentError
 from ..runtime.cupy_runtime import RUNTIME, CupyStream
 
 # CUDA clamps a priority outside the device's range to the nearest end, so this asks for the

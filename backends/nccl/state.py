@@ -18,7 +18,7 @@ NCCL and CUDA errors surface as ``al.OperationError`` with the original as ``__c
 from __future__ import annotations
 
 from ...engine.state import Action, State
-from ...errors import AluminumError, OperationError
+from ...core.errors import AluminumError, OperationError
 from .context import context_of
 from .datatypes import reduction_plan
 

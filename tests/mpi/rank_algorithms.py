@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 import aluminum as al
 from aluminum.backends.mpi.algorithms.shared_window import SharedWindow
-from aluminum.buffers import as_buffer
+from aluminum.core.buffers import as_buffer
 from conftest import rank_data
 from rank_allreduce import CASES, reference
 

@@ -22,7 +22,7 @@ import weakref
 import numpy as np
 from mpi4py import MPI
 
-from ....errors import OperationError
+from ....core.errors import OperationError
 
 NOT_SHARED = (-1, 0, -1, 0, 0)    # the place a rank announces when its buffers are private
 _kept: list = []                   # windows still in use at comm.free(): never freed

@@ -57,8 +57,7 @@ import functools
 
 import numpy as np
 
-from ....errors import OperationError, UnsupportedError
-from ....reduction import _UFUNCS
+from ....core.errors import OperationError, UnsupportedError
 from .program import ProgramState
 from .shared_buffers import NOT_SHARED, SharedBuffers
 from .shared_window import ANNOUNCED, COPIED_IN, COPIED_OUT, REDUCED, SharedWindow
@@ -196,7 +195,7 @@ class SharedMemoryAllreduce(ProgramState):
         slice out of every rank's sendbuf into its recvbuf and copy the result into every
         other rank's recvbuf, a cache-sized chunk at a time."""
         rank, size, op = self.window.rank, self.window.size, self.op
-        ufunc, finishes = _UFUNCS[op], op.finishes(size)
+        ufunc, finishes = op.ufunc, op.finishes(size)
         cuts = self.cuts(self.recv.size)
         step = max(1, ZERO_COPY_CHUNK // self.recv.itemsize)
         plan = []
@@ -242,7 +241,7 @@ class SharedMemoryAllreduce(ProgramState):
             self.idle()
             yield
         result = self.recv
-        _UFUNCS[self.op](staged[0], staged[1], out=result)
+        self.op.ufunc(staged[0], staged[1], out=result)
         for other in staged[2:size]:
             self.op.reduce_into(result, other)
         window.publish(round_, REDUCED, COPIED_OUT)   # done reading every slot
@@ -299,7 +298,7 @@ class SharedMemoryAllreduce(ProgramState):
         rank, size = window.rank, window.size
         lo, hi = cuts[rank], cuts[rank + 1]
         result = self.staging[(rank + 1) % size][slot][lo:hi]
-        _UFUNCS[self.op](self.send[start + lo:start + hi], result, out=result)
+        self.op.ufunc(self.send[start + lo:start + hi], result, out=result)
         for peer in range(2, size):
             self.op.reduce_into(result, self.staging[(rank + peer) % size][slot][lo:hi])
         self.op.finish(result, size)

@@ -12,7 +12,7 @@ from contextlib import contextmanager
 from mpi4py import MPI
 
 from ....engine.state import RunType
-from ....errors import OperationError
+from ....core.errors import OperationError
 from ..datatypes import mpi_datatype
 from .mpi_request import POINT_TO_POINT_TAG, MPIRequestState, spec
 

@@ -40,6 +40,12 @@ class ReductionOp(enum.Enum):
     def is_bitwise(self) -> bool:
         return self in _BITWISE
 
+    @property
+    def ufunc(self) -> np.ufunc:
+        """The numpy ufunc that combines two operands (``np.add`` for SUM and AVG: AVG
+        accumulates a sum and divides in ``finish``)."""
+        return _UFUNCS[self]
+
     def reduce_into(self, inout: np.ndarray, other: np.ndarray) -> None:
         """``inout = inout (op) other`` element-wise, in place (AVG accumulates a sum)."""
         _UFUNCS[self](inout, other, out=inout)
