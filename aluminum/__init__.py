@@ -11,7 +11,7 @@ from .bcast import bcast, nonblocking_bcast
 from .communicator import (Communicator, HostTransferCommunicator, MPICommunicator,
                            NCCLCommunicator)
 from .core.dtypes import bfloat16
-from .engine import Request, test_all, wait_all
+from .engine import Request, test_all, wait_all, wait_any
 from .core.errors import (AluminumError, ArgumentError, BufferError, CommunicatorError,
                      OperationError, TimeoutError, UnsupportedError)
 from .gather import gather, gatherv, nonblocking_gather, nonblocking_gatherv

@@ -12,16 +12,17 @@ from __future__ import annotations
 import os
 import threading
 import time
-from typing import TYPE_CHECKING, Iterable
+import warnings
+from typing import TYPE_CHECKING, Callable, Iterable
 
-from ..core.errors import OperationError
-from .completion import mark_done, wait_done
+from ..core.errors import ArgumentError, OperationError, TimeoutError
+from .completion import Completion, mark_done, wait_done
 
 if TYPE_CHECKING:
     from .progress import ProgressEngine
     from .state import State
 
-__all__ = ["Request", "test_all", "wait_all"]
+__all__ = ["Request", "test_all", "wait_all", "wait_any"]
 
 
 class Request:
@@ -42,6 +43,7 @@ class Request:
     _done = False
     _error: BaseException | None = None
     _event: threading.Event | None = None
+    _callbacks: list | None = None
 
     def __init__(self, state: State, engine: ProgressEngine, seq: int, key=None) -> None:
         self.state = state
@@ -106,16 +108,49 @@ class Request:
             self._raise_error()
         target.wait_event(event)
 
+    def add_done_callback(self, fn: Callable[[Request], object]) -> None:
+        """Call ``fn(request)`` once, when the operation completes or fails.
+
+        Runs on whichever thread observes completion: the engine thread, or a thread
+        driving the engine inside ``wait``/``test``; at once, on this thread, if the
+        request is already done.  Callbacks run in the order they were added.  A callback
+        must be quick and must not wait for another request (the thread running it may be
+        the one that would have to drive it); it may start new operations.  An exception
+        it raises is reported as a ``RuntimeWarning`` and does not affect the request.
+        """
+        callbacks = self.__dict__.setdefault("_callbacks", [])   # atomic under the GIL
+        callbacks.append(fn)
+        if self._done:
+            self._run_callbacks()
+
+    def _run_callbacks(self) -> None:
+        # pop(0) is atomic: when ``_finish`` and ``add_done_callback`` race to run them,
+        # each callback still runs exactly once.
+        callbacks = self._callbacks
+        while True:
+            try:
+                fn = callbacks.pop(0)
+            except IndexError:
+                return
+            try:
+                fn(self)
+            except Exception as exc:  # noqa: BLE001 - a user's callback must not kill a pass
+                warnings.warn(f"aluminum: a done callback of {self!r} raised "
+                              f"{type(exc).__name__}: {exc}", RuntimeWarning, stacklevel=2)
+
     def _finish(self, error: BaseException | None = None) -> bool:
         """Mark the request complete, failed with ``error`` if given; False if it already was.
 
         ``error`` is raised as is by ``wait``/``test``; states' own exceptions go through
-        ``_fail`` so that they arrive wrapped in ``al.OperationError``.
+        ``_fail`` so that they arrive wrapped in ``al.OperationError``.  Runs the done
+        callbacks.
         """
         if self._done:
             return False
         self._error = error
         mark_done(self)
+        if self._callbacks is not None:
+            self._run_callbacks()
         return True
 
     def _fail(self, cause: BaseException) -> bool:
@@ -154,6 +189,43 @@ def wait_all(requests: Iterable[Request], timeout: float | None = None) -> None:
     for request in requests:
         if request._error is not None:
             request._raise_error()
+
+
+def wait_any(requests: Iterable[Request], timeout: float | None = None) -> int:
+    """Block until at least one request has completed; return the index of one that has
+    (the lowest such index).  If that request failed, raise its error, as ``wait`` would.
+
+    ``timeout`` in seconds (``None``: ``AL_TIMEOUT`` if set, else forever); raises
+    ``al.TimeoutError`` if none completes in time.  Like ``MPI_Waitany``, the other
+    requests stay pending.
+    """
+    requests = list(requests)
+    if not requests:
+        raise ArgumentError("requests: expected at least one Request, got none")
+    for index, request in enumerate(requests):
+        if request.done:
+            request.wait()
+            return index
+    engine = requests[0]._engine
+    limit = engine.config.timeout_s if timeout is None else timeout
+    deadline = None if limit is None else time.monotonic() + limit
+    woken = Completion()
+    for request in requests:
+        request.add_done_callback(lambda _request: woken.set())
+    while True:
+        for index, request in enumerate(requests):
+            if request.done:
+                request.wait()
+                return index
+        remaining = None if deadline is None else deadline - time.monotonic()
+        if remaining is not None and remaining <= 0:
+            raise TimeoutError(f"wait_any: none of {len(requests)} requests "
+                               f"({', '.join(f'#{r.seq}' for r in requests)}) completed "
+                               f"within {limit:g} s; they are still pending")
+        engine.drive_until(woken.is_set, remaining)
+        # The engine thread drives when no caller does; states that progress alone (GPU
+        # work) are polled by ``done`` above, hence the bounded sleep.
+        woken.wait(1e-3 if remaining is None else min(remaining, 1e-3))
 
 
 def test_all(requests: Iterable[Request]) -> bool:
