@@ -3,26 +3,33 @@
 ``import aluminum as al``; see README.md for the API in brief and ../shared/DESIGN.md §3.
 """
 from .core import dtypes
-from .allgather import allgather, allgatherv, nonblocking_allgather, nonblocking_allgatherv
-from .allreduce import allreduce, nonblocking_allreduce
-from .alltoall import alltoall, alltoallv, nonblocking_alltoall, nonblocking_alltoallv
-from .barrier import barrier, nonblocking_barrier
-from .bcast import bcast, nonblocking_bcast
+from .allgather import (allgather, allgather_init, allgatherv, allgatherv_init,
+                        nonblocking_allgather, nonblocking_allgatherv)
+from .allreduce import allreduce, allreduce_init, nonblocking_allreduce
+from .alltoall import (alltoall, alltoall_init, alltoallv, alltoallv_init, nonblocking_alltoall,
+                       nonblocking_alltoallv)
+from .barrier import barrier, barrier_init, nonblocking_barrier
+from .bcast import bcast, bcast_init, nonblocking_bcast
 from .communicator import (Communicator, HostTransferCommunicator, MPICommunicator,
                            NCCLCommunicator)
 from .core.dtypes import bfloat16
 from .engine import Request, test_all, wait_all, wait_any
 from .core.errors import (AluminumError, ArgumentError, BufferError, CommunicatorError,
                      OperationError, TimeoutError, UnsupportedError)
-from .gather import gather, gatherv, nonblocking_gather, nonblocking_gatherv
-from .pt2pt import (multisendrecv, nonblocking_multisendrecv, nonblocking_recv,
-                    nonblocking_send, nonblocking_sendrecv, recv, send, sendrecv)
-from .reduce import nonblocking_reduce, reduce
+from .gather import (gather, gather_init, gatherv, gatherv_init, nonblocking_gather,
+                     nonblocking_gatherv)
+from .plan import Plan
+from .pt2pt import (multisendrecv, multisendrecv_init, nonblocking_multisendrecv,
+                    nonblocking_recv, nonblocking_send, nonblocking_sendrecv, recv, recv_init,
+                    send, send_init, sendrecv, sendrecv_init)
+from .reduce import nonblocking_reduce, reduce, reduce_init
 from .reduce_scatter import (nonblocking_reduce_scatter, nonblocking_reduce_scatterv,
-                             reduce_scatter, reduce_scatterv)
+                             reduce_scatter, reduce_scatter_init, reduce_scatterv,
+                             reduce_scatterv_init)
 from .core.reduction import ReductionOp
 from .runtime import finalize, init, initialized
-from .scatter import nonblocking_scatter, nonblocking_scatterv, scatter, scatterv
+from .scatter import (nonblocking_scatter, nonblocking_scatterv, scatter, scatter_init,
+                      scatterv, scatterv_init)
 from .shared import shared_empty
 
 SUM, PROD, MIN, MAX = ReductionOp.SUM, ReductionOp.PROD, ReductionOp.MIN, ReductionOp.MAX

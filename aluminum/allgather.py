@@ -1,12 +1,13 @@
 """Allgather: every rank gets every rank's buffer, concatenated in rank order."""
 from __future__ import annotations
 
-from . import dispatch, selector
+from .plan import Plan
 from .validate import (block_count, check_comm, check_stream, counts_arg, disjoint_layout,
                        displs_arg, expect_at_least, expect_count, in_place_or_pair,
                        layout_extent)
 
-__all__ = ["allgather", "nonblocking_allgather", "allgatherv", "nonblocking_allgatherv"]
+__all__ = ["allgather", "nonblocking_allgather", "allgatherv", "nonblocking_allgatherv",
+           "allgather_init", "allgatherv_init"]
 
 
 def allgather(buf, comm, stream=None, *, recvbuf=None, algo: str = "automatic") -> None:
@@ -19,13 +20,19 @@ def allgather(buf, comm, stream=None, *, recvbuf=None, algo: str = "automatic") 
     Blocking: returns when the result is in place; on stream-bound backends, once the work
     is enqueued on ``stream``.
     """
-    _allgather(True, buf, comm, stream, recvbuf, algo)
+    _allgather(buf, comm, stream, recvbuf, algo).run()
 
 
 def nonblocking_allgather(buf, comm, stream=None, *, recvbuf=None, algo: str = "automatic"):
     """Start ``allgather`` and return a ``Request``; buffers must not be touched until it
     completes."""
-    return _allgather(False, buf, comm, stream, recvbuf, algo)
+    return _allgather(buf, comm, stream, recvbuf, algo).start()
+
+
+def allgather_init(buf, comm, stream=None, *, recvbuf=None, algo: str = "automatic") -> Plan:
+    """Validate ``allgather`` once; return its persistent ``Plan`` (``start()`` runs
+    it nonblocking, ``run()`` blocking, always on the buffers given here)."""
+    return _allgather(buf, comm, stream, recvbuf, algo).prepare()
 
 
 def allgatherv(buf, counts, displs, comm, stream=None, *, recvbuf=None,
@@ -40,16 +47,23 @@ def allgatherv(buf, counts, displs, comm, stream=None, *, recvbuf=None,
     place ``buf`` is the result buffer and this rank's contribution is read from its own
     block at ``displs[rank]``.  Blocking as ``allgather``.
     """
-    _allgatherv(True, buf, counts, displs, comm, stream, recvbuf, algo)
+    _allgatherv(buf, counts, displs, comm, stream, recvbuf, algo).run()
 
 
 def nonblocking_allgatherv(buf, counts, displs, comm, stream=None, *, recvbuf=None,
                            algo: str = "automatic"):
     """Start ``allgatherv`` and return a ``Request``."""
-    return _allgatherv(False, buf, counts, displs, comm, stream, recvbuf, algo)
+    return _allgatherv(buf, counts, displs, comm, stream, recvbuf, algo).start()
 
 
-def _allgather(blocking, buf, comm, stream, recvbuf, algo):
+def allgatherv_init(buf, counts, displs, comm, stream=None, *, recvbuf=None,
+               algo: str = "automatic") -> Plan:
+    """Validate ``allgatherv`` once; return its persistent ``Plan`` (``start()`` runs
+    it nonblocking, ``run()`` blocking, always on the buffers given here)."""
+    return _allgatherv(buf, counts, displs, comm, stream, recvbuf, algo).prepare()
+
+
+def _allgather(buf, comm, stream, recvbuf, algo):
     comm = check_comm(comm)
     sendbuf, recvbuf = in_place_or_pair(buf, recvbuf, comm)
     if sendbuf is recvbuf:
@@ -57,13 +71,10 @@ def _allgather(blocking, buf, comm, stream, recvbuf, algo):
     else:
         expect_count(recvbuf, comm.size * sendbuf.count, sendbuf.dtype, "recvbuf")
     stream = check_stream(stream, comm)
-    state_class = selector.choose(comm, "allgather", algo, recvbuf.nbytes,
-                                           nonblocking=not blocking)
-    return dispatch.run(comm, "allgather", state_class, recvbuf.nbytes, blocking,
-                        (stream, sendbuf, recvbuf))
+    return Plan(comm, "allgather", algo, recvbuf.nbytes, (stream, sendbuf, recvbuf))
 
 
-def _allgatherv(blocking, buf, counts, displs, comm, stream, recvbuf, algo):
+def _allgatherv(buf, counts, displs, comm, stream, recvbuf, algo):
     comm = check_comm(comm)
     counts = counts_arg(counts, comm, "counts")
     displs = displs_arg(displs, counts, comm, "displs")
@@ -75,7 +86,5 @@ def _allgatherv(blocking, buf, counts, displs, comm, stream, recvbuf, algo):
         expect_count(sendbuf, counts[comm.rank], sendbuf.dtype, "buf")
         expect_at_least(recvbuf, layout_extent(counts, displs), sendbuf.dtype, "recvbuf")
     stream = check_stream(stream, comm)
-    state_class = selector.choose(comm, "allgatherv", algo, recvbuf.nbytes,
-                                           nonblocking=not blocking)
-    return dispatch.run(comm, "allgatherv", state_class, recvbuf.nbytes, blocking,
-                        (stream, sendbuf, recvbuf, counts, displs))
+    return Plan(comm, "allgatherv", algo, recvbuf.nbytes,
+                (stream, sendbuf, recvbuf, counts, displs))

@@ -5,14 +5,15 @@ import weakref
 
 import numpy as np
 
-from . import dispatch, selector
+from . import dispatch
 from .core import trace
 from .core.buffers import array_or_tensor, contiguous_host_buffer, torch_host_views
 from .core.reduction import ReductionOp
+from .plan import Plan
 from .validate import (check_comm, check_stream, expect_count, input_buffer, output_buffer,
                        reduction_op, same_or_disjoint)
 
-__all__ = ["allreduce", "nonblocking_allreduce"]
+__all__ = ["allreduce", "nonblocking_allreduce", "allreduce_init"]
 
 # (backend, comm size, dtype, count, op, algo, in place, blocking) -> (State class,
 # ReductionOp, array runner or None, array state maker or None) for calls on numpy arrays (or
@@ -51,7 +52,7 @@ def allreduce(buf, comm, stream=None, *, op=ReductionOp.SUM, recvbuf=None,
                 send, recv = _buffers(buf, None if recvbuf is buf else recvbuf)
                 plan[0].run_blocking(comm, None, send, recv, plan[1])
             return
-    _allreduce(True, buf, comm, stream, op, recvbuf, algo)
+    _allreduce(True, buf, comm, stream, op, recvbuf, algo).run()
 
 
 def nonblocking_allreduce(buf, comm, stream=None, *, op=ReductionOp.SUM, recvbuf=None,
@@ -67,7 +68,16 @@ def nonblocking_allreduce(buf, comm, stream=None, *, op=ReductionOp.SUM, recvbuf
                 return dispatch.submit(plan[3](comm, buf, recvbuf))
             send, recv = _buffers(buf, None if recvbuf is buf else recvbuf)
             return dispatch.submit(plan[0](comm, None, send, recv, plan[1]))
-    return _allreduce(False, buf, comm, stream, op, recvbuf, algo)
+    return _allreduce(False, buf, comm, stream, op, recvbuf, algo).start()
+
+
+def allreduce_init(buf, comm, stream=None, *, op=ReductionOp.SUM, recvbuf=None,
+                   algo: str = "automatic") -> Plan:
+    """Validate ``allreduce`` once; return its persistent ``Plan`` (``start()`` runs it
+    nonblocking, ``run()`` blocking, always on the buffers given here).  On the MPI backend
+    the library's own algorithm runs as an MPI-4 persistent collective
+    (``MPI_Allreduce_init``), the fastest way to repeat a small allreduce."""
+    return _allreduce(None, buf, comm, stream, op, recvbuf, algo).prepare()
 
 
 def _repeat_call(blocking, buf, recvbuf, comm, op, algo):
@@ -158,7 +168,9 @@ def _buffers(buf, recvbuf):
     return send, recv
 
 
-def _allreduce(blocking, buf, comm, stream, op, recvbuf, algo):
+def _allreduce(blocking, buf, comm, stream, op, recvbuf, algo) -> Plan:
+    """The validated Plan of a call (``blocking`` None: a persistent plan); remembers, for
+    calls on arrays, what ``_repeat_plan`` needs to skip validation next time."""
     comm = check_comm(comm)
     raw_op, inplace = op, recvbuf is None
     if inplace:
@@ -171,16 +183,17 @@ def _allreduce(blocking, buf, comm, stream, op, recvbuf, algo):
             sendbuf = recvbuf
     op = reduction_op(op, sendbuf.dtype)
     stream = check_stream(stream, comm)
-    state_class = selector.choose(comm, "allreduce", algo, recvbuf.nbytes,
-                                           sendbuf is recvbuf, not blocking)
-    if stream is None and array_or_tensor(buf) and array_or_tensor(recvbuf.obj) \
-            and not trace.ENABLED and not dispatch.checks_enabled():
+    plan = Plan(comm, "allreduce", algo, recvbuf.nbytes, (stream, sendbuf, recvbuf, op),
+                inplace=sendbuf is recvbuf)
+    if blocking is not None and stream is None and array_or_tensor(buf) \
+            and array_or_tensor(recvbuf.obj) and not trace.ENABLED \
+            and not dispatch.checks_enabled():
+        state_class = plan.state_class(not blocking)
         # Keyed as _repeat_plan looks up: by the numpy array (or tensor view) dtype and size.
         dispatch.remember(_plans, (comm.backend, comm.size, recvbuf.dtype, recvbuf.count,
                                    raw_op, algo, sendbuf is recvbuf, blocking),
                           (state_class, op, *_array_plans(state_class, op, sendbuf.dtype)))
-    return dispatch.run(comm, "allreduce", state_class, recvbuf.nbytes, blocking,
-                        (stream, sendbuf, recvbuf, op))
+    return plan
 
 
 def _array_plans(state_class, op, dtype):

@@ -1,13 +1,14 @@
 """All-to-all: block ``j`` of rank ``i``'s buffer goes to block ``i`` of rank ``j``'s result."""
 from __future__ import annotations
 
-from . import dispatch, selector
+from .plan import Plan
 from .core.errors import ArgumentError
 from .validate import (block_count, check_comm, check_stream, counts_arg, disjoint_layout,
                        displs_arg, expect_at_least, expect_count, in_place_or_pair,
                        layout_extent)
 
-__all__ = ["alltoall", "nonblocking_alltoall", "alltoallv", "nonblocking_alltoallv"]
+__all__ = ["alltoall", "nonblocking_alltoall", "alltoallv", "nonblocking_alltoallv",
+           "alltoall_init", "alltoallv_init"]
 
 
 def alltoall(buf, comm, stream=None, *, recvbuf=None, algo: str = "automatic") -> None:
@@ -19,13 +20,19 @@ def alltoall(buf, comm, stream=None, *, recvbuf=None, algo: str = "automatic") -
     them.  Blocking: returns when the result is in place; on stream-bound backends, once the
     work is enqueued on ``stream``.
     """
-    _alltoall(True, buf, comm, stream, recvbuf, algo)
+    _alltoall(buf, comm, stream, recvbuf, algo).run()
 
 
 def nonblocking_alltoall(buf, comm, stream=None, *, recvbuf=None, algo: str = "automatic"):
     """Start ``alltoall`` and return a ``Request``; buffers must not be touched until it
     completes."""
-    return _alltoall(False, buf, comm, stream, recvbuf, algo)
+    return _alltoall(buf, comm, stream, recvbuf, algo).start()
+
+
+def alltoall_init(buf, comm, stream=None, *, recvbuf=None, algo: str = "automatic") -> Plan:
+    """Validate ``alltoall`` once; return its persistent ``Plan`` (``start()`` runs
+    it nonblocking, ``run()`` blocking, always on the buffers given here)."""
+    return _alltoall(buf, comm, stream, recvbuf, algo).prepare()
 
 
 def alltoallv(buf, send_counts, send_displs, recv_counts, recv_displs, comm, stream=None, *,
@@ -42,30 +49,36 @@ def alltoallv(buf, send_counts, send_displs, recv_counts, recv_displs, comm, str
     from and replaced in ``buf``, so the send layout must equal the receive layout.
     Blocking as ``alltoall``.
     """
-    _alltoallv(True, buf, send_counts, send_displs, recv_counts, recv_displs, comm, stream,
-               recvbuf, algo)
+    _alltoallv(buf, send_counts, send_displs, recv_counts, recv_displs, comm, stream,
+               recvbuf, algo).run()
 
 
 def nonblocking_alltoallv(buf, send_counts, send_displs, recv_counts, recv_displs, comm,
                           stream=None, *, recvbuf=None, algo: str = "automatic"):
     """Start ``alltoallv`` and return a ``Request``."""
-    return _alltoallv(False, buf, send_counts, send_displs, recv_counts, recv_displs, comm,
-                      stream, recvbuf, algo)
+    return _alltoallv(buf, send_counts, send_displs, recv_counts, recv_displs, comm,
+                      stream, recvbuf, algo).start()
 
 
-def _alltoall(blocking, buf, comm, stream, recvbuf, algo):
+def alltoallv_init(buf, send_counts, send_displs, recv_counts, recv_displs, comm, stream=None, *,
+              recvbuf=None, algo: str = "automatic") -> Plan:
+    """Validate ``alltoallv`` once; return its persistent ``Plan`` (``start()`` runs
+    it nonblocking, ``run()`` blocking, always on the buffers given here)."""
+    return _alltoallv(buf, send_counts, send_displs, recv_counts, recv_displs, comm, stream,
+               recvbuf, algo).prepare()
+
+
+def _alltoall(buf, comm, stream, recvbuf, algo):
     comm = check_comm(comm)
     sendbuf, recvbuf = in_place_or_pair(buf, recvbuf, comm)
     block_count(sendbuf, comm, "buf")
     if sendbuf is not recvbuf:
         expect_count(recvbuf, sendbuf.count, sendbuf.dtype, "recvbuf")
     stream = check_stream(stream, comm)
-    state_class = selector.choose(comm, "alltoall", algo, recvbuf.nbytes)
-    return dispatch.run(comm, "alltoall", state_class, recvbuf.nbytes, blocking,
-                        (stream, sendbuf, recvbuf))
+    return Plan(comm, "alltoall", algo, recvbuf.nbytes, (stream, sendbuf, recvbuf))
 
 
-def _alltoallv(blocking, buf, send_counts, send_displs, recv_counts, recv_displs, comm,
+def _alltoallv(buf, send_counts, send_displs, recv_counts, recv_displs, comm,
                stream, recvbuf, algo):
     comm = check_comm(comm)
     send_counts = counts_arg(send_counts, comm, "send_counts")
@@ -86,7 +99,5 @@ def _alltoallv(blocking, buf, send_counts, send_displs, recv_counts, recv_displs
     expect_at_least(recvbuf, layout_extent(recv_counts, recv_displs), sendbuf.dtype,
                     "buf" if sendbuf is recvbuf else "recvbuf")
     stream = check_stream(stream, comm)
-    state_class = selector.choose(comm, "alltoallv", algo, recvbuf.nbytes)
-    return dispatch.run(comm, "alltoallv", state_class, recvbuf.nbytes, blocking,
-                        (stream, sendbuf, recvbuf, send_counts, send_displs, recv_counts,
-                         recv_displs))
+    return Plan(comm, "alltoallv", algo, recvbuf.nbytes,
+                (stream, sendbuf, recvbuf, send_counts, send_displs, recv_counts, recv_displs))

@@ -1,10 +1,10 @@
 """Barrier: no rank leaves until every rank of the communicator has entered."""
 from __future__ import annotations
 
-from . import dispatch, selector
+from .plan import Plan
 from .validate import check_comm, check_stream
 
-__all__ = ["barrier", "nonblocking_barrier"]
+__all__ = ["barrier", "nonblocking_barrier", "barrier_init"]
 
 
 def barrier(comm, stream=None, *, algo: str = "automatic") -> None:
@@ -13,16 +13,21 @@ def barrier(comm, stream=None, *, algo: str = "automatic") -> None:
     On the MPI backend the call blocks the host; on stream-bound backends it is enqueued on
     ``stream`` (default: the communicator's) and orders that stream's later work after it.
     """
-    _barrier(True, comm, stream, algo)
+    _barrier(comm, stream, algo).run()
 
 
 def nonblocking_barrier(comm, stream=None, *, algo: str = "automatic"):
     """Enter the barrier and return a ``Request`` that completes once every rank entered."""
-    return _barrier(False, comm, stream, algo)
+    return _barrier(comm, stream, algo).start()
 
 
-def _barrier(blocking, comm, stream, algo):
+def barrier_init(comm, stream=None, *, algo: str = "automatic") -> Plan:
+    """Validate ``barrier`` once; return its persistent ``Plan`` (``start()`` runs
+    it nonblocking, ``run()`` blocking, always on the buffers given here)."""
+    return _barrier(comm, stream, algo).prepare()
+
+
+def _barrier(comm, stream, algo):
     comm = check_comm(comm)
     stream = check_stream(stream, comm)
-    state_class = selector.choose(comm, "barrier", algo, 0)
-    return dispatch.run(comm, "barrier", state_class, 0, blocking, (stream,))
+    return Plan(comm, "barrier", algo, 0, (stream,))

@@ -1,10 +1,10 @@
 """Broadcast: every rank's buffer gets a copy of the root's."""
 from __future__ import annotations
 
-from . import dispatch, selector
+from .plan import Plan
 from .validate import check_comm, check_stream, input_buffer, output_buffer, rank_in_range
 
-__all__ = ["bcast", "nonblocking_bcast"]
+__all__ = ["bcast", "nonblocking_bcast", "bcast_init"]
 
 
 def bcast(buf, comm, stream=None, *, root: int = 0, algo: str = "automatic") -> None:
@@ -14,20 +14,25 @@ def bcast(buf, comm, stream=None, *, root: int = 0, algo: str = "automatic") -> 
     may be read-only), every other rank's is overwritten.  Blocking: returns when this
     rank's part is done; on stream-bound backends, once the work is enqueued on ``stream``.
     """
-    _bcast(True, buf, comm, stream, root, algo)
+    _bcast(buf, comm, stream, root, algo).run()
 
 
 def nonblocking_bcast(buf, comm, stream=None, *, root: int = 0, algo: str = "automatic"):
     """Start ``bcast`` and return a ``Request``; ``buf`` must not be touched until it
     completes."""
-    return _bcast(False, buf, comm, stream, root, algo)
+    return _bcast(buf, comm, stream, root, algo).start()
 
 
-def _bcast(blocking, buf, comm, stream, root, algo):
+def bcast_init(buf, comm, stream=None, *, root: int = 0, algo: str = "automatic") -> Plan:
+    """Validate ``bcast`` once; return its persistent ``Plan`` (``start()`` runs
+    it nonblocking, ``run()`` blocking, always on the buffers given here)."""
+    return _bcast(buf, comm, stream, root, algo).prepare()
+
+
+def _bcast(buf, comm, stream, root, algo):
     comm = check_comm(comm)
     root = rank_in_range(root, comm, "root")
     check = input_buffer if comm.rank == root else output_buffer
     buf = check(buf, comm, "buf")
     stream = check_stream(stream, comm)
-    state_class = selector.choose(comm, "bcast", algo, buf.nbytes)
-    return dispatch.run(comm, "bcast", state_class, buf.nbytes, blocking, (stream, buf, root))
+    return Plan(comm, "bcast", algo, buf.nbytes, (stream, buf, root))

@@ -10,7 +10,7 @@ from __future__ import annotations
 import itertools
 
 from . import runtime, watchdog
-from .core.errors import CommunicatorError
+from .core.errors import ArgumentError, CommunicatorError
 
 # Tags cycle below the MPI-guaranteed minimum of MPI_TAG_UB (32767); tag 0 is left for
 # Aluminum-style untagged point-to-point.
@@ -96,6 +96,29 @@ class Communicator:
     def copy(self, stream=None) -> "Communicator":
         """A communicator over the same group bound to ``stream``."""
         return type(self)(self.mpi_comm, stream=stream)
+
+    def split(self, color: int | None, key: int = 0) -> "Communicator | None":
+        """Split into sub-communicators of the same backend (``MPI_Comm_split``); collective.
+
+        Ranks passing the same ``color`` (an int >= 0) form one communicator, ranked by
+        ``key``, ties broken by rank in this one; ``color=None`` (``MPI_UNDEFINED``) takes
+        part without joining any and returns None.  A GPU backend's sub-communicator binds
+        that backend's default stream and bootstraps over the split MPI communicator (the
+        NCCL unique id goes over it).
+        """
+        from mpi4py import MPI
+
+        if color is not None and (type(color) is not int or color < 0):
+            raise ArgumentError(f"color: expected an int >= 0 or None, got {color!r}")
+        if type(key) is not int:
+            raise ArgumentError(f"key: expected an int, got {key!r}")
+        part = self.mpi_comm.Split(MPI.UNDEFINED if color is None else color, key)
+        if part == MPI.COMM_NULL:
+            return None
+        try:
+            return type(self)(part)
+        finally:
+            part.Free()   # the new communicator keeps its own duplicate
 
     def free(self) -> None:
         """Release the MPI resources (idempotent).  Later calls raise ``CommunicatorError``."""

@@ -1,12 +1,13 @@
 """Gather: the root gets every rank's buffer, concatenated in rank order."""
 from __future__ import annotations
 
-from . import dispatch, selector
+from .plan import Plan
 from .validate import (block_count, check_comm, check_stream, counts_arg, disjoint_layout,
                        displs_arg, expect_at_least, expect_count, in_place_or_pair,
                        input_buffer, layout_extent, rank_in_range)
 
-__all__ = ["gather", "nonblocking_gather", "gatherv", "nonblocking_gatherv"]
+__all__ = ["gather", "nonblocking_gather", "gatherv", "nonblocking_gatherv", "gather_init",
+           "gatherv_init"]
 
 
 def gather(buf, comm, stream=None, *, root: int = 0, recvbuf=None,
@@ -21,14 +22,21 @@ def gather(buf, comm, stream=None, *, root: int = 0, recvbuf=None,
     Blocking: returns when this rank's part is done; on stream-bound backends, once the
     work is enqueued on ``stream``.
     """
-    _gather(True, buf, comm, stream, root, recvbuf, algo)
+    _gather(buf, comm, stream, root, recvbuf, algo).run()
 
 
 def nonblocking_gather(buf, comm, stream=None, *, root: int = 0, recvbuf=None,
                        algo: str = "automatic"):
     """Start ``gather`` and return a ``Request``; buffers must not be touched until it
     completes."""
-    return _gather(False, buf, comm, stream, root, recvbuf, algo)
+    return _gather(buf, comm, stream, root, recvbuf, algo).start()
+
+
+def gather_init(buf, comm, stream=None, *, root: int = 0, recvbuf=None,
+           algo: str = "automatic") -> Plan:
+    """Validate ``gather`` once; return its persistent ``Plan`` (``start()`` runs
+    it nonblocking, ``run()`` blocking, always on the buffers given here)."""
+    return _gather(buf, comm, stream, root, recvbuf, algo).prepare()
 
 
 def gatherv(buf, counts, displs, comm, stream=None, *, root: int = 0, recvbuf=None,
@@ -44,16 +52,23 @@ def gatherv(buf, counts, displs, comm, stream=None, *, root: int = 0, recvbuf=No
     root's ``recvbuf`` holds at least that many; elements outside the blocks are left
     untouched.  ``recvbuf`` is ignored on non-root ranks.  Blocking as ``gather``.
     """
-    _gatherv(True, buf, counts, displs, comm, stream, root, recvbuf, algo)
+    _gatherv(buf, counts, displs, comm, stream, root, recvbuf, algo).run()
 
 
 def nonblocking_gatherv(buf, counts, displs, comm, stream=None, *, root: int = 0,
                         recvbuf=None, algo: str = "automatic"):
     """Start ``gatherv`` and return a ``Request``."""
-    return _gatherv(False, buf, counts, displs, comm, stream, root, recvbuf, algo)
+    return _gatherv(buf, counts, displs, comm, stream, root, recvbuf, algo).start()
 
 
-def _gather(blocking, buf, comm, stream, root, recvbuf, algo):
+def gatherv_init(buf, counts, displs, comm, stream=None, *, root: int = 0, recvbuf=None,
+            algo: str = "automatic") -> Plan:
+    """Validate ``gatherv`` once; return its persistent ``Plan`` (``start()`` runs
+    it nonblocking, ``run()`` blocking, always on the buffers given here)."""
+    return _gatherv(buf, counts, displs, comm, stream, root, recvbuf, algo).prepare()
+
+
+def _gather(buf, comm, stream, root, recvbuf, algo):
     comm = check_comm(comm)
     root = rank_in_range(root, comm, "root")
     if comm.rank != root:
@@ -65,12 +80,10 @@ def _gather(blocking, buf, comm, stream, root, recvbuf, algo):
         else:
             expect_count(recvbuf, comm.size * sendbuf.count, sendbuf.dtype, "recvbuf")
     stream = check_stream(stream, comm)
-    state_class = selector.choose(comm, "gather", algo, sendbuf.nbytes)
-    return dispatch.run(comm, "gather", state_class, sendbuf.nbytes, blocking,
-                        (stream, sendbuf, recvbuf, root))
+    return Plan(comm, "gather", algo, sendbuf.nbytes, (stream, sendbuf, recvbuf, root))
 
 
-def _gatherv(blocking, buf, counts, displs, comm, stream, root, recvbuf, algo):
+def _gatherv(buf, counts, displs, comm, stream, root, recvbuf, algo):
     comm = check_comm(comm)
     root = rank_in_range(root, comm, "root")
     counts = counts_arg(counts, comm, "counts")
@@ -86,6 +99,5 @@ def _gatherv(blocking, buf, counts, displs, comm, stream, root, recvbuf, algo):
         expect_at_least(recvbuf, layout_extent(counts, displs), sendbuf.dtype,
                         "buf" if sendbuf is recvbuf else "recvbuf")
     stream = check_stream(stream, comm)
-    state_class = selector.choose(comm, "gatherv", algo, sendbuf.nbytes)
-    return dispatch.run(comm, "gatherv", state_class, sendbuf.nbytes, blocking,
-                        (stream, sendbuf, recvbuf, counts, displs, root))
+    return Plan(comm, "gatherv", algo, sendbuf.nbytes,
+                (stream, sendbuf, recvbuf, counts, displs, root))

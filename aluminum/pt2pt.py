@@ -7,13 +7,14 @@ posted sends never starve the receives they wait for.
 """
 from __future__ import annotations
 
-from . import dispatch, selector
+from .plan import Plan
 from .core.errors import ArgumentError
 from .validate import (check_comm, check_stream, disjoint_buffers, expect_dtype, input_buffer,
                        output_buffer, rank_in_range, same_or_disjoint)
 
 __all__ = ["send", "nonblocking_send", "recv", "nonblocking_recv", "sendrecv",
-           "nonblocking_sendrecv", "multisendrecv", "nonblocking_multisendrecv"]
+           "nonblocking_sendrecv", "multisendrecv", "nonblocking_multisendrecv", "send_init",
+           "recv_init", "sendrecv_init", "multisendrecv_init"]
 
 
 def send(buf, dest: int, comm, stream=None, *, algo: str = "automatic") -> None:
@@ -23,24 +24,36 @@ def send(buf, dest: int, comm, stream=None, *, algo: str = "automatic") -> None:
     means once ``dest`` has posted the receive.  Use ``nonblocking_send`` (or ``sendrecv``)
     where two ranks send to each other.  Stream-bound backends enqueue on ``stream``.
     """
-    _send(True, buf, dest, comm, stream, algo)
+    _send(buf, dest, comm, stream, algo).run()
 
 
 def nonblocking_send(buf, dest: int, comm, stream=None, *, algo: str = "automatic"):
     """Start ``send`` and return a ``Request``; ``buf`` must not be touched until it
     completes."""
-    return _send(False, buf, dest, comm, stream, algo)
+    return _send(buf, dest, comm, stream, algo).start()
+
+
+def send_init(buf, dest: int, comm, stream=None, *, algo: str = "automatic") -> Plan:
+    """Validate ``send`` once; return its persistent ``Plan`` (``start()`` runs
+    it nonblocking, ``run()`` blocking, always on the buffers given here)."""
+    return _send(buf, dest, comm, stream, algo).prepare()
 
 
 def recv(buf, src: int, comm, stream=None, *, algo: str = "automatic") -> None:
     """Receive into ``buf`` the next message from rank ``src``, which must hold exactly
     ``buf``'s count (else ``al.OperationError``).  Blocking: returns when it has landed."""
-    _recv(True, buf, src, comm, stream, algo)
+    _recv(buf, src, comm, stream, algo).run()
 
 
 def nonblocking_recv(buf, src: int, comm, stream=None, *, algo: str = "automatic"):
     """Start ``recv`` and return a ``Request``."""
-    return _recv(False, buf, src, comm, stream, algo)
+    return _recv(buf, src, comm, stream, algo).start()
+
+
+def recv_init(buf, src: int, comm, stream=None, *, algo: str = "automatic") -> Plan:
+    """Validate ``recv`` once; return its persistent ``Plan`` (``start()`` runs
+    it nonblocking, ``run()`` blocking, always on the buffers given here)."""
+    return _recv(buf, src, comm, stream, algo).prepare()
 
 
 def sendrecv(sendbuf, dest: int, recvbuf, src: int, comm, stream=None, *,
@@ -52,13 +65,20 @@ def sendrecv(sendbuf, dest: int, recvbuf, src: int, comm, stream=None, *,
     must be disjoint and of one dtype; counts may differ.  Blocking: returns when both are
     done.
     """
-    _sendrecv(True, sendbuf, dest, recvbuf, src, comm, stream, algo)
+    _sendrecv(sendbuf, dest, recvbuf, src, comm, stream, algo).run()
 
 
 def nonblocking_sendrecv(sendbuf, dest: int, recvbuf, src: int, comm, stream=None, *,
                          algo: str = "automatic"):
     """Start ``sendrecv`` and return a ``Request``."""
-    return _sendrecv(False, sendbuf, dest, recvbuf, src, comm, stream, algo)
+    return _sendrecv(sendbuf, dest, recvbuf, src, comm, stream, algo).start()
+
+
+def sendrecv_init(sendbuf, dest: int, recvbuf, src: int, comm, stream=None, *,
+             algo: str = "automatic") -> Plan:
+    """Validate ``sendrecv`` once; return its persistent ``Plan`` (``start()`` runs
+    it nonblocking, ``run()`` blocking, always on the buffers given here)."""
+    return _sendrecv(sendbuf, dest, recvbuf, src, comm, stream, algo).prepare()
 
 
 def multisendrecv(sends, recvs, comm, stream=None, *, algo: str = "automatic") -> None:
@@ -69,31 +89,37 @@ def multisendrecv(sends, recvs, comm, stream=None, *, algo: str = "automatic") -
     and from the send buffers (send buffers may be shared).  Blocking: returns when all are
     done.
     """
-    _multisendrecv(True, sends, recvs, comm, stream, algo)
+    _multisendrecv(sends, recvs, comm, stream, algo).run()
 
 
 def nonblocking_multisendrecv(sends, recvs, comm, stream=None, *, algo: str = "automatic"):
     """Start ``multisendrecv`` and return a ``Request``."""
-    return _multisendrecv(False, sends, recvs, comm, stream, algo)
+    return _multisendrecv(sends, recvs, comm, stream, algo).start()
 
 
-def _send(blocking, buf, dest, comm, stream, algo):
+def multisendrecv_init(sends, recvs, comm, stream=None, *, algo: str = "automatic") -> Plan:
+    """Validate ``multisendrecv`` once; return its persistent ``Plan`` (``start()`` runs
+    it nonblocking, ``run()`` blocking, always on the buffers given here)."""
+    return _multisendrecv(sends, recvs, comm, stream, algo).prepare()
+
+
+def _send(buf, dest, comm, stream, algo):
     comm = check_comm(comm)
     dest = rank_in_range(dest, comm, "dest")
     buf = input_buffer(buf, comm, "buf")
     stream = check_stream(stream, comm)
-    return _run(comm, "send", algo, buf.nbytes, blocking, (stream, buf, dest))
+    return Plan(comm, "send", algo, buf.nbytes, (stream, buf, dest))
 
 
-def _recv(blocking, buf, src, comm, stream, algo):
+def _recv(buf, src, comm, stream, algo):
     comm = check_comm(comm)
     src = rank_in_range(src, comm, "src")
     buf = output_buffer(buf, comm, "buf")
     stream = check_stream(stream, comm)
-    return _run(comm, "recv", algo, buf.nbytes, blocking, (stream, buf, src))
+    return Plan(comm, "recv", algo, buf.nbytes, (stream, buf, src))
 
 
-def _sendrecv(blocking, sendbuf, dest, recvbuf, src, comm, stream, algo):
+def _sendrecv(sendbuf, dest, recvbuf, src, comm, stream, algo):
     comm = check_comm(comm)
     dest = rank_in_range(dest, comm, "dest")
     src = rank_in_range(src, comm, "src")
@@ -102,18 +128,18 @@ def _sendrecv(blocking, sendbuf, dest, recvbuf, src, comm, stream, algo):
     expect_dtype(recv_buffer, send_buffer.dtype, "recvbuf")
     if same_or_disjoint(send_buffer, recv_buffer, "sendbuf", "recvbuf"):
         send_buffer = recv_buffer
-    return _run(comm, "sendrecv", algo, send_buffer.nbytes + recv_buffer.nbytes, blocking,
+    return Plan(comm, "sendrecv", algo, send_buffer.nbytes + recv_buffer.nbytes,
                 (check_stream(stream, comm), send_buffer, dest, recv_buffer, src))
 
 
-def _multisendrecv(blocking, sends, recvs, comm, stream, algo):
+def _multisendrecv(sends, recvs, comm, stream, algo):
     comm = check_comm(comm)
     sends = _peer_buffers(sends, comm, "sends", input_buffer, "dest")
     recvs = _peer_buffers(recvs, comm, "recvs", output_buffer, "src")
     disjoint_buffers([(f"recvs[{i}]", b) for i, (b, _) in enumerate(recvs)],
                      [(f"sends[{i}]", b) for i, (b, _) in enumerate(sends)])
     nbytes = sum(b.nbytes for b, _ in sends) + sum(b.nbytes for b, _ in recvs)
-    return _run(comm, "multisendrecv", algo, nbytes, blocking,
+    return Plan(comm, "multisendrecv", algo, nbytes,
                 (check_stream(stream, comm), sends, recvs))
 
 
@@ -133,7 +159,3 @@ def _peer_buffers(pairs, comm, name, check, peer_name):
                        rank_in_range(pair[1], comm, f"{name}[{i}] {peer_name}")))
     return result
 
-
-def _run(comm, op, algo, nbytes, blocking, args):
-    state_class = selector.choose(comm, op, algo, nbytes)
-    return dispatch.run(comm, op, state_class, nbytes, blocking, args)

@@ -1,12 +1,12 @@
 """Reduce: the root gets the element-wise reduction of every rank's buffer."""
 from __future__ import annotations
 
-from . import dispatch, selector
+from .plan import Plan
 from .core.reduction import ReductionOp
 from .validate import (check_comm, check_stream, expect_count, in_place_or_pair, input_buffer,
                        rank_in_range, reduction_op)
 
-__all__ = ["reduce", "nonblocking_reduce"]
+__all__ = ["reduce", "nonblocking_reduce", "reduce_init"]
 
 
 def reduce(buf, comm, stream=None, *, root: int = 0, op=ReductionOp.SUM, recvbuf=None,
@@ -19,17 +19,24 @@ def reduce(buf, comm, stream=None, *, root: int = 0, op=ReductionOp.SUM, recvbuf
     Blocking: returns when the result is at the root (this rank's part is done elsewhere);
     on stream-bound backends, once the work is enqueued on ``stream``.
     """
-    _reduce(True, buf, comm, stream, root, op, recvbuf, algo)
+    _reduce(buf, comm, stream, root, op, recvbuf, algo).run()
 
 
 def nonblocking_reduce(buf, comm, stream=None, *, root: int = 0, op=ReductionOp.SUM,
                        recvbuf=None, algo: str = "automatic"):
     """Start ``reduce`` and return a ``Request``; buffers must not be touched until it
     completes."""
-    return _reduce(False, buf, comm, stream, root, op, recvbuf, algo)
+    return _reduce(buf, comm, stream, root, op, recvbuf, algo).start()
 
 
-def _reduce(blocking, buf, comm, stream, root, op, recvbuf, algo):
+def reduce_init(buf, comm, stream=None, *, root: int = 0, op=ReductionOp.SUM, recvbuf=None,
+           algo: str = "automatic") -> Plan:
+    """Validate ``reduce`` once; return its persistent ``Plan`` (``start()`` runs
+    it nonblocking, ``run()`` blocking, always on the buffers given here)."""
+    return _reduce(buf, comm, stream, root, op, recvbuf, algo).prepare()
+
+
+def _reduce(buf, comm, stream, root, op, recvbuf, algo):
     comm = check_comm(comm)
     root = rank_in_range(root, comm, "root")
     if comm.rank != root:
@@ -39,6 +46,4 @@ def _reduce(blocking, buf, comm, stream, root, op, recvbuf, algo):
         expect_count(recvbuf, sendbuf.count, sendbuf.dtype, "recvbuf")
     op = reduction_op(op, sendbuf.dtype)
     stream = check_stream(stream, comm)
-    state_class = selector.choose(comm, "reduce", algo, sendbuf.nbytes)
-    return dispatch.run(comm, "reduce", state_class, sendbuf.nbytes, blocking,
-                        (stream, sendbuf, recvbuf, op, root))
+    return Plan(comm, "reduce", algo, sendbuf.nbytes, (stream, sendbuf, recvbuf, op, root))

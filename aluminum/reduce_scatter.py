@@ -1,13 +1,13 @@
 """Reduce-scatter: reduce every rank's buffer element-wise, then rank ``r`` keeps block ``r``."""
 from __future__ import annotations
 
-from . import dispatch, selector
+from .plan import Plan
 from .core.reduction import ReductionOp
 from .validate import (block_count, check_comm, check_stream, counts_arg, expect_count,
                        in_place_or_pair, reduction_op)
 
 __all__ = ["reduce_scatter", "nonblocking_reduce_scatter", "reduce_scatterv",
-           "nonblocking_reduce_scatterv"]
+           "nonblocking_reduce_scatterv", "reduce_scatter_init", "reduce_scatterv_init"]
 
 
 def reduce_scatter(buf, comm, stream=None, *, op=ReductionOp.SUM, recvbuf=None,
@@ -20,14 +20,21 @@ def reduce_scatter(buf, comm, stream=None, *, op=ReductionOp.SUM, recvbuf=None,
     ``recvbuf`` (``n`` elements, same dtype) gets the block.  Blocking: returns when the
     result is in place; on stream-bound backends, once the work is enqueued on ``stream``.
     """
-    _reduce_scatter(True, buf, comm, stream, op, recvbuf, algo)
+    _reduce_scatter(buf, comm, stream, op, recvbuf, algo).run()
 
 
 def nonblocking_reduce_scatter(buf, comm, stream=None, *, op=ReductionOp.SUM, recvbuf=None,
                                algo: str = "automatic"):
     """Start ``reduce_scatter`` and return a ``Request``; buffers must not be touched until
     it completes."""
-    return _reduce_scatter(False, buf, comm, stream, op, recvbuf, algo)
+    return _reduce_scatter(buf, comm, stream, op, recvbuf, algo).start()
+
+
+def reduce_scatter_init(buf, comm, stream=None, *, op=ReductionOp.SUM, recvbuf=None,
+                   algo: str = "automatic") -> Plan:
+    """Validate ``reduce_scatter`` once; return its persistent ``Plan`` (``start()`` runs
+    it nonblocking, ``run()`` blocking, always on the buffers given here)."""
+    return _reduce_scatter(buf, comm, stream, op, recvbuf, algo).prepare()
 
 
 def reduce_scatterv(buf, counts, comm, stream=None, *, op=ReductionOp.SUM, recvbuf=None,
@@ -40,16 +47,23 @@ def reduce_scatterv(buf, counts, comm, stream=None, *, op=ReductionOp.SUM, recvb
     is unspecified); otherwise ``recvbuf`` (exactly ``counts[rank]`` elements) gets it.
     Blocking as ``reduce_scatter``.
     """
-    _reduce_scatterv(True, buf, counts, comm, stream, op, recvbuf, algo)
+    _reduce_scatterv(buf, counts, comm, stream, op, recvbuf, algo).run()
 
 
 def nonblocking_reduce_scatterv(buf, counts, comm, stream=None, *, op=ReductionOp.SUM,
                                 recvbuf=None, algo: str = "automatic"):
     """Start ``reduce_scatterv`` and return a ``Request``."""
-    return _reduce_scatterv(False, buf, counts, comm, stream, op, recvbuf, algo)
+    return _reduce_scatterv(buf, counts, comm, stream, op, recvbuf, algo).start()
 
 
-def _reduce_scatter(blocking, buf, comm, stream, op, recvbuf, algo):
+def reduce_scatterv_init(buf, counts, comm, stream=None, *, op=ReductionOp.SUM, recvbuf=None,
+                    algo: str = "automatic") -> Plan:
+    """Validate ``reduce_scatterv`` once; return its persistent ``Plan`` (``start()`` runs
+    it nonblocking, ``run()`` blocking, always on the buffers given here)."""
+    return _reduce_scatterv(buf, counts, comm, stream, op, recvbuf, algo).prepare()
+
+
+def _reduce_scatter(buf, comm, stream, op, recvbuf, algo):
     comm = check_comm(comm)
     sendbuf, recvbuf = in_place_or_pair(buf, recvbuf, comm)
     count = block_count(sendbuf, comm, "buf")
@@ -57,13 +71,10 @@ def _reduce_scatter(blocking, buf, comm, stream, op, recvbuf, algo):
         expect_count(recvbuf, count, sendbuf.dtype, "recvbuf")
     op = reduction_op(op, sendbuf.dtype)
     stream = check_stream(stream, comm)
-    state_class = selector.choose(comm, "reduce_scatter", algo, sendbuf.nbytes,
-                                           nonblocking=not blocking)
-    return dispatch.run(comm, "reduce_scatter", state_class, sendbuf.nbytes, blocking,
-                        (stream, sendbuf, recvbuf, op))
+    return Plan(comm, "reduce_scatter", algo, sendbuf.nbytes, (stream, sendbuf, recvbuf, op))
 
 
-def _reduce_scatterv(blocking, buf, counts, comm, stream, op, recvbuf, algo):
+def _reduce_scatterv(buf, counts, comm, stream, op, recvbuf, algo):
     comm = check_comm(comm)
     counts = counts_arg(counts, comm, "counts")
     sendbuf, recvbuf = in_place_or_pair(buf, recvbuf, comm)
@@ -72,7 +83,5 @@ def _reduce_scatterv(blocking, buf, counts, comm, stream, op, recvbuf, algo):
         expect_count(recvbuf, counts[comm.rank], sendbuf.dtype, "recvbuf")
     op = reduction_op(op, sendbuf.dtype)
     stream = check_stream(stream, comm)
-    state_class = selector.choose(comm, "reduce_scatterv", algo, sendbuf.nbytes,
-                                           nonblocking=not blocking)
-    return dispatch.run(comm, "reduce_scatterv", state_class, sendbuf.nbytes, blocking,
-                        (stream, sendbuf, recvbuf, op, counts))
+    return Plan(comm, "reduce_scatterv", algo, sendbuf.nbytes,
+                (stream, sendbuf, recvbuf, op, counts))

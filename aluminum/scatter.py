@@ -1,12 +1,13 @@
 """Scatter: rank ``r`` gets block ``r`` of the root's buffer."""
 from __future__ import annotations
 
-from . import dispatch, selector
+from .plan import Plan
 from .validate import (block_count, check_comm, check_stream, counts_arg, displs_arg,
                        expect_at_least, expect_count, in_place_or_pair, input_buffer,
                        layout_extent, output_buffer, rank_in_range)
 
-__all__ = ["scatter", "nonblocking_scatter", "scatterv", "nonblocking_scatterv"]
+__all__ = ["scatter", "nonblocking_scatter", "scatterv", "nonblocking_scatterv", "scatter_init",
+           "scatterv_init"]
 
 
 def scatter(buf, comm, stream=None, *, root: int = 0, recvbuf=None,
@@ -20,14 +21,21 @@ def scatter(buf, comm, stream=None, *, root: int = 0, recvbuf=None,
     ``buf[root * n:(root + 1) * n]``.  Blocking: returns when this rank's part is done; on
     stream-bound backends, once the work is enqueued on ``stream``.
     """
-    _scatter(True, buf, comm, stream, root, recvbuf, algo)
+    _scatter(buf, comm, stream, root, recvbuf, algo).run()
 
 
 def nonblocking_scatter(buf, comm, stream=None, *, root: int = 0, recvbuf=None,
                         algo: str = "automatic"):
     """Start ``scatter`` and return a ``Request``; buffers must not be touched until it
     completes."""
-    return _scatter(False, buf, comm, stream, root, recvbuf, algo)
+    return _scatter(buf, comm, stream, root, recvbuf, algo).start()
+
+
+def scatter_init(buf, comm, stream=None, *, root: int = 0, recvbuf=None,
+            algo: str = "automatic") -> Plan:
+    """Validate ``scatter`` once; return its persistent ``Plan`` (``start()`` runs
+    it nonblocking, ``run()`` blocking, always on the buffers given here)."""
+    return _scatter(buf, comm, stream, root, recvbuf, algo).prepare()
 
 
 def scatterv(buf, counts, displs, comm, stream=None, *, root: int = 0, recvbuf=None,
@@ -42,13 +50,20 @@ def scatterv(buf, counts, displs, comm, stream=None, *, root: int = 0, recvbuf=N
     at the root (``recvbuf`` None) its block stays at ``displs[root]``.  Blocking as
     ``scatter``.
     """
-    _scatterv(True, buf, counts, displs, comm, stream, root, recvbuf, algo)
+    _scatterv(buf, counts, displs, comm, stream, root, recvbuf, algo).run()
 
 
 def nonblocking_scatterv(buf, counts, displs, comm, stream=None, *, root: int = 0,
                          recvbuf=None, algo: str = "automatic"):
     """Start ``scatterv`` and return a ``Request``."""
-    return _scatterv(False, buf, counts, displs, comm, stream, root, recvbuf, algo)
+    return _scatterv(buf, counts, displs, comm, stream, root, recvbuf, algo).start()
+
+
+def scatterv_init(buf, counts, displs, comm, stream=None, *, root: int = 0, recvbuf=None,
+             algo: str = "automatic") -> Plan:
+    """Validate ``scatterv`` once; return its persistent ``Plan`` (``start()`` runs
+    it nonblocking, ``run()`` blocking, always on the buffers given here)."""
+    return _scatterv(buf, counts, displs, comm, stream, root, recvbuf, algo).prepare()
 
 
 def _receive_buffer(buf, recvbuf, comm):
@@ -66,7 +81,7 @@ def _root_buffers(buf, recvbuf, comm):
     return in_place_or_pair(buf, recvbuf, comm)
 
 
-def _scatter(blocking, buf, comm, stream, root, recvbuf, algo):
+def _scatter(buf, comm, stream, root, recvbuf, algo):
     comm = check_comm(comm)
     root = rank_in_range(root, comm, "root")
     if comm.rank != root:
@@ -78,12 +93,10 @@ def _scatter(blocking, buf, comm, stream, root, recvbuf, algo):
         else:
             expect_count(sendbuf, comm.size * recvbuf.count, recvbuf.dtype, "buf")
     stream = check_stream(stream, comm)
-    state_class = selector.choose(comm, "scatter", algo, recvbuf.nbytes)
-    return dispatch.run(comm, "scatter", state_class, recvbuf.nbytes, blocking,
-                        (stream, sendbuf, recvbuf, root))
+    return Plan(comm, "scatter", algo, recvbuf.nbytes, (stream, sendbuf, recvbuf, root))
 
 
-def _scatterv(blocking, buf, counts, displs, comm, stream, root, recvbuf, algo):
+def _scatterv(buf, counts, displs, comm, stream, root, recvbuf, algo):
     comm = check_comm(comm)
     root = rank_in_range(root, comm, "root")
     counts = counts_arg(counts, comm, "counts")
@@ -97,6 +110,5 @@ def _scatterv(blocking, buf, counts, displs, comm, stream, root, recvbuf, algo):
         if sendbuf is not recvbuf:
             expect_count(recvbuf, counts[root], sendbuf.dtype, "recvbuf")
     stream = check_stream(stream, comm)
-    state_class = selector.choose(comm, "scatterv", algo, recvbuf.nbytes)
-    return dispatch.run(comm, "scatterv", state_class, recvbuf.nbytes, blocking,
-                        (stream, sendbuf, recvbuf, counts, displs, root))
+    return Plan(comm, "scatterv", algo, recvbuf.nbytes,
+                (stream, sendbuf, recvbuf, counts, displs, root))

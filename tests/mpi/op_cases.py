@@ -24,11 +24,15 @@ SEEDS = st.integers(0, 2**16)
 DTYPES = st.sampled_from(ALL_DTYPES)
 
 ENGINE = importlib.util.find_spec("aluminum.engine.progress") is not None
+# How a test calls the operation: blocking, nonblocking, or as a persistent plan
+# (``al.<op>_init``) started and run twice, so a plan's second run is checked too.
+PERSISTENT = "persistent"
 BLOCKING = pytest.mark.parametrize("blocking", [
     True,
     pytest.param(False, marks=pytest.mark.skipif(
         not ENGINE, reason="nonblocking needs the progress engine (aluminum.engine.progress)")),
-], ids=["blocking", "nonblocking"])
+    PERSISTENT,
+], ids=["blocking", "nonblocking", "persistent"])
 
 
 def ops_for(dtype):
@@ -44,20 +48,62 @@ ALL_REDUCTION_CASES = [(dt, op) for dt in ALL_DTYPES for op in ops_for(dt)]
 
 
 def reduced(count, dtype, op, size, seed):
-    """Every rank's ``rank_data`` reduced in rank order with numpy (values keep it exact)."""
-    result = rank_data(count, dtype, 0, seed).copy()
-    for rank in range(1, size):
-        op.reduce_into(result, rank_data(count, dtype, rank, seed))
-    op.finish(result, size)
-    return result
+    """Every rank's ``rank_data`` reduced with numpy alone (never the library's kernels)."""
+    return numpy_reduce([rank_data(count, dtype, rank, seed) for rank in range(size)], op)
+
+
+def numpy_reduce(values, op):
+    """The reduction of ``values`` (one array per rank, one dtype) as Aluminum defines it,
+    written from numpy and Python integers: SUM/PROD/AVG exact (integer AVG truncates toward
+    zero, as NCCL's), logical ops give 0/1 on any number of ranks."""
+    dtype = values[0].dtype
+    stack = np.stack(values)
+    wide = np.longdouble if dtype == np.longdouble else np.float64
+    exact = stack.astype(object) if dtype.kind in "iub" else stack.astype(wide)
+    name, size = op.name, len(values)
+    if name == "SUM":
+        result = exact.sum(axis=0)
+    elif name == "PROD":
+        result = exact.prod(axis=0)
+    elif name == "AVG":
+        total = exact.sum(axis=0)
+        if dtype.kind in "iu":
+            result = np.array([abs(s) // size * (1 if s >= 0 else -1) for s in total],
+                              dtype=object)
+        else:
+            result = total / size
+    elif name in ("MIN", "MAX"):
+        result = exact.min(axis=0) if name == "MIN" else exact.max(axis=0)
+    elif name in ("LOR", "LAND", "LXOR"):
+        nonzero = (stack != 0).sum(axis=0)
+        result = {"LOR": nonzero > 0, "LAND": nonzero == size, "LXOR": nonzero % 2 == 1}[name]
+    else:
+        ufunc = {"BOR": np.bitwise_or, "BAND": np.bitwise_and, "BXOR": np.bitwise_xor}[name]
+        result = ufunc.reduce(stack, axis=0)
+    return np.asarray(result).astype(dtype).reshape(values[0].shape)
 
 
 def call(blocking, name, *args, **kwargs):
-    """``al.<name>(...)``, or ``al.nonblocking_<name>(...)`` and wait for its request."""
-    if blocking:
+    """``al.<name>(...)``, or ``al.nonblocking_<name>(...)`` and wait for its request, or
+    ``al.<name>_init(...)`` run as a plan: started and waited for, then, where running it
+    again must give the same result (the buffers it reads are not the ones it writes), run
+    blocking a second time."""
+    if blocking == PERSISTENT:
+        with getattr(al, name + "_init")(*args, **kwargs) as plan:
+            plan.start().wait()
+            if _rerun_is_idempotent(name, args, kwargs):
+                plan.run()
+    elif blocking:
         assert getattr(al, name)(*args, **kwargs) is None
     else:
         getattr(al, "nonblocking_" + name)(*args, **kwargs).wait()
+
+
+def _rerun_is_idempotent(name, args, kwargs):
+    """Out-of-place collectives read only what they do not write; point-to-point messages
+    would need a matching second send, and in-place results feed the next run."""
+    return name not in ("send", "recv", "sendrecv", "multisendrecv", "bcast", "barrier") \
+        and kwargs.get("recvbuf") is not None
 
 
 def packed_displs(counts, gaps, reverse):

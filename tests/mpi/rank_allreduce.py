@@ -7,6 +7,7 @@ from mpi4py import MPI
 
 import aluminum as al
 from conftest import rank_data
+from op_cases import numpy_reduce
 
 REAL_DTYPES = [np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32,
                np.uint64, np.float16, np.float32, np.float64, al.bfloat16]
@@ -17,13 +18,8 @@ SIZES = st.one_of(st.sampled_from([0, 1, 2, 3, 5, 7, 1023]), st.integers(0, 5000
 
 
 def reference(count, dtype, op, size, seed):
-    """Reduce every rank's data in rank order with numpy."""
-    data = [rank_data(count, dtype, r, seed) for r in range(size)]
-    result = data[0].copy()
-    for other in data[1:]:
-        op.reduce_into(result, other)
-    op.finish(result, size)
-    return result
+    """Every rank's data reduced with numpy alone (op_cases.numpy_reduce)."""
+    return numpy_reduce([rank_data(count, dtype, r, seed) for r in range(size)], op)
 
 
 def ops_for(dtype):

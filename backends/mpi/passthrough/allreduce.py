@@ -5,6 +5,7 @@ from mpi4py import MPI
 
 from ....engine.state import Action, State
 from ..datatypes import mpi_plan
+from .persistent import PersistentRequest
 
 _CONTINUE, _COMPLETE = Action.CONTINUE, Action.COMPLETE
 
@@ -64,6 +65,24 @@ class PassthroughAllreduce(State):
     def run_blocking(comm, stream, sendbuf, recvbuf, op):
         PassthroughAllreduce.array_runner(op, recvbuf.dtype)(comm, sendbuf.array,
                                                               recvbuf.array)
+
+    @classmethod
+    def persistent(cls, comm, stream, sendbuf, recvbuf, op) -> PersistentRequest | None:
+        """``MPI_Allreduce_init`` on the plan's buffers; None where MPI lacks it."""
+        datatype, mpiop, needs_finish = mpi_plan(op, recvbuf.dtype)
+        send = MPI.IN_PLACE if sendbuf is recvbuf else [sendbuf.array, datatype]
+        recv = recvbuf.array
+        try:
+            request = comm.mpi_comm.Allreduce_init(send, [recv, datatype], mpiop)
+        except (NotImplementedError, MPI.Exception):
+            return None
+        finish = None
+        if needs_finish:
+            flat, size = recv.reshape(-1), comm.size
+
+            def finish():
+                op.finish(flat, size)
+        return PersistentRequest(comm, cls.name, request, finish)
 
     def start(self):
         datatype, mpiop, _ = self.decided

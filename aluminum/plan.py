@@ -1,0 +1,144 @@
+"""Persistent operations: ``Plan``, what every ``al.<op>_init`` returns and every call runs.
+
+As MPI-4's persistent collectives (``MPI_Allreduce_init`` ... ``MPI_Start``): the arguments
+are validated and the buffers bound once; ``start()`` runs the operation nonblocking and
+``run()`` blocking, as many times as wanted.  The algorithm is chosen once per mode (the
+selector's rules may differ for blocking and nonblocking calls).  States that can prepare
+more (MPI's own persistent requests, views, scratch) do it in their ``persistent`` hook.
+"""
+from __future__ import annotations
+
+from . import dispatch, selector
+from .core import trace
+from .core.errors import ArgumentError, CommunicatorError
+from .engine.progress import submit
+
+__all__ = ["Plan"]
+
+
+class Plan:
+    """One operation with its arguments bound: ``start()``, ``run()``, ``free()``.
+
+    The buffers given at init are the ones every run reads and writes (as in MPI-4): change
+    their contents between runs, not the objects.  A plan runs one instance at a time:
+    ``start()`` while the previous start is still in flight raises ``al.ArgumentError``
+    (wait for it first), and any use after ``free()`` or after the communicator was freed
+    raises ``al.CommunicatorError``.  Plans are context managers (``free()`` on exit).
+    """
+
+    __slots__ = ("comm", "op", "algo", "nbytes", "args", "inplace", "_classes",
+                 "_prepare", "_persistent", "_request", "_freed", "__weakref__")
+
+    def __init__(self, comm, op: str, algo: str, nbytes: int, args: tuple,
+                 inplace: bool | None = None) -> None:
+        self.comm, self.op, self.algo, self.nbytes, self.args = comm, op, algo, nbytes, args
+        self.inplace = inplace
+        self._classes: dict[bool, type] = {}
+        self._prepare = False
+        self._persistent: dict[type, object] = {}
+        self._request = None
+        self._freed = False
+
+    def state_class(self, nonblocking: bool) -> type:
+        """The State class runs in this mode use (chosen on first use, then kept)."""
+        found = self._classes.get(nonblocking)
+        if found is None:
+            found = self._classes[nonblocking] = selector.choose(
+                self.comm, self.op, self.algo, self.nbytes, self.inplace, nonblocking)
+        return found
+
+    def prepare(self) -> Plan:
+        """Let runs reuse what the algorithm can build once for these buffers (an MPI-4
+        persistent request on the MPI backend), made on the first run of each mode; what
+        every ``al.<op>_init`` does.  Returns the plan."""
+        self._prepare = True
+        return self
+
+    def _prepared(self, state_class: type):
+        """What ``state_class.persistent`` prepared for these arguments (made on first use),
+        or None: not a prepared plan, the class has no persistent form, or every call must
+        take the checked path (AL_DEBUG, AL_TIMEOUT, AL_TRACE record each call in
+        ``dispatch.run``)."""
+        if not self._prepare or trace.ENABLED or dispatch.checks_enabled():
+            return None
+        try:
+            return self._persistent[state_class]
+        except KeyError:
+            make = getattr(state_class, "persistent", None)
+            made = self._persistent[state_class] = None if make is None else \
+                make(self.comm, *self.args)
+            return made
+
+    @property
+    def algorithm(self) -> str:
+        """The name of the algorithm a blocking run uses (``"allreduce/ring"``)."""
+        return self.state_class(False).name
+
+    def start(self):
+        """Start one run and return its ``Request``; the buffers must not be touched until
+        it completes."""
+        self._check_usable()
+        request = self._request
+        if request is not None and not request._done:
+            raise ArgumentError(f"plan: this {self.op} plan's previous start() (request "
+                                f"#{request.seq}) is still in flight; wait for it before "
+                                "starting the plan again")
+        state_class = self.state_class(True)
+        prepared = self._prepared(state_class)
+        if prepared is not None:
+            request = self._request = submit(prepared.state())
+        else:
+            request = self._request = dispatch.run(self.comm, self.op, state_class,
+                                                   self.nbytes, False, self.args)
+        return request
+
+    def run(self) -> None:
+        """Run once and return when done (on stream-bound backends: once enqueued)."""
+        self._check_usable()
+        request = self._request
+        if request is not None and not request._done:
+            raise ArgumentError(f"plan: this {self.op} plan's start() (request "
+                                f"#{request.seq}) is still in flight; wait for it before "
+                                "running the plan")
+        state_class = self.state_class(False)
+        prepared = self._prepared(state_class)
+        if prepared is not None:
+            prepared.run()
+        else:
+            dispatch.run(self.comm, self.op, state_class, self.nbytes, True, self.args)
+
+    __call__ = run
+
+    def free(self) -> None:
+        """Release what the plan holds (idempotent); a run in flight is waited for first."""
+        if self._freed:
+            return
+        request, self._request = self._request, None
+        if request is not None and not request._done:
+            request.wait()
+        self._freed = True
+        self.args = ()
+        self._release()
+
+    def _release(self) -> None:
+        prepared, self._persistent = self._persistent, {}
+        for made in prepared.values():
+            if made is not None:
+                made.free()
+
+    def _check_usable(self) -> None:
+        if self._freed:
+            raise CommunicatorError(f"plan: this {self.op} plan was freed")
+        if self.comm.freed:
+            raise CommunicatorError(f"plan: the communicator of this {self.op} plan was "
+                                    "freed")
+
+    def __enter__(self) -> Plan:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.free()
+
+    def __repr__(self) -> str:
+        status = "freed" if self._freed else f"{self.nbytes} B"
+        return f"<Plan {self.op} on {self.comm!r}, {status}>"

@@ -1,0 +1,197 @@
+"""Persistent plans, done callbacks, wait_any and comm.split on every rank.
+
+The per-op results of plans are checked by the rank_ops_* property tests (their
+``persistent`` mode); this file checks what is particular to plans and the engine hooks.
+"""
+import threading
+
+import numpy as np
+import pytest
+from mpi4py import MPI
+
+import aluminum as al
+
+# Ranks hold each other back on COMM_WORLD: aluminum's communicators are duplicates of it,
+# so this barrier never meets the operation left in flight on them.
+hold_back = MPI.COMM_WORLD.Barrier
+
+OPS = ["allreduce", "reduce", "reduce_scatter", "reduce_scatterv", "allgather", "allgatherv",
+       "alltoall", "alltoallv", "bcast", "gather", "gatherv", "scatter", "scatterv",
+       "barrier", "send", "recv", "sendrecv", "multisendrecv"]
+
+
+def test_every_operation_has_a_plan():
+    missing = [op for op in OPS if not callable(getattr(al, op + "_init", None))]
+    assert not missing
+
+
+@pytest.mark.parametrize("how", ["start", "run", "call"])
+@pytest.mark.parametrize("algo", ["automatic", "mpi_passthrough", "ring"])
+def test_repeated_runs_reuse_the_bound_buffers(comm, how, algo):
+    buf = np.ones(7, np.int64)
+    with al.allreduce_init(buf, comm, algo=algo) as plan:
+        for run in range(1, 4):
+            if how == "start":
+                plan.start().wait()
+            elif how == "run":
+                plan.run()
+            else:
+                plan()
+            np.testing.assert_array_equal(buf, np.full(7, comm.size ** run))
+
+
+def test_avg_plan_divides_every_run(comm):
+    buf = np.full(5, float(comm.rank + 1))
+    out = np.zeros(5)
+    expected = sum(range(1, comm.size + 1)) / comm.size
+    with al.allreduce_init(buf, comm, op=al.AVG, recvbuf=out) as plan:
+        for _ in range(3):
+            out[:] = -1
+            plan.start().wait()
+            np.testing.assert_allclose(out, expected)
+
+
+def test_out_of_place_plan_sees_new_contents_of_its_buffers(comm):
+    send, recv = np.zeros(3, np.int32), np.zeros(3, np.int32)
+    with al.allreduce_init(send, comm, recvbuf=recv) as plan:
+        for value in (1, 5, -2):
+            send[:] = value
+            plan.run()
+            np.testing.assert_array_equal(recv, np.full(3, value * comm.size))
+
+
+def test_start_while_in_flight_raises(comm):
+    if comm.size < 2:
+        pytest.skip("needs a peer that has not started yet")
+    buf = np.ones(4)
+    with al.allreduce_init(buf, comm, algo="mpi_passthrough") as plan:
+        if comm.rank == 0:
+            request = plan.start()     # cannot complete: rank 1 has not started
+            with pytest.raises(al.ArgumentError, match="still in flight"):
+                plan.start()
+            with pytest.raises(al.ArgumentError, match="still in flight"):
+                plan.run()
+            hold_back()
+            request.wait()
+        else:
+            hold_back()
+            plan.start().wait()
+    np.testing.assert_array_equal(buf, np.full(4, float(comm.size)))
+
+
+def test_plan_of_a_freed_communicator_raises(comm):
+    sub = comm.split(0)
+    plan = al.allreduce_init(np.ones(2), sub)
+    plan.run()
+    sub.free()
+    with pytest.raises(al.CommunicatorError, match="communicator"):
+        plan.start()
+    with pytest.raises(al.CommunicatorError, match="communicator"):
+        plan.run()
+    plan.free()
+
+
+def test_freed_plan_raises(comm):
+    plan = al.bcast_init(np.zeros(3), comm)
+    plan.free()
+    plan.free()   # idempotent
+    with pytest.raises(al.CommunicatorError, match="freed"):
+        plan.run()
+
+
+def test_done_callback_runs_once_with_its_request(comm):
+    seen, threads = [], []
+
+    def record(request):
+        seen.append(request)
+        threads.append(threading.current_thread().name)
+
+    buf = np.arange(4.0)
+    request = al.nonblocking_allreduce(buf, comm)
+    request.add_done_callback(record)
+    request.wait()
+    assert seen == [request]
+    late = []
+    request.add_done_callback(late.append)   # already done: runs at once, here
+    assert late == [request]
+    np.testing.assert_array_equal(buf, np.arange(4.0) * comm.size)
+
+
+def test_raising_done_callback_warns_and_the_request_still_completes(comm):
+    def broken(request):
+        raise ValueError("boom")
+
+    request = al.nonblocking_barrier(comm)
+    with pytest.warns(RuntimeWarning, match="boom"):
+        request.add_done_callback(broken)
+        request.wait()
+        request.add_done_callback(broken)
+
+
+def test_wait_any_returns_a_completed_request(comm):
+    buffers = [np.full(3, float(i)) for i in range(3)]
+    requests = [al.nonblocking_allreduce(b, comm) for b in buffers]
+    index = al.wait_any(requests)
+    assert 0 <= index < 3 and requests[index].test()
+    al.wait_all(requests)
+    for i, b in enumerate(buffers):
+        np.testing.assert_array_equal(b, np.full(3, float(i * comm.size)))
+    with pytest.raises(al.ArgumentError, match="requests"):
+        al.wait_any([])
+
+
+def test_wait_any_times_out_naming_the_requests(comm):
+    if comm.size < 2:
+        pytest.skip("needs a peer that has not started yet")
+    buf = np.ones(2)
+    if comm.rank == 0:
+        request = al.nonblocking_allreduce(buf, comm, algo="mpi_passthrough")
+        with pytest.raises(al.TimeoutError, match=f"#{request.seq}"):
+            al.wait_any([request], timeout=0.05)
+        hold_back()
+        request.wait()
+    else:
+        hold_back()
+        # (MPI never matches a nonblocking collective with a blocking one)
+        al.nonblocking_allreduce(buf, comm, algo="mpi_passthrough").wait()
+
+
+def test_split_follows_mpi_comm_split(comm):
+    color = comm.rank % 2
+    sub = comm.split(color, key=-comm.rank)        # reversed order within each color
+    members = [r for r in range(comm.size) if r % 2 == color]
+    assert sub.size == len(members)
+    assert sub.rank == sorted(members, reverse=True).index(comm.rank)
+    assert sub.backend is comm.backend
+    total = np.array([comm.rank], np.int64)
+    al.allreduce(total, sub)
+    assert total[0] == sum(members)
+    sub.free()
+
+
+def test_split_with_undefined_color_returns_none(comm):
+    sub = comm.split(0 if comm.rank == 0 else None)
+    if comm.rank == 0:
+        assert sub.size == 1
+        sub.free()
+    else:
+        assert sub is None
+
+
+def test_split_rejects_bad_color_and_key(comm):
+    with pytest.raises(al.ArgumentError, match="color"):
+        comm.split(-2)
+    with pytest.raises(al.ArgumentError, match="key"):
+        comm.split(0, key="first")
+    al.barrier(comm)   # still usable
+
+
+def test_split_host_transfer_communicator(comm):
+    with al.HostTransferCommunicator() as ht:
+        sub = ht.split(0)
+        assert type(sub) is al.HostTransferCommunicator and sub.size == ht.size
+        buf = np.ones(3, np.float32)
+        al.allreduce(buf, sub)
+        sub.stream.synchronize()
+        np.testing.assert_array_equal(buf, np.full(3, float(comm.size), np.float32))
+        sub.free()
