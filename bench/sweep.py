@@ -117,6 +117,11 @@ class Config:
     warmup: int = 100
     progress: bool = True
     rounds: int = 1
+    shared: list[str] = field(default_factory=list)   # of `algos`, those also run on
+                                                       # al.shared_empty buffers
+
+
+SHARED_SUFFIX = " [shared]"
 
 
 def scaled(count: int, size: int, floor: int) -> int:
@@ -226,18 +231,25 @@ def run(config: Config, comm, world: MPI.Comm, peers: list) -> list[Series]:
     rank, p = world.Get_rank(), world.Get_size()
     sync = world.Dup()
     zeros = _allocator(comm)
-    series = [Series(a, "ours") for a in config.algos] + [Series(peer.name, "peer")
-                                                           for peer in peers]
-    runners: list[Any] = list(config.algos) + list(peers)
+    shared_algos = list(config.shared)
+    series = [Series(a, "ours") for a in config.algos] + \
+        [Series(a + SHARED_SUFFIX, "ours") for a in shared_algos] + \
+        [Series(peer.name, "peer") for peer in peers]
+    runners: list[Any] = list(config.algos) + shared_algos + list(peers)
+    on_shared = [False] * len(config.algos) + [True] * len(shared_algos) + \
+        [False] * len(peers)
     sizes = _distinct_sizes(spec, config.sizes, config.dtype.itemsize, p)
     progress = Progress(config.progress and rank == 0, len(sizes),
                         f"{spec.name} on {p} ranks")
     default = getattr(comm.backend, "default_algorithm", "") or "mpi_passthrough"
     for index, size in enumerate(sizes):
         case = ops.build_case(spec, size, config.dtype, config.inplace, rank, p, zeros)
+        shared_case = ops.build_case(spec, size, config.dtype, config.inplace, rank, p,
+                                     _shared_allocator(comm)) if shared_algos else None
         iters = scaled(config.iters, case.size, MIN_ITERS)
         warmup = scaled(config.warmup, case.size, MIN_WARMUP)
-        calls = {i: _prepare(entry, runner, case, comm, config.nonblocking, world)
+        calls = {i: _prepare(entry, runner, shared_case if on_shared[i] else case, comm,
+                             config.nonblocking, world)
                  for i, (entry, runner) in enumerate(zip(series, runners))
                  if not entry.skipped}
         calls = {i: fn for i, fn in calls.items() if fn is not None}
@@ -315,6 +327,18 @@ def _touched_zeros(count: int, dtype: np.dtype) -> np.ndarray:
     array = np.empty(count, dtype)
     array.fill(0)
     return array
+
+
+def _shared_allocator(comm) -> Callable[[int, np.dtype], Any]:
+    """Zeros in al.shared_empty memory (kept until the communicator is freed), so that
+    allreduce can take its zero-copy path, as a training loop's gradient bucket would."""
+    import aluminum as al
+
+    def zeros(count: int, dtype: np.dtype) -> np.ndarray:
+        array = al.shared_empty(count, dtype, comm)
+        array.fill(0)
+        return array
+    return zeros
 
 
 def _allocator(comm) -> Callable[[int, np.dtype], Any]:

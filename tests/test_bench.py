@@ -411,7 +411,9 @@ def test_cli_sweep_on_two_ranks_writes_json(tmp_path):
     assert "# aluminum.bench allreduce" in run.stdout and "xmpi4py" in run.stdout
     result = report.load_json(str(out))
     assert (result.op, result.ranks, result.dtype) == ("allreduce", 2, "float32")
-    assert [s.name for s in result.series] == ["automatic", "mpi_passthrough", "mpi4py"]
+    # by default automatic also runs on al.shared_empty buffers (allreduce, MPI backend)
+    assert [s.name for s in result.series] == ["automatic", "mpi_passthrough",
+                                               "automatic [shared]", "mpi4py"]
     for series in result.series:
         assert [pt.size for pt in series.points] == [4 << i for i in range(9)]
         assert all(pt.iters == 5 and 0 < pt.min_us <= pt.avg_us <= pt.max_us

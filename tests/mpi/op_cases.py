@@ -100,10 +100,15 @@ def call(blocking, name, *args, **kwargs):
 
 
 def _rerun_is_idempotent(name, args, kwargs):
-    """Out-of-place collectives read only what they do not write; point-to-point messages
-    would need a matching second send, and in-place results feed the next run."""
-    return name not in ("send", "recv", "sendrecv", "multisendrecv", "bcast", "barrier") \
-        and kwargs.get("recvbuf") is not None
+    """Out-of-place unrooted collectives read only what they do not write (and every rank
+    passes a recvbuf or none, so all ranks decide alike); rooted ones may get a recvbuf on
+    the root only, point-to-point messages would need a matching second send, and in-place
+    results feed the next run."""
+    return name in _UNROOTED and kwargs.get("recvbuf") is not None
+
+
+_UNROOTED = frozenset({"allreduce", "reduce_scatter", "reduce_scatterv", "allgather",
+                       "allgatherv", "alltoall", "alltoallv"})
 
 
 def packed_displs(counts, gaps, reverse):

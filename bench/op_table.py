@@ -1,0 +1,60 @@
+"""Every operation's blocking call against its mpi4py counterpart at one size, in one table.
+
+    python bench/op_table.py --np 2              # 4 B, out of place, automatic vs mpi4py
+    python bench/op_table.py --np 2 --size 4KiB --inplace
+
+Runs ``python -m aluminum.bench --np N <op> --sizes SIZE --compare mpi4py`` for each of the
+17 swept operations (``recv`` is ``send``'s ping-pong) and prints their medians side by side
+with the ratio ours / mpi4py. Each operation is its own MPI job, so the ratios compare two
+columns measured in the same job (the sweep interleaves them), not numbers across jobs.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+OPS = ["allreduce", "reduce", "reduce_scatter", "reduce_scatterv", "allgather", "allgatherv",
+       "alltoall", "alltoallv", "bcast", "gather", "gatherv", "scatter", "scatterv",
+       "barrier", "send", "sendrecv", "multisendrecv"]
+
+
+def measure(op: str, nprocs: int, size: str, inplace: bool, rounds: int) -> dict[str, float]:
+    """``{series name: median µs}`` of one sweep job at one size."""
+    with tempfile.TemporaryDirectory() as folder:
+        path = os.path.join(folder, f"{op}.json")
+        command = [sys.executable, "-m", "aluminum.bench", "--np", str(nprocs), op,
+                   "--sizes", size, "--compare", "mpi4py", "--rounds", str(rounds),
+                   "--json", path]
+        if inplace:
+            command.append("--inplace")
+        subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
+        with open(path, encoding="utf-8") as handle:
+            result = json.load(handle)
+    return {series["name"]: series["points"][0]["median_us"]
+            for series in result["series"] if series["points"]}
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--np", type=int, default=2, dest="nprocs")
+    parser.add_argument("--size", default="4", help="bytes, e.g. 4, 4KiB (default 4)")
+    parser.add_argument("--inplace", action="store_true")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--ops", default=",".join(OPS), help="comma-separated subset")
+    args = parser.parse_args(argv)
+    print(f"# np={args.nprocs}, {args.size} B, {'in place' if args.inplace else 'out of place'}"
+          f", median µs of the slowest rank, {args.rounds} interleaved rounds")
+    print(f"{'op':16s} {'aluminum':>10s} {'mpi4py':>10s} {'ratio':>7s}")
+    for op in args.ops.split(","):
+        medians = measure(op, args.nprocs, args.size, args.inplace, args.rounds)
+        ours = next((v for k, v in medians.items() if k != "mpi4py"), float("nan"))
+        peer = medians.get("mpi4py", float("nan"))
+        print(f"{op:16s} {ours:10.2f} {peer:10.2f} {ours / peer:7.2f}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
