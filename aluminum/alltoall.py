@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from .plan import Plan
+from .recall import layout, recall
 from .core.errors import ArgumentError
 from .validate import (block_count, check_comm, check_stream, counts_arg, disjoint_layout,
                        displs_arg, expect_at_least, expect_count, in_place_or_pair,
@@ -20,13 +21,15 @@ def alltoall(buf, comm, stream=None, *, recvbuf=None, algo: str = "automatic") -
     them.  Blocking: returns when the result is in place; on stream-bound backends, once the
     work is enqueued on ``stream``.
     """
-    _alltoall(buf, comm, stream, recvbuf, algo).run()
+    recall("alltoall", (buf, recvbuf), comm, stream, (algo,),
+           lambda: _alltoall(buf, comm, stream, recvbuf, algo)).run()
 
 
 def nonblocking_alltoall(buf, comm, stream=None, *, recvbuf=None, algo: str = "automatic"):
     """Start ``alltoall`` and return a ``Request``; buffers must not be touched until it
     completes."""
-    return _alltoall(buf, comm, stream, recvbuf, algo).start()
+    return recall("alltoall", (buf, recvbuf), comm, stream, (algo,),
+                  lambda: _alltoall(buf, comm, stream, recvbuf, algo)).start()
 
 
 def alltoall_init(buf, comm, stream=None, *, recvbuf=None, algo: str = "automatic") -> Plan:
@@ -49,15 +52,21 @@ def alltoallv(buf, send_counts, send_displs, recv_counts, recv_displs, comm, str
     from and replaced in ``buf``, so the send layout must equal the receive layout.
     Blocking as ``alltoall``.
     """
-    _alltoallv(buf, send_counts, send_displs, recv_counts, recv_displs, comm, stream,
-               recvbuf, algo).run()
+    layouts = (layout(send_counts), layout(send_displs), layout(recv_counts),
+               layout(recv_displs))
+    recall("alltoallv", (buf, recvbuf), comm, stream, (algo, *layouts),
+           lambda: _alltoallv(buf, send_counts, send_displs, recv_counts, recv_displs, comm,
+                              stream, recvbuf, algo)).run()
 
 
 def nonblocking_alltoallv(buf, send_counts, send_displs, recv_counts, recv_displs, comm,
                           stream=None, *, recvbuf=None, algo: str = "automatic"):
     """Start ``alltoallv`` and return a ``Request``."""
-    return _alltoallv(buf, send_counts, send_displs, recv_counts, recv_displs, comm,
-                      stream, recvbuf, algo).start()
+    layouts = (layout(send_counts), layout(send_displs), layout(recv_counts),
+               layout(recv_displs))
+    return recall("alltoallv", (buf, recvbuf), comm, stream, (algo, *layouts),
+                  lambda: _alltoallv(buf, send_counts, send_displs, recv_counts, recv_displs,
+                                     comm, stream, recvbuf, algo)).start()
 
 
 def alltoallv_init(buf, send_counts, send_displs, recv_counts, recv_displs, comm, stream=None, *,

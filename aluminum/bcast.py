@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from .plan import Plan
+from .recall import recall
 from .validate import check_comm, check_stream, input_buffer, output_buffer, rank_in_range
 
 __all__ = ["bcast", "nonblocking_bcast", "bcast_init"]
@@ -14,13 +15,15 @@ def bcast(buf, comm, stream=None, *, root: int = 0, algo: str = "automatic") -> 
     may be read-only), every other rank's is overwritten.  Blocking: returns when this
     rank's part is done; on stream-bound backends, once the work is enqueued on ``stream``.
     """
-    _bcast(buf, comm, stream, root, algo).run()
+    recall("bcast", (buf,), comm, stream, (root, algo),
+           lambda: _bcast(buf, comm, stream, root, algo)).run()
 
 
 def nonblocking_bcast(buf, comm, stream=None, *, root: int = 0, algo: str = "automatic"):
     """Start ``bcast`` and return a ``Request``; ``buf`` must not be touched until it
     completes."""
-    return _bcast(buf, comm, stream, root, algo).start()
+    return recall("bcast", (buf,), comm, stream, (root, algo),
+                  lambda: _bcast(buf, comm, stream, root, algo)).start()
 
 
 def bcast_init(buf, comm, stream=None, *, root: int = 0, algo: str = "automatic") -> Plan:

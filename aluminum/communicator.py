@@ -125,6 +125,9 @@ class Communicator:
         mpi, self._mpi = self._mpi, None
         if mpi is None:
             return
+        from . import recall
+
+        recall.forget(self)   # remembered plans hold buffers (al.shared_empty's among them)
         for resource in self._scratch.values():
             close = getattr(resource, "close", None)
             if close is not None:

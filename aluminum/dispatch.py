@@ -1,15 +1,10 @@
 """Forward a validated operation to its backend: blocking on this thread, or to the engine."""
 from __future__ import annotations
 
-from . import debug, selector, watchdog
+from . import debug, watchdog
 from .core import trace
 from .debug import POINT_TO_POINT
 from .engine.progress import submit
-
-# Per-op caches of validated decisions (see aluminum/allreduce.py); cleared whenever the
-# selector reloads its table, so a cached algorithm choice never outlives the table.
-plan_caches: list[dict] = []
-_PLAN_LIMIT = 4096
 
 
 def run(comm, op: str, state_class: type, nbytes: int, blocking: bool, args: tuple):
@@ -34,22 +29,7 @@ def run(comm, op: str, state_class: type, nbytes: int, blocking: bool, args: tup
     return request
 
 
-def remember(cache: dict, key: tuple, plan: tuple) -> None:
-    """Store a validated plan, bounding the cache (a workload has few distinct shapes)."""
-    if len(cache) >= _PLAN_LIMIT:
-        cache.clear()
-    cache[key] = plan
-
-
 def checks_enabled() -> bool:
     """True when every call must take the full path (AL_DEBUG cross-rank checks, the
     AL_TIMEOUT watchdog)."""
     return debug.ENABLED or watchdog.ENABLED
-
-
-def _clear_plans() -> None:
-    for cache in plan_caches:
-        cache.clear()
-
-
-selector.on_reload(_clear_plans)

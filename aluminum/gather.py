@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from .plan import Plan
+from .recall import layout, recall
 from .validate import (block_count, check_comm, check_stream, counts_arg, disjoint_layout,
                        displs_arg, expect_at_least, expect_count, in_place_or_pair,
                        input_buffer, layout_extent, rank_in_range)
@@ -22,14 +23,16 @@ def gather(buf, comm, stream=None, *, root: int = 0, recvbuf=None,
     Blocking: returns when this rank's part is done; on stream-bound backends, once the
     work is enqueued on ``stream``.
     """
-    _gather(buf, comm, stream, root, recvbuf, algo).run()
+    recall("gather", (buf, recvbuf), comm, stream, (root, algo),
+           lambda: _gather(buf, comm, stream, root, recvbuf, algo)).run()
 
 
 def nonblocking_gather(buf, comm, stream=None, *, root: int = 0, recvbuf=None,
                        algo: str = "automatic"):
     """Start ``gather`` and return a ``Request``; buffers must not be touched until it
     completes."""
-    return _gather(buf, comm, stream, root, recvbuf, algo).start()
+    return recall("gather", (buf, recvbuf), comm, stream, (root, algo),
+                  lambda: _gather(buf, comm, stream, root, recvbuf, algo)).start()
 
 
 def gather_init(buf, comm, stream=None, *, root: int = 0, recvbuf=None,
@@ -52,13 +55,16 @@ def gatherv(buf, counts, displs, comm, stream=None, *, root: int = 0, recvbuf=No
     root's ``recvbuf`` holds at least that many; elements outside the blocks are left
     untouched.  ``recvbuf`` is ignored on non-root ranks.  Blocking as ``gather``.
     """
-    _gatherv(buf, counts, displs, comm, stream, root, recvbuf, algo).run()
+    recall("gatherv", (buf, recvbuf), comm, stream, (root, algo, layout(counts), layout(displs)),
+           lambda: _gatherv(buf, counts, displs, comm, stream, root, recvbuf, algo)).run()
 
 
 def nonblocking_gatherv(buf, counts, displs, comm, stream=None, *, root: int = 0,
                         recvbuf=None, algo: str = "automatic"):
     """Start ``gatherv`` and return a ``Request``."""
-    return _gatherv(buf, counts, displs, comm, stream, root, recvbuf, algo).start()
+    return recall("gatherv",
+                  (buf, recvbuf), comm, stream, (root, algo, layout(counts), layout(displs)),
+                  lambda: _gatherv(buf, counts, displs, comm, stream, root, recvbuf, algo)).start()
 
 
 def gatherv_init(buf, counts, displs, comm, stream=None, *, root: int = 0, recvbuf=None,

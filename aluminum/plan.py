@@ -27,7 +27,8 @@ class Plan:
     """
 
     __slots__ = ("comm", "op", "algo", "nbytes", "args", "inplace", "_classes",
-                 "_prepare", "_persistent", "_request", "_freed", "__weakref__")
+                 "_prepare", "_persistent", "_run_prepared", "_request", "_freed",
+                 "__weakref__")
 
     def __init__(self, comm, op: str, algo: str, nbytes: int, args: tuple,
                  inplace: bool | None = None) -> None:
@@ -36,6 +37,7 @@ class Plan:
         self._classes: dict[bool, type] = {}
         self._prepare = False
         self._persistent: dict[type, object] = {}
+        self._run_prepared = None   # the prepared blocking run, once it has run checked
         self._request = None
         self._freed = False
 
@@ -70,6 +72,12 @@ class Plan:
             return made
 
     @property
+    def busy(self) -> bool:
+        """True while the last ``start()`` is still in flight."""
+        request = self._request
+        return request is not None and not request._done
+
+    @property
     def algorithm(self) -> str:
         """The name of the algorithm a blocking run uses (``"allreduce/ring"``)."""
         return self.state_class(False).name
@@ -94,15 +102,22 @@ class Plan:
 
     def run(self) -> None:
         """Run once and return when done (on stream-bound backends: once enqueued)."""
+        run_prepared = self._run_prepared
+        if run_prepared is not None and self._request is None \
+                and not self.comm.freed:
+            run_prepared()      # the common repeat: everything below was checked before
+            return
         self._check_usable()
         request = self._request
         if request is not None and not request._done:
             raise ArgumentError(f"plan: this {self.op} plan's start() (request "
                                 f"#{request.seq}) is still in flight; wait for it before "
                                 "running the plan")
+        self._request = None
         state_class = self.state_class(False)
         prepared = self._prepared(state_class)
         if prepared is not None:
+            self._run_prepared = prepared.run
             prepared.run()
         else:
             dispatch.run(self.comm, self.op, state_class, self.nbytes, True, self.args)
@@ -118,6 +133,7 @@ class Plan:
             request.wait()
         self._freed = True
         self.args = ()
+        self._run_prepared = None
         self._release()
 
     def _release(self) -> None:

@@ -8,6 +8,7 @@ posted sends never starve the receives they wait for.
 from __future__ import annotations
 
 from .plan import Plan
+from .recall import recall
 from .core.errors import ArgumentError
 from .validate import (check_comm, check_stream, disjoint_buffers, expect_dtype, input_buffer,
                        output_buffer, rank_in_range, same_or_disjoint)
@@ -24,13 +25,15 @@ def send(buf, dest: int, comm, stream=None, *, algo: str = "automatic") -> None:
     means once ``dest`` has posted the receive.  Use ``nonblocking_send`` (or ``sendrecv``)
     where two ranks send to each other.  Stream-bound backends enqueue on ``stream``.
     """
-    _send(buf, dest, comm, stream, algo).run()
+    recall("send", (buf,), comm, stream, (dest, algo),
+           lambda: _send(buf, dest, comm, stream, algo)).run()
 
 
 def nonblocking_send(buf, dest: int, comm, stream=None, *, algo: str = "automatic"):
     """Start ``send`` and return a ``Request``; ``buf`` must not be touched until it
     completes."""
-    return _send(buf, dest, comm, stream, algo).start()
+    return recall("send", (buf,), comm, stream, (dest, algo),
+                  lambda: _send(buf, dest, comm, stream, algo)).start()
 
 
 def send_init(buf, dest: int, comm, stream=None, *, algo: str = "automatic") -> Plan:
@@ -42,12 +45,14 @@ def send_init(buf, dest: int, comm, stream=None, *, algo: str = "automatic") -> 
 def recv(buf, src: int, comm, stream=None, *, algo: str = "automatic") -> None:
     """Receive into ``buf`` the next message from rank ``src``, which must hold exactly
     ``buf``'s count (else ``al.OperationError``).  Blocking: returns when it has landed."""
-    _recv(buf, src, comm, stream, algo).run()
+    recall("recv", (buf,), comm, stream, (src, algo),
+           lambda: _recv(buf, src, comm, stream, algo)).run()
 
 
 def nonblocking_recv(buf, src: int, comm, stream=None, *, algo: str = "automatic"):
     """Start ``recv`` and return a ``Request``."""
-    return _recv(buf, src, comm, stream, algo).start()
+    return recall("recv", (buf,), comm, stream, (src, algo),
+                  lambda: _recv(buf, src, comm, stream, algo)).start()
 
 
 def recv_init(buf, src: int, comm, stream=None, *, algo: str = "automatic") -> Plan:
@@ -65,13 +70,15 @@ def sendrecv(sendbuf, dest: int, recvbuf, src: int, comm, stream=None, *,
     must be disjoint and of one dtype; counts may differ.  Blocking: returns when both are
     done.
     """
-    _sendrecv(sendbuf, dest, recvbuf, src, comm, stream, algo).run()
+    recall("sendrecv", (sendbuf, recvbuf), comm, stream, (dest, src, algo),
+           lambda: _sendrecv(sendbuf, dest, recvbuf, src, comm, stream, algo)).run()
 
 
 def nonblocking_sendrecv(sendbuf, dest: int, recvbuf, src: int, comm, stream=None, *,
                          algo: str = "automatic"):
     """Start ``sendrecv`` and return a ``Request``."""
-    return _sendrecv(sendbuf, dest, recvbuf, src, comm, stream, algo).start()
+    return recall("sendrecv", (sendbuf, recvbuf), comm, stream, (dest, src, algo),
+                  lambda: _sendrecv(sendbuf, dest, recvbuf, src, comm, stream, algo)).start()
 
 
 def sendrecv_init(sendbuf, dest: int, recvbuf, src: int, comm, stream=None, *,

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from .plan import Plan
+from .recall import layout, recall
 from .core.reduction import ReductionOp
 from .validate import (block_count, check_comm, check_stream, counts_arg, expect_count,
                        in_place_or_pair, reduction_op)
@@ -20,14 +21,16 @@ def reduce_scatter(buf, comm, stream=None, *, op=ReductionOp.SUM, recvbuf=None,
     ``recvbuf`` (``n`` elements, same dtype) gets the block.  Blocking: returns when the
     result is in place; on stream-bound backends, once the work is enqueued on ``stream``.
     """
-    _reduce_scatter(buf, comm, stream, op, recvbuf, algo).run()
+    recall("reduce_scatter", (buf, recvbuf), comm, stream, (op, algo),
+           lambda: _reduce_scatter(buf, comm, stream, op, recvbuf, algo)).run()
 
 
 def nonblocking_reduce_scatter(buf, comm, stream=None, *, op=ReductionOp.SUM, recvbuf=None,
                                algo: str = "automatic"):
     """Start ``reduce_scatter`` and return a ``Request``; buffers must not be touched until
     it completes."""
-    return _reduce_scatter(buf, comm, stream, op, recvbuf, algo).start()
+    return recall("reduce_scatter", (buf, recvbuf), comm, stream, (op, algo),
+                  lambda: _reduce_scatter(buf, comm, stream, op, recvbuf, algo)).start()
 
 
 def reduce_scatter_init(buf, comm, stream=None, *, op=ReductionOp.SUM, recvbuf=None,
@@ -47,13 +50,15 @@ def reduce_scatterv(buf, counts, comm, stream=None, *, op=ReductionOp.SUM, recvb
     is unspecified); otherwise ``recvbuf`` (exactly ``counts[rank]`` elements) gets it.
     Blocking as ``reduce_scatter``.
     """
-    _reduce_scatterv(buf, counts, comm, stream, op, recvbuf, algo).run()
+    recall("reduce_scatterv", (buf, recvbuf), comm, stream, (op, algo, layout(counts)),
+           lambda: _reduce_scatterv(buf, counts, comm, stream, op, recvbuf, algo)).run()
 
 
 def nonblocking_reduce_scatterv(buf, counts, comm, stream=None, *, op=ReductionOp.SUM,
                                 recvbuf=None, algo: str = "automatic"):
     """Start ``reduce_scatterv`` and return a ``Request``."""
-    return _reduce_scatterv(buf, counts, comm, stream, op, recvbuf, algo).start()
+    return recall("reduce_scatterv", (buf, recvbuf), comm, stream, (op, algo, layout(counts)),
+                  lambda: _reduce_scatterv(buf, counts, comm, stream, op, recvbuf, algo)).start()
 
 
 def reduce_scatterv_init(buf, counts, comm, stream=None, *, op=ReductionOp.SUM, recvbuf=None,

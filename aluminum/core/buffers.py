@@ -184,42 +184,6 @@ def _torch_to_numpy(tensor, name: str) -> np.ndarray:
     raise BufferError(f"{name}: unsupported tensor dtype {tensor.dtype}")
 
 
-def array_or_tensor(obj) -> bool:
-    """Whether ``obj`` is a numpy array or a torch tensor (not a subclass of either): the
-    objects the repeat-call fast paths take (tensors through ``torch_host_views``)."""
-    if type(obj) is np.ndarray:
-        return True
-    torch = sys.modules.get("torch")
-    return torch is not None and type(obj) is torch.Tensor
-
-
-def torch_host_views(buf, recvbuf):
-    """``(buf, recvbuf)`` with CPU torch tensors replaced by numpy views of their memory (no
-    copy), for the repeat-call fast paths (aluminum/allreduce.py), which take numpy arrays;
-    None when neither is a tensor, or a tensor no view can show (one that is not contiguous,
-    lives on a device or has a dtype numpy lacks): the full path explains those.  Tensor
-    subclasses (``nn.Parameter``) also take the full path.
-    """
-    torch = sys.modules.get("torch")      # no tensor exists before torch is imported
-    if torch is None:
-        return None
-    tensor = torch.Tensor
-    if type(buf) is tensor:
-        view = _tensor_view(buf, torch)
-        if view is None:
-            return None
-        if recvbuf is buf:
-            return view, view
-    elif type(recvbuf) is tensor:         # numpy in, a tensor out
-        view = buf
-    else:
-        return None
-    if type(recvbuf) is not tensor:       # None (in place), or numpy out
-        return view, recvbuf
-    recv_view = _tensor_view(recvbuf, torch)
-    return None if recv_view is None else (view, recv_view)
-
-
 def _tensor_view(tensor, torch) -> np.ndarray | None:
     """The numpy view of a contiguous CPU ``tensor`` (of its data: a tensor that requires
     grad is detached), bfloat16 included, else None.  The cheap checks come first: a failing

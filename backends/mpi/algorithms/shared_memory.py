@@ -88,10 +88,7 @@ class SharedMemoryAllreduce(ProgramState):
     sends_messages = False
 
     def __init__(self, comm, stream, sendbuf, recvbuf, op):
-        self._bind(comm, op, sendbuf.array, recvbuf.array)
-
-    def _bind(self, comm, op, send: np.ndarray, recv: np.ndarray) -> None:
-        """Set the fields from flat arrays (``send is recv``: in place)."""
+        send, recv = sendbuf.array, recvbuf.array   # flat arrays; the same one in place
         if comm.local_size != comm.size:
             raise UnsupportedError(
                 f"algo: shared_memory needs every rank on one node; this communicator has "
@@ -111,22 +108,6 @@ class SharedMemoryAllreduce(ProgramState):
             # None: the communicator has no shared buffers (nothing to announce)
             self.registry = registry = SharedBuffers.find(comm)
             self.place = None if registry is None else registry.place(send, recv)
-
-    @classmethod
-    def array_state(cls, op, dtype):
-        """``make(comm, buf, recvbuf)``: an unstarted state on C-contiguous numpy arrays (in
-        place when ``recvbuf`` is None or ``buf``); what repeat calls build
-        (aluminum/allreduce.py) instead of Buffers, blocking calls driving them."""
-        new = cls.__new__
-
-        def make(comm, buf, recvbuf):
-            send = buf if buf.ndim == 1 else buf.reshape(-1)
-            recv = send if recvbuf is None or recvbuf is buf else \
-                recvbuf if recvbuf.ndim == 1 else recvbuf.reshape(-1)
-            state = new(cls)
-            state._bind(comm, op, send, recv)
-            return state
-        return make
 
     def program(self):
         if self.window is None:                  # one rank, or nothing to reduce

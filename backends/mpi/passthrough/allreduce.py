@@ -18,53 +18,21 @@ class PassthroughAllreduce(State):
     request = None
 
     def __init__(self, comm, stream, sendbuf, recvbuf, op):
-        self._bind(comm, op, mpi_plan(op, recvbuf.dtype), sendbuf.array,
-                   None if sendbuf is recvbuf else recvbuf.array)
-
-    def _bind(self, comm, op, decided, buf, recvbuf) -> None:
-        """Set the fields from arrays: in place when ``recvbuf`` is None or ``buf``."""
-        self.comm, self.op, self.decided = comm, op, decided
-        if recvbuf is None or recvbuf is buf:
-            self.send, self.recv = None, buf
-        else:
-            self.send, self.recv = buf, recvbuf
-
-    @classmethod
-    def array_state(cls, op, dtype):
-        """``make(comm, buf, recvbuf)``: an unstarted state on C-contiguous numpy arrays (in
-        place when ``recvbuf`` is None or ``buf``), MPI datatype and op decided once; what
-        repeat nonblocking calls build (aluminum/allreduce.py) instead of Buffers."""
-        decided = mpi_plan(op, dtype)
-        new = cls.__new__
-
-        def make(comm, buf, recvbuf):
-            state = new(cls)
-            state._bind(comm, op, decided, buf, recvbuf)
-            return state
-        return make
-
-    @staticmethod
-    def array_runner(op, dtype):
-        """``run(comm, buf, recvbuf)``: the blocking allreduce of C-contiguous numpy arrays (in
-        place when ``recvbuf`` is None or ``buf``), MPI datatype and op decided once; what
-        ``run_blocking`` runs, and what repeat calls keep (aluminum/allreduce.py)."""
-        datatype, mpiop, needs_finish = mpi_plan(op, dtype)
-        in_place = MPI.IN_PLACE
-
-        def run(comm, buf, recvbuf):
-            if recvbuf is None or recvbuf is buf:
-                comm._mpi.Allreduce(in_place, [buf, datatype], mpiop)
-                recvbuf = buf
-            else:
-                comm._mpi.Allreduce([buf, datatype], [recvbuf, datatype], mpiop)
-            if needs_finish:
-                op.finish(recvbuf.reshape(-1), comm.size)
-        return run
+        self.comm, self.op = comm, op
+        self.decided = mpi_plan(op, recvbuf.dtype)
+        self.send = None if sendbuf is recvbuf else sendbuf.array
+        self.recv = recvbuf.array
 
     @staticmethod
     def run_blocking(comm, stream, sendbuf, recvbuf, op):
-        PassthroughAllreduce.array_runner(op, recvbuf.dtype)(comm, sendbuf.array,
-                                                              recvbuf.array)
+        datatype, mpiop, needs_finish = mpi_plan(op, recvbuf.dtype)
+        recv = recvbuf.array
+        if sendbuf is recvbuf:
+            comm.mpi_comm.Allreduce(MPI.IN_PLACE, [recv, datatype], mpiop)
+        else:
+            comm.mpi_comm.Allreduce([sendbuf.array, datatype], [recv, datatype], mpiop)
+        if needs_finish:
+            op.finish(recv.reshape(-1), comm.size)
 
     @classmethod
     def persistent(cls, comm, stream, sendbuf, recvbuf, op) -> PersistentRequest | None:

@@ -8,6 +8,7 @@ from mpi4py import MPI
 
 from ....engine.state import Action, State
 from ..datatypes import mpi_datatype
+from .persistent import PersistentRequest
 
 # Point-to-point is untagged (Aluminum: a receive matches a send of the same count); it uses
 # this one tag on the duplicated communicator, which custom algorithms' tags never equal.
@@ -27,6 +28,25 @@ class MPIRequestState(State):
     def finish(self) -> None:
         """Nothing to post-process by default."""
 
+    @classmethod
+    def persistent(cls, comm, *args) -> PersistentRequest | None:
+        """The same call as an MPI-4 persistent operation on these arguments: ``post`` runs
+        once against a stand-in communicator on which ``I<op>`` makes ``<Op>_init`` (so
+        every state's ``post`` serves both forms).  None for states that check a status
+        (receives) or where the MPI library lacks the persistent form."""
+        state = cls(comm, *args)
+        if state.status is not None:
+            return None
+        state.comm = _PersistentCalls(comm)
+        try:
+            request = state.post()
+        except (AttributeError, NotImplementedError, MPI.Exception):
+            return None
+        finally:
+            state.comm = comm
+        finish = state.finish if cls.finish is not MPIRequestState.finish else None
+        return PersistentRequest(comm, cls.name, request, finish)
+
     def start(self) -> None:
         self.request = self.post()
 
@@ -35,6 +55,20 @@ class MPIRequestState(State):
             return Action.CONTINUE
         self.finish()
         return Action.COMPLETE
+
+
+class _PersistentCalls:
+    """A communicator whose ``_mpi.I<op>(...)`` is ``<Op>_init(...)`` (MPI-4 naming:
+    ``Iallgather`` -> ``Allgather_init``); every other attribute is the real one's."""
+
+    def __init__(self, comm) -> None:
+        self._comm = comm
+        self._mpi = self
+
+    def __getattr__(self, name: str):
+        if name.startswith("I") and name[1:2].islower():
+            return getattr(self._comm.mpi_comm, name[1].upper() + name[2:] + "_init")
+        return getattr(self._comm, name)
 
 
 def spec(buf) -> list:

@@ -34,7 +34,8 @@ class PersistentRequest:
         """Free the MPI request; the plan waited for its last run first.  Runs still in
         flight keep this object alive, so a dropped plan frees it when they end."""
         request, self.request = self.request, None
-        if request is not None and MPI.Is_initialized() and not MPI.Is_finalized():
+        if request is not None and MPI is not None and MPI.Is_initialized() \
+                and not MPI.Is_finalized():   # (MPI is None when the interpreter exits)
             request.Free()
 
     __del__ = free
