@@ -16,5 +16,6 @@ def test_example_runs_on_two_ranks(path):
     run = subprocess.run([sys.executable, "-m", "aluminum.run", "-n", "2", str(path)],
                          capture_output=True, text=True, timeout=180)
     assert run.returncode == 0, run.stdout + run.stderr
-    assert "over 2 ranks" in run.stdout, run.stdout
+    if "import aluminum as al" in path.read_text():   # the communication examples
+        assert "over 2 ranks" in run.stdout, run.stdout
     assert "RuntimeWarning" not in run.stderr, run.stderr     # shared memory let go of

@@ -1,0 +1,23 @@
+"""aluminum's executor layer (PaddlePaddle's ParallelExecutor design on aluminum's API).
+
+Describe a network once as a ``Program`` with ``layers``, add its backward pass and
+updates with an optimizer's ``minimize``, run the startup program once, then run the main
+program with ``Executor`` (sequential, the reference) or ``ParallelExecutor`` (an SSA graph
+run out of order on a thread pool).  See docs/executor.md.
+"""
+from . import layers
+from .backward import append_backward
+from .errors import ExecutionError, ProgramError
+from .executor import Executor
+from .ir import (Block, Operator, PlaceGroup, Program, Variable, default_main_program,
+                 default_startup_program, program_guard, reset_unique_names)
+from .optimizer import SGD, Adam, Momentum
+from .parallel_executor import ExecutionStrategy, ParallelExecutor
+from .scope import Scope, global_scope
+from .ssa_graph import OpHandle, SSAGraph, VarHandle, build_graph
+
+__all__ = ["Adam", "Block", "ExecutionError", "ExecutionStrategy", "Executor", "Momentum",
+           "OpHandle", "Operator", "ParallelExecutor", "PlaceGroup", "Program", "ProgramError",
+           "SGD", "SSAGraph", "Scope", "VarHandle", "Variable", "append_backward",
+           "build_graph", "default_main_program", "default_startup_program",
+           "global_scope", "layers", "program_guard", "reset_unique_names"]

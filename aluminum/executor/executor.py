@@ -1,0 +1,85 @@
+"""``Executor``: runs a program's ops one after the other over a ``Scope``: the
+correctness reference the parallel executors are compared with."""
+from __future__ import annotations
+
+import numpy as np
+
+from .errors import ExecutionError, ProgramError
+from .ir import Operator, Program
+from .ops import registry
+from .scope import Scope, global_scope
+
+
+def run_op(op: Operator, scope: Scope, place: str = "cpu") -> None:
+    """Run one op: read its inputs from ``scope``, write its outputs there."""
+    kind = registry.get(op.type)
+    ins = {slot: [scope[name] if name else None for name in names]
+           for slot, names in op.inputs.items()}
+    try:
+        outs = kind.compute(ins, op.attrs, None)
+    except Exception as exc:  # noqa: BLE001 - any kernel failure names its op
+        raise ExecutionError(f"op {op.type} on {place} failed: {type(exc).__name__}: "
+                             f"{exc}") from exc
+    for slot, names in op.outputs.items():
+        for name, value in zip(names, outs.get(slot, ())):
+            if name and value is not None:
+                scope[name] = value
+
+
+def check_feed(program: Program, feed: dict) -> None:
+    """Every fed name a declared variable, of a compatible shape and the declared dtype."""
+    block = program.global_block()
+    for name, value in feed.items():
+        if name not in block.vars:
+            raise ProgramError(f"feed {name!r}: no such variable in the program")
+        var = block.vars[name]
+        value = np.asarray(value)
+        if len(value.shape) != len(var.shape) or any(
+                d != -1 and d != v for d, v in zip(var.shape, value.shape)):
+            raise ProgramError(f"feed {name!r}: expected shape {list(var.shape)}, got "
+                               f"{list(value.shape)}")
+        if value.dtype != np.dtype(var.dtype):
+            raise ProgramError(f"feed {name!r}: expected dtype {var.dtype}, got {value.dtype}")
+
+
+def check_readable(program: Program, feed: dict, scope: Scope) -> None:
+    """Every variable an op reads is written earlier, fed, or already in the scope."""
+    available = set(feed) | set(scope)
+    for op in program.global_block().ops:
+        for name in op.input_names():
+            if name and name not in available:
+                raise ProgramError(f"op {op.type}: reads variable {name!r}, which nothing "
+                                   "writes before it (not fed, not in the scope)")
+        available.update(op.output_names())
+
+
+def fetch_names(fetch_list) -> list[str]:
+    return [f if isinstance(f, str) else f.name for f in (fetch_list or [])]
+
+
+def check_fetch(program: Program, names: list[str]) -> None:
+    for name in names:
+        if name not in program.global_block().vars:
+            raise ProgramError(f"fetch {name!r}: no such variable in the program")
+
+
+class Executor:
+    """Sequential interpreter; ``place`` is a label for errors ("cpu")."""
+
+    def __init__(self, place: str = "cpu") -> None:
+        self.place = place
+
+    def run(self, program: Program, feed: dict | None = None, fetch_list=None,
+            scope: Scope | None = None) -> list[np.ndarray]:
+        """Run every op of ``program`` in order; return copies of the fetched values.
+        Everything is checked before the first op runs."""
+        scope = global_scope() if scope is None else scope
+        feed = dict(feed or {})
+        names = fetch_names(fetch_list)
+        check_feed(program, feed)
+        check_fetch(program, names)
+        check_readable(program, feed, scope)
+        scope.update({name: np.asarray(value) for name, value in feed.items()})
+        for op in program.global_block().ops:
+            run_op(op, scope, self.place)
+        return [np.array(scope[name]) for name in names]

@@ -1,0 +1,161 @@
+"""Builders that append ops to the default main program (parameters' initializers to the
+default startup program), as Paddle's ``fluid.layers``."""
+from __future__ import annotations
+
+import zlib
+
+import numpy as np
+
+from .ir import Variable, default_main_program, default_startup_program, unique_name
+
+
+def _block():
+    return default_main_program().global_block()
+
+
+def _out(prefix: str, dtype: str = "float32") -> Variable:
+    return _block().create_var(unique_name(prefix), (), dtype)
+
+
+def _seed(name: str) -> int:
+    """A parameter's initializer seed: the program seed and the parameter's name, so that
+    two builds of one network (on every rank) initialize identically."""
+    return (default_startup_program().random_seed * 1_000_003
+            + zlib.crc32(name.encode())) % (2 ** 32)
+
+
+def data(name: str, shape, dtype: str = "float32", append_batch_size: bool = True) -> Variable:
+    """An input fed at run time; ``shape`` without the batch dimension unless
+    ``append_batch_size=False``."""
+    shape = ((-1,) if append_batch_size else ()) + tuple(shape)
+    return _block().create_var(name, shape, dtype, stop_gradient=True)
+
+
+def create_parameter(shape, dtype: str = "float32", name: str | None = None,
+                     init: str = "xavier", value: float = 0.0) -> Variable:
+    """A trainable parameter, initialized in the startup program (``xavier``: uniform with
+    Glorot's bound; ``constant``: ``value``)."""
+    name = name or unique_name("param")
+    shape = tuple(shape)
+    for program in (default_main_program(), default_startup_program()):
+        program.global_block().create_var(name, shape, dtype, persistable=True,
+                                          is_parameter=True)
+    startup = default_startup_program().global_block()
+    if init == "constant":
+        startup.append_op("fill_constant", {}, {"Out": [name]},
+                          {"shape": shape, "value": value, "dtype": dtype})
+    else:
+        fan_in, fan_out = shape[0], shape[-1]
+        bound = float(np.sqrt(6.0 / (fan_in + fan_out)))
+        startup.append_op("uniform_random", {}, {"Out": [name]},
+                          {"shape": shape, "min": -bound, "max": bound, "dtype": dtype,
+                           "seed": _seed(name)})
+    return _block().var(name)
+
+
+def _op(type_: str, inputs: dict, attrs: dict | None = None, prefix: str | None = None,
+        dtype: str = "float32") -> Variable:
+    out = _out(prefix or type_, dtype)
+    _block().append_op(type_, {k: [v.name for v in vs] for k, vs in inputs.items()},
+                       {"Out": [out.name]}, attrs)
+    return out
+
+
+def matmul(x: Variable, y: Variable) -> Variable:
+    return _op("matmul", {"X": [x], "Y": [y]})
+
+
+def elementwise_add(x: Variable, y: Variable) -> Variable:
+    return _op("elementwise_add", {"X": [x], "Y": [y]})
+
+
+def elementwise_sub(x: Variable, y: Variable) -> Variable:
+    return _op("elementwise_sub", {"X": [x], "Y": [y]})
+
+
+def elementwise_mul(x: Variable, y: Variable) -> Variable:
+    return _op("elementwise_mul", {"X": [x], "Y": [y]})
+
+
+def relu(x: Variable) -> Variable:
+    return _op("relu", {"X": [x]})
+
+
+def tanh(x: Variable) -> Variable:
+    return _op("tanh", {"X": [x]})
+
+
+def sigmoid(x: Variable) -> Variable:
+    return _op("sigmoid", {"X": [x]})
+
+
+def softmax(x: Variable) -> Variable:
+    return _op("softmax", {"X": [x]})
+
+
+_ACTIVATIONS = {None: None, "relu": relu, "tanh": tanh, "sigmoid": sigmoid, "softmax": softmax}
+
+
+def fc(input: Variable, size: int, act: str | None = None, name: str | None = None,
+       dtype: str = "float32") -> Variable:
+    """``act(input @ W + b)``; ``input`` [N, K] (higher ranks are flattened after dim 0)."""
+    prefix = name or unique_name("fc")
+    if len(input.shape) > 2:
+        input = reshape(input, (0, int(np.prod(input.shape[1:]))))
+    weight = create_parameter((input.shape[1], size), dtype, f"{prefix}.w")
+    bias = create_parameter((size,), dtype, f"{prefix}.b", init="constant")
+    out = elementwise_add(matmul(input, weight), bias)
+    activation = _ACTIVATIONS[act]
+    return out if activation is None else activation(out)
+
+
+def softmax_with_cross_entropy(logits: Variable, label: Variable) -> Variable:
+    softmax_out = _out("softmax")
+    loss = _out("cross_entropy")
+    _block().append_op("softmax_with_cross_entropy",
+                       {"Logits": [logits.name], "Label": [label.name]},
+                       {"Softmax": [softmax_out.name], "Loss": [loss.name]})
+    return loss
+
+
+def square_error_cost(input: Variable, label: Variable) -> Variable:
+    return _op("square_error_cost", {"X": [input], "Y": [label]})
+
+
+def mean(x: Variable) -> Variable:
+    return _op("mean", {"X": [x]})
+
+
+def scale(x: Variable, scale: float = 1.0, bias: float = 0.0) -> Variable:
+    return _op("scale", {"X": [x]}, {"scale": scale, "bias": bias})
+
+
+def reshape(x: Variable, shape) -> Variable:
+    return _op("reshape", {"X": [x]}, {"shape": tuple(shape)})
+
+
+def concat(inputs: list[Variable], axis: int = 0) -> Variable:
+    return _op("concat", {"X": list(inputs)}, {"axis": axis})
+
+
+def split(x: Variable, sections: list[int], axis: int = 0) -> list[Variable]:
+    outs = [_out("split") for _ in sections]
+    _block().append_op("split", {"X": [x.name]}, {"Out": [o.name for o in outs]},
+                       {"sections": tuple(sections), "axis": axis})
+    return outs
+
+
+def dropout(x: Variable, dropout_prob: float, is_test: bool = False,
+            seed: int | None = None) -> Variable:
+    out, mask = _out("dropout"), _out("dropout_mask")
+    _block().append_op("dropout", {"X": [x.name]}, {"Out": [out.name], "Mask": [mask.name]},
+                       {"dropout_prob": dropout_prob, "is_test": is_test,
+                        "seed": _seed(out.name) if seed is None else seed})
+    return out
+
+
+def embedding(input: Variable, size: tuple[int, int], name: str | None = None,
+              dtype: str = "float32") -> Variable:
+    """``lookup_table``: rows of a [vocabulary, width] parameter picked by int64 ids."""
+    weight = create_parameter(size, dtype, name or unique_name("embedding.w"))
+    return _op("lookup_table", {"W": [weight], "Ids": [input]}, prefix="embedding")

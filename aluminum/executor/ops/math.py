@@ -1,0 +1,248 @@
+"""Arithmetic, activations and losses."""
+from __future__ import annotations
+
+import numpy as np
+
+from ..errors import ProgramError
+from .registry import OpKind, register, unbroadcast
+
+
+def _dims_agree(a: int, b: int) -> bool:
+    return a == b or a == -1 or b == -1
+
+
+@register
+class Matmul(OpKind):
+    """``Out = X @ Y`` for 2-D ``X`` [M, K] and ``Y`` [K, N]."""
+
+    type = "matmul"
+
+    def infer(self, block, op):
+        x, y = block.var(op.inputs["X"][0]), block.var(op.inputs["Y"][0])
+        if len(x.shape) != 2 or len(y.shape) != 2 or not _dims_agree(x.shape[1], y.shape[0]):
+            raise ProgramError(f"op matmul: X {x.name} {list(x.shape)} and Y {y.name} "
+                               f"{list(y.shape)} cannot be multiplied (expected [M, K] @ "
+                               f"[K, N])")
+        out = block.var(op.outputs["Out"][0])
+        out.shape, out.dtype = (x.shape[0], y.shape[1]), x.dtype
+
+    def compute(self, ins, attrs, ctx):
+        return {"Out": [ins["X"][0] @ ins["Y"][0]]}
+
+    def backward(self, ins, outs, douts, attrs):
+        x, y, d = ins["X"][0], ins["Y"][0], douts["Out"][0]
+        return {"X": [d @ y.T], "Y": [x.T @ d]}
+
+
+class _Elementwise(OpKind):
+    """numpy broadcasting between ``X`` and ``Y`` (Paddle's ``axis`` is not needed: align
+    ``Y`` to the trailing dimensions, as numpy does)."""
+
+    def infer(self, block, op):
+        x, y = block.var(op.inputs["X"][0]), block.var(op.inputs["Y"][0])
+        shape = []
+        for a, b in zip(reversed((1,) * (len(y.shape) - len(x.shape)) + x.shape),
+                        reversed((1,) * (len(x.shape) - len(y.shape)) + y.shape)):
+            if not (a == b or 1 in (a, b) or -1 in (a, b)):
+                raise ProgramError(f"op {self.type}: X {x.name} {list(x.shape)} and Y "
+                                   f"{y.name} {list(y.shape)} do not broadcast")
+            shape.append(-1 if -1 in (a, b) else max(a, b))
+        out = block.var(op.outputs["Out"][0])
+        out.shape, out.dtype = tuple(reversed(shape)), x.dtype
+
+
+@register
+class ElementwiseAdd(_Elementwise):
+    type = "elementwise_add"
+
+    def compute(self, ins, attrs, ctx):
+        return {"Out": [ins["X"][0] + ins["Y"][0]]}
+
+    def backward(self, ins, outs, douts, attrs):
+        d = douts["Out"][0]
+        return {"X": [unbroadcast(d, ins["X"][0].shape)],
+                "Y": [unbroadcast(d, ins["Y"][0].shape)]}
+
+
+@register
+class ElementwiseSub(_Elementwise):
+    type = "elementwise_sub"
+
+    def compute(self, ins, attrs, ctx):
+        return {"Out": [ins["X"][0] - ins["Y"][0]]}
+
+    def backward(self, ins, outs, douts, attrs):
+        d = douts["Out"][0]
+        return {"X": [unbroadcast(d, ins["X"][0].shape)],
+                "Y": [unbroadcast(-d, ins["Y"][0].shape)]}
+
+
+@register
+class ElementwiseMul(_Elementwise):
+    type = "elementwise_mul"
+
+    def compute(self, ins, attrs, ctx):
+        return {"Out": [ins["X"][0] * ins["Y"][0]]}
+
+    def backward(self, ins, outs, douts, attrs):
+        x, y, d = ins["X"][0], ins["Y"][0], douts["Out"][0]
+        return {"X": [unbroadcast(d * y, x.shape)], "Y": [unbroadcast(d * x, y.shape)]}
+
+
+@register
+class Relu(OpKind):
+    type = "relu"
+
+    def compute(self, ins, attrs, ctx):
+        return {"Out": [np.maximum(ins["X"][0], 0)]}
+
+    def backward(self, ins, outs, douts, attrs):
+        return {"X": [douts["Out"][0] * (ins["X"][0] > 0)]}
+
+
+@register
+class Tanh(OpKind):
+    type = "tanh"
+
+    def compute(self, ins, attrs, ctx):
+        return {"Out": [np.tanh(ins["X"][0])]}
+
+    def backward(self, ins, outs, douts, attrs):
+        out = outs["Out"][0]
+        return {"X": [douts["Out"][0] * (1 - out * out)]}
+
+
+@register
+class Sigmoid(OpKind):
+    type = "sigmoid"
+
+    def compute(self, ins, attrs, ctx):
+        return {"Out": [1 / (1 + np.exp(-ins["X"][0]))]}
+
+    def backward(self, ins, outs, douts, attrs):
+        out = outs["Out"][0]
+        return {"X": [douts["Out"][0] * out * (1 - out)]}
+
+
+def _softmax(x):
+    shifted = np.exp(x - x.max(axis=-1, keepdims=True))
+    return shifted / shifted.sum(axis=-1, keepdims=True)
+
+
+@register
+class Softmax(OpKind):
+    """Softmax over the last axis."""
+
+    type = "softmax"
+
+    def compute(self, ins, attrs, ctx):
+        return {"Out": [_softmax(ins["X"][0])]}
+
+    def backward(self, ins, outs, douts, attrs):
+        out, d = outs["Out"][0], douts["Out"][0]
+        return {"X": [out * (d - (d * out).sum(axis=-1, keepdims=True))]}
+
+
+@register
+class SoftmaxWithCrossEntropy(OpKind):
+    """``Loss[i] = -log softmax(Logits[i])[Label[i]]``; ``Label`` int64 [N, 1]."""
+
+    type = "softmax_with_cross_entropy"
+
+    def infer(self, block, op):
+        logits = block.var(op.inputs["Logits"][0])
+        label = block.var(op.inputs["Label"][0])
+        if len(logits.shape) != 2 or label.shape[-1:] != (1,):
+            raise ProgramError(f"op softmax_with_cross_entropy: expected Logits [N, C] and "
+                               f"Label [N, 1], got {logits.name} {list(logits.shape)} and "
+                               f"{label.name} {list(label.shape)}")
+        softmax = block.var(op.outputs["Softmax"][0])
+        softmax.shape, softmax.dtype = logits.shape, logits.dtype
+        loss = block.var(op.outputs["Loss"][0])
+        loss.shape, loss.dtype = (logits.shape[0], 1), logits.dtype
+
+    def compute(self, ins, attrs, ctx):
+        logits, label = ins["Logits"][0], ins["Label"][0].reshape(-1)
+        shifted = logits - logits.max(axis=-1, keepdims=True)
+        log_sum = np.log(np.exp(shifted).sum(axis=-1, keepdims=True))
+        log_probs = shifted - log_sum
+        loss = -log_probs[np.arange(len(label)), label].reshape(-1, 1)
+        return {"Softmax": [np.exp(log_probs)], "Loss": [loss.astype(logits.dtype)]}
+
+    def backward(self, ins, outs, douts, attrs):
+        softmax, label = outs["Softmax"][0], ins["Label"][0].reshape(-1)
+        grad = softmax.copy()
+        grad[np.arange(len(label)), label] -= 1
+        grad *= douts["Loss"][0]
+        d_softmax = douts["Softmax"][0]   # zeros unless something read the Softmax output
+        grad += softmax * (d_softmax - (d_softmax * softmax).sum(axis=-1, keepdims=True))
+        return {"Logits": [grad], "Label": [None]}
+
+
+@register
+class SquareErrorCost(OpKind):
+    """``Out = (X - Y) ** 2`` element-wise."""
+
+    type = "square_error_cost"
+
+    def compute(self, ins, attrs, ctx):
+        diff = ins["X"][0] - ins["Y"][0]
+        return {"Out": [diff * diff]}
+
+    def backward(self, ins, outs, douts, attrs):
+        diff = ins["X"][0] - ins["Y"][0]
+        d = 2 * diff * douts["Out"][0]
+        return {"X": [d], "Y": [-d]}
+
+
+@register
+class Mean(OpKind):
+    """The mean of every element, shape [1]."""
+
+    type = "mean"
+
+    def infer(self, block, op):
+        x, out = block.var(op.inputs["X"][0]), block.var(op.outputs["Out"][0])
+        out.shape, out.dtype = (1,), x.dtype
+
+    def compute(self, ins, attrs, ctx):
+        x = ins["X"][0]
+        return {"Out": [np.asarray(x.mean(), dtype=x.dtype).reshape(1)]}
+
+    def backward(self, ins, outs, douts, attrs):
+        x = ins["X"][0]
+        return {"X": [np.full(x.shape, douts["Out"][0][0] / x.size, dtype=x.dtype)]}
+
+
+@register
+class Scale(OpKind):
+    """``Out = scale * X + bias``."""
+
+    type = "scale"
+
+    def compute(self, ins, attrs, ctx):
+        x = ins["X"][0]
+        return {"Out": [(x * x.dtype.type(attrs.get("scale", 1.0))
+                         + x.dtype.type(attrs.get("bias", 0.0))).astype(x.dtype)]}
+
+    def backward(self, ins, outs, douts, attrs):
+        d = douts["Out"][0]
+        return {"X": [(d * d.dtype.type(attrs.get("scale", 1.0))).astype(d.dtype)]}
+
+
+@register
+class Sum(OpKind):
+    """``Out = X[0] + X[1] + ...`` in list order (how gradients accumulate, so the order
+    is fixed and results are reproducible)."""
+
+    type = "sum"
+
+    def compute(self, ins, attrs, ctx):
+        arrays = ins["X"]
+        total = arrays[0].copy()
+        for other in arrays[1:]:
+            total += other
+        return {"Out": [total]}
+
+    def backward(self, ins, outs, douts, attrs):
+        return {"X": [douts["Out"][0]] * len(ins["X"])}

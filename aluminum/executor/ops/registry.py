@@ -1,0 +1,99 @@
+"""``OpKind``: what an op type is; ``register`` / ``get``; the generic gradient op.
+
+An op's kernel takes ``ins`` (slot -> list of arrays) and the attrs and returns its outputs
+(slot -> list of arrays).  A differentiable kind also has ``backward(ins, outs, douts,
+attrs)`` returning the gradients of its inputs (slot -> list, None where it has none); the
+gradient op ``<type>_grad`` runs it, reading the forward inputs (same slots), the forward
+outputs (``<slot>@OUT``) and the output gradients (``<slot>@GRAD``), and writing input
+gradients (``<slot>@GRAD``).  Kernels only use the array API, so cupy arrays run them too.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..errors import ProgramError
+
+_KINDS: dict[str, OpKind] = {}
+GRAD_SUFFIX = "_grad"
+
+
+class OpKind:
+    """Base class of op types; subclasses set ``type`` and override what they need."""
+
+    type = ""
+    differentiable = True
+    communicates = False   # scheduled first by the parallel executor
+
+    def infer(self, block, op) -> None:
+        """Set the shapes/dtypes of ``op``'s outputs in ``block``; raise ``ProgramError``
+        on inputs it cannot take.  Default: every output like the first input."""
+        first = block.var(op.input_names()[0])
+        for name in op.output_names():
+            out = block.var(name)
+            out.shape, out.dtype = first.shape, first.dtype
+
+    def compute(self, ins: dict, attrs: dict, ctx) -> dict:
+        raise NotImplementedError
+
+    def backward(self, ins: dict, outs: dict, douts: dict, attrs: dict) -> dict:
+        raise ProgramError(f"op {self.type}: has no gradient")
+
+
+class GradKind(OpKind):
+    """``<type>_grad`` of a differentiable kind."""
+
+    differentiable = False
+
+    def __init__(self, forward: OpKind) -> None:
+        self.forward, self.type = forward, forward.type + GRAD_SUFFIX
+
+    def infer(self, block, op) -> None:
+        for slot, names in op.outputs.items():
+            forward_slot = slot[:-len("@GRAD")]
+            for name, source in zip(names, op.inputs.get(forward_slot, [])):
+                if name:
+                    grad, var = block.var(name), block.var(source)
+                    grad.shape, grad.dtype = var.shape, var.dtype
+
+    def compute(self, ins: dict, attrs: dict, ctx) -> dict:
+        forward_ins = {s: v for s, v in ins.items() if "@" not in s}
+        outs = {s[:-4]: v for s, v in ins.items() if s.endswith("@OUT")}
+        douts = {s[:-5]: v for s, v in ins.items() if s.endswith("@GRAD")}
+        for slot, arrays in douts.items():   # an output nobody differentiated: zeros
+            douts[slot] = [np.zeros_like(o) if d is None else d
+                           for d, o in zip(arrays, outs[slot])]
+        grads = self.forward.backward(forward_ins, outs, douts, attrs)
+        return {slot + "@GRAD": grads.get(slot, [None] * len(forward_ins[slot]))
+                for slot in forward_ins}
+
+
+def register(kind_class: type) -> type:
+    """Class decorator: register one instance of ``kind_class`` under its ``type``."""
+    _KINDS[kind_class.type] = kind_class()
+    return kind_class
+
+
+def get(type_: str) -> OpKind:
+    kind = _KINDS.get(type_)
+    if kind is not None:
+        return kind
+    if type_.endswith(GRAD_SUFFIX):
+        forward = _KINDS.get(type_[:-len(GRAD_SUFFIX)])
+        if forward is not None and forward.differentiable:
+            kind = _KINDS[type_] = GradKind(forward)
+            return kind
+    raise ProgramError(f"op {type_!r}: no such op type (known: {', '.join(sorted(_KINDS))})")
+
+
+def known() -> list[str]:
+    return sorted(_KINDS)
+
+
+def unbroadcast(grad, shape: tuple):
+    """Sum ``grad`` down to ``shape`` (undo numpy broadcasting)."""
+    while grad.ndim > len(shape):
+        grad = grad.sum(axis=0)
+    for axis, size in enumerate(shape):
+        if size == 1 and grad.shape[axis] != 1:
+            grad = grad.sum(axis=axis, keepdims=True)
+    return grad

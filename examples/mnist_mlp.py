@@ -1,0 +1,75 @@
+"""A 784-128-64-10 MLP on synthetic "digits" (10 noisy class prototypes), trained with
+softmax cross-entropy and Momentum by either executor.
+
+    python examples/mnist_mlp.py --executor parallel --threads 2
+"""
+import argparse
+import sys
+
+import numpy as np
+
+import aluminum.executor as ex
+from aluminum.executor import layers
+
+
+def build(dtype: str = "float32", seed: int = 1):
+    """(main, startup, loss, accuracy inputs) of the MLP."""
+    ex.reset_unique_names()
+    main, startup = ex.Program(), ex.Program()
+    startup.random_seed = seed
+    with ex.program_guard(main, startup):
+        image = layers.data("image", [784], dtype)
+        label = layers.data("label", [1], "int64")
+        hidden = layers.fc(image, 128, act="relu", dtype=dtype, name="fc1")
+        hidden = layers.fc(hidden, 64, act="relu", dtype=dtype, name="fc2")
+        logits = layers.fc(hidden, 10, dtype=dtype, name="fc3")
+        loss = layers.mean(layers.softmax_with_cross_entropy(logits, label))
+        ex.Momentum(learning_rate=0.05, momentum=0.9).minimize(loss)
+    return main, startup, loss, logits
+
+
+def dataset(samples: int = 256, dtype: str = "float32", seed: int = 0):
+    rng = np.random.default_rng(seed)
+    prototypes = rng.normal(size=(10, 784))
+    labels = rng.integers(0, 10, size=(samples, 1))
+    images = prototypes[labels[:, 0]] + 0.5 * rng.normal(size=(samples, 784))
+    return images.astype(dtype), labels.astype(np.int64)
+
+
+def train(executor: str = "sequential", threads: int = 2, steps: int = 20,
+          dtype: str = "float32") -> tuple[list[float], float]:
+    """(losses of every step, training accuracy at the end)."""
+    main, startup, loss, logits = build(dtype)
+    scope = ex.Scope()
+    ex.Executor().run(startup, scope=scope)
+    images, labels = dataset(dtype=dtype)
+    feed = {"image": images, "label": labels}
+    if executor == "parallel":
+        runner = ex.ParallelExecutor(main, loss_name=loss.name, scope=scope,
+                                     exec_strategy=ex.ExecutionStrategy(num_threads=threads))
+        run = lambda: runner.run([loss, logits], feed)   # noqa: E731
+    else:
+        sequential = ex.Executor()
+        run = lambda: sequential.run(main, feed, [loss, logits], scope)   # noqa: E731
+    losses = []
+    for _ in range(steps):
+        value, scores = run()
+        losses.append(float(value[0]))
+    accuracy = float((scores.argmax(axis=1) == labels[:, 0]).mean())
+    return losses, accuracy
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--executor", choices=("sequential", "parallel"), default="parallel")
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--steps", type=int, default=20)
+    args = parser.parse_args()
+    losses, accuracy = train(args.executor, args.threads, args.steps)
+    print(f"mnist_mlp ({args.executor}): loss {losses[0]:.3f} -> {losses[-1]:.3f}, "
+          f"accuracy {accuracy:.2f}")
+    return 0 if losses[-1] < 0.5 * losses[0] and accuracy > 0.9 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,140 @@
+"""Every differentiable op's analytic gradient against central finite differences in
+float64 (Paddle's OpTest.check_grad idea), on shapes drawn by hypothesis, and forward
+kernels against direct numpy formulas."""
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from aluminum.executor.ops import registry
+
+settings.register_profile("executor", derandomize=True, deadline=None, max_examples=12,
+                          database=None)
+settings.load_profile("executor")
+
+DIMS = st.integers(1, 4)
+
+
+def check_grad(op_type, ins, attrs=None, wrt=None, seed=0):
+    """Compare ``backward`` with central differences of sum(out * R) for random R."""
+    kind = registry.get(op_type)
+    attrs = attrs or {}
+    outs = kind.compute(ins, attrs, None)
+    rng = np.random.default_rng(seed)
+    weights = {slot: [rng.normal(size=o.shape) for o in arrays]
+               for slot, arrays in outs.items()}
+
+    def objective():
+        result = kind.compute(ins, attrs, None)
+        return sum(float((o * w).sum()) for slot, arrays in result.items()
+                   for o, w in zip(arrays, weights[slot]))
+
+    analytic = kind.backward(ins, outs, weights, attrs)
+    for slot in wrt or ins:
+        for i, array in enumerate(ins[slot]):
+            numeric = np.zeros_like(array)
+            eps = 1e-6
+            for index in np.ndindex(array.shape):
+                saved = array[index]
+                array[index] = saved + eps
+                up = objective()
+                array[index] = saved - eps
+                down = objective()
+                array[index] = saved
+                numeric[index] = (up - down) / (2 * eps)
+            got = analytic[slot][i]
+            np.testing.assert_allclose(got, numeric, rtol=1e-6, atol=1e-7,
+                                       err_msg=f"{op_type} d/d{slot}[{i}]")
+
+
+def away_from_zero(shape, seed):
+    values = np.random.default_rng(seed).normal(size=shape)
+    return np.where(np.abs(values) < 0.1, 0.5, values)
+
+
+@given(m=DIMS, k=DIMS, n=DIMS, seed=st.integers(0, 99))
+def test_matmul(m, k, n, seed):
+    x, y = away_from_zero((m, k), seed), away_from_zero((k, n), seed + 1)
+    np.testing.assert_allclose(registry.get("matmul").compute({"X": [x], "Y": [y]}, {},
+                                                              None)["Out"][0],
+                               np.einsum("mk,kn->mn", x, y))
+    check_grad("matmul", {"X": [x], "Y": [y]})
+
+
+@pytest.mark.parametrize("op", ["elementwise_add", "elementwise_sub", "elementwise_mul"])
+@given(rows=DIMS, cols=DIMS, broadcast=st.sampled_from(["same", "row", "scalar"]),
+       seed=st.integers(0, 99))
+def test_elementwise_with_broadcasting(op, rows, cols, broadcast, seed):
+    x = away_from_zero((rows, cols), seed)
+    y_shape = {"same": (rows, cols), "row": (cols,), "scalar": (1,)}[broadcast]
+    y = away_from_zero(y_shape, seed + 1)
+    formula = {"elementwise_add": x + y, "elementwise_sub": x - y, "elementwise_mul": x * y}
+    got = registry.get(op).compute({"X": [x], "Y": [y]}, {}, None)["Out"][0]
+    np.testing.assert_allclose(got, formula[op])
+    check_grad(op, {"X": [x], "Y": [y]})
+
+
+@pytest.mark.parametrize("op", ["relu", "tanh", "sigmoid", "softmax", "mean"])
+@given(rows=DIMS, cols=DIMS, seed=st.integers(0, 99))
+def test_unary(op, rows, cols, seed):
+    x = away_from_zero((rows, cols), seed)
+    check_grad(op, {"X": [x]})
+
+
+def test_unary_forward_formulas():
+    x = np.array([[-1.0, 0.5, 2.0]])
+    run = lambda op: registry.get(op).compute({"X": [x.copy()]}, {}, None)["Out"][0]  # noqa
+    np.testing.assert_allclose(run("relu"), [[0, 0.5, 2.0]])
+    np.testing.assert_allclose(run("sigmoid"), 1 / (1 + np.exp(-x)))
+    e = np.exp(x)
+    np.testing.assert_allclose(run("softmax"), e / e.sum())
+    np.testing.assert_allclose(run("mean"), [x.mean()])
+
+
+@given(rows=DIMS, classes=st.integers(2, 5), seed=st.integers(0, 99))
+def test_softmax_with_cross_entropy(rows, classes, seed):
+    logits = away_from_zero((rows, classes), seed)
+    label = np.random.default_rng(seed).integers(0, classes, (rows, 1))
+    out = registry.get("softmax_with_cross_entropy").compute(
+        {"Logits": [logits], "Label": [label]}, {}, None)
+    expected = -np.log(np.exp(logits) / np.exp(logits).sum(1, keepdims=True))[
+        np.arange(rows), label[:, 0]]
+    np.testing.assert_allclose(out["Loss"][0][:, 0], expected)
+    check_grad("softmax_with_cross_entropy", {"Logits": [logits], "Label": [label]},
+               wrt=["Logits"])
+
+
+@given(rows=DIMS, cols=DIMS, seed=st.integers(0, 99))
+def test_square_error_cost_and_scale(rows, cols, seed):
+    x, y = away_from_zero((rows, cols), seed), away_from_zero((rows, cols), seed + 1)
+    check_grad("square_error_cost", {"X": [x], "Y": [y]})
+    check_grad("scale", {"X": [x]}, {"scale": 2.5, "bias": 1.0})
+
+
+@given(rows=DIMS, cols=DIMS, seed=st.integers(0, 99))
+def test_reshape_concat_split_sum(rows, cols, seed):
+    x, y = away_from_zero((rows, cols), seed), away_from_zero((rows, cols + 1), seed + 1)
+    check_grad("reshape", {"X": [x]}, {"shape": (cols, rows)})
+    check_grad("concat", {"X": [x, y]}, {"axis": 1})
+    check_grad("split", {"X": [y]}, {"sections": (1, cols), "axis": 1})
+    check_grad("sum", {"X": [x, x.copy() * 2]})
+
+
+@given(vocab=st.integers(2, 6), width=DIMS, rows=DIMS, seed=st.integers(0, 99))
+def test_lookup_table(vocab, width, rows, seed):
+    w = away_from_zero((vocab, width), seed)
+    ids = np.random.default_rng(seed).integers(0, vocab, (rows, 1))
+    out = registry.get("lookup_table").compute({"W": [w], "Ids": [ids]}, {}, None)
+    np.testing.assert_array_equal(out["Out"][0], w[ids[:, 0]])
+    check_grad("lookup_table", {"W": [w], "Ids": [ids]}, wrt=["W"])
+
+
+@given(rows=DIMS, cols=DIMS, seed=st.integers(0, 99))
+def test_dropout(rows, cols, seed):
+    x = away_from_zero((rows, cols), seed)
+    attrs = {"dropout_prob": 0.5, "seed": seed}
+    out = registry.get("dropout").compute({"X": [x]}, attrs, None)
+    kept = out["Mask"][0] != 0
+    np.testing.assert_allclose(out["Out"][0][kept], 2 * x[kept])
+    assert not out["Out"][0][~kept].any()
+    check_grad("dropout", {"X": [x]}, attrs)
