@@ -2,7 +2,7 @@
 
 ``import aluminum as al``; see README.md for the API in brief and ../shared/DESIGN.md §3.
 """
-from .core import dtypes
+from .core import dtypes, trace
 from .allgather import (allgather, allgather_init, allgatherv, allgatherv_init,
                         nonblocking_allgather, nonblocking_allgatherv)
 from .allreduce import allreduce, allreduce_init, nonblocking_allreduce

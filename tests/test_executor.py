@@ -225,3 +225,46 @@ def test_failing_op_names_itself_and_the_run_drains():
                                      exec_strategy=ex.ExecutionStrategy(num_threads=threads))
         with pytest.raises(ex.ExecutionError, match="op lookup_table on cpu failed"):
             runner.run(["out"], {"ids": np.array([[0], [7]])})   # 7 is out of range
+
+
+TIMELINE_SCRIPT = """
+import json, sys
+import numpy as np
+import aluminum as al
+import aluminum.executor as ex
+
+program = ex.Program()
+block = program.global_block()
+scope = ex.Scope()
+for branch in "ab":
+    block.create_var(branch + "0", (256, 256), "float64")
+    scope[branch + "0"] = np.eye(256)
+    for i in range(6):
+        block.create_var(f"{branch}{i + 1}", (256, 256), "float64")
+        block.append_op("matmul", {"X": [f"{branch}{i}"], "Y": [branch + "0"]},
+                        {"Out": [f"{branch}{i + 1}"]})
+runner = ex.ParallelExecutor(program, scope=scope,
+                             exec_strategy=ex.ExecutionStrategy(num_threads=2))
+for _ in range(3):
+    runner.run([], {})
+print(al.trace.write())
+"""
+
+
+def test_timeline_is_valid_chrome_json_and_shows_both_threads(tmp_path):
+    import json
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ, AL_TRACE=str(tmp_path / "timeline.json"))
+    env.pop("OMPI_COMM_WORLD_RANK", None)
+    run = subprocess.run([sys.executable, "-c", TIMELINE_SCRIPT], capture_output=True,
+                         text=True, timeout=120, env=env)
+    assert run.returncode == 0, run.stderr
+    document = json.loads(Path(run.stdout.strip().splitlines()[-1]).read_text())
+    spans = [e for e in document["traceEvents"] if e.get("cat") == "executor"]
+    assert len(spans) == 36 and all(e["ph"] == "X" and e["dur"] >= 0 for e in spans)
+    assert {e["name"] for e in spans} == {"matmul"}
+    assert all({"place", "stream", "thread"} <= set(e["args"]) for e in spans)
+    assert len({e["tid"] for e in spans}) == 2     # both workers ran ops

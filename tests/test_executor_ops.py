@@ -15,13 +15,15 @@ settings.load_profile("executor")
 DIMS = st.integers(1, 4)
 
 
-def check_grad(op_type, ins, attrs=None, wrt=None, seed=0):
-    """Compare ``backward`` with central differences of sum(out * R) for random R."""
+def check_grad(op_type, ins, attrs=None, wrt=None, seed=0, of=None):
+    """Compare ``backward`` with central differences of sum(out * R) for random R, over
+    every output or those in ``of`` (outputs nothing differentiates, such as batch norm's
+    running statistics, get R = 0)."""
     kind = registry.get(op_type)
     attrs = attrs or {}
     outs = kind.compute(ins, attrs, None)
     rng = np.random.default_rng(seed)
-    weights = {slot: [rng.normal(size=o.shape) for o in arrays]
+    weights = {slot: [rng.normal(size=o.shape) * (of is None or slot in of) for o in arrays]
                for slot, arrays in outs.items()}
 
     def objective():
@@ -138,3 +140,53 @@ def test_dropout(rows, cols, seed):
     np.testing.assert_allclose(out["Out"][0][kept], 2 * x[kept])
     assert not out["Out"][0][~kept].any()
     check_grad("dropout", {"X": [x]}, attrs)
+
+
+@given(n=st.integers(1, 2), c=st.integers(1, 2), size=st.integers(3, 5),
+       m=st.integers(1, 2), k=st.integers(1, 3), stride=st.integers(1, 2),
+       pad=st.integers(0, 1), seed=st.integers(0, 99))
+def test_conv2d(n, c, size, m, k, stride, pad, seed):
+    x, f = away_from_zero((n, c, size, size), seed), away_from_zero((m, c, k, k), seed + 1)
+    attrs = {"strides": stride, "paddings": pad}
+    out = registry.get("conv2d").compute({"Input": [x], "Filter": [f]}, attrs, None)["Output"][0]
+    padded = np.pad(x, ((0, 0), (0, 0), (pad, pad), (pad, pad)))
+    oh = (size + 2 * pad - k) // stride + 1
+    expected = np.zeros((n, m, oh, oh))
+    for i in range(oh):
+        for j in range(oh):
+            window = padded[:, :, i * stride:i * stride + k, j * stride:j * stride + k]
+            expected[:, :, i, j] = np.tensordot(window, f, axes=([1, 2, 3], [1, 2, 3]))
+    np.testing.assert_allclose(out, expected, rtol=1e-12, atol=1e-12)
+    check_grad("conv2d", {"Input": [x], "Filter": [f]}, attrs)
+
+
+@pytest.mark.parametrize("pooling", ["max", "avg"])
+@given(n=st.integers(1, 2), c=st.integers(1, 2), size=st.sampled_from([2, 4]),
+       seed=st.integers(0, 99))
+def test_pool2d(pooling, n, c, size, seed):
+    x = np.random.default_rng(seed).permutation(n * c * size * size).reshape(
+        n, c, size, size).astype(np.float64)          # distinct values: max is unique
+    attrs = {"ksize": 2, "pooling_type": pooling}
+    out = registry.get("pool2d").compute({"X": [x]}, attrs, None)["Out"][0]
+    blocks = x.reshape(n, c, size // 2, 2, size // 2, 2)
+    expected = blocks.max(axis=(3, 5)) if pooling == "max" else blocks.mean(axis=(3, 5))
+    np.testing.assert_allclose(out, expected)
+    check_grad("pool2d", {"X": [x]}, attrs)
+
+
+@pytest.mark.parametrize("is_test", [False, True])
+@given(n=st.integers(2, 3), c=st.integers(1, 3), seed=st.integers(0, 99))
+def test_batch_norm(is_test, n, c, seed):
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=(n, c, 2, 2))
+    scale, bias = rng.normal(size=c), rng.normal(size=c)
+    mean, var = rng.normal(size=c), rng.uniform(0.5, 2, size=c)
+    ins = {"X": [x], "Scale": [scale], "Bias": [bias], "Mean": [mean], "Variance": [var]}
+    attrs = {"is_test": is_test, "epsilon": 1e-5}
+    out = registry.get("batch_norm").compute(ins, attrs, None)
+    use_mean = mean if is_test else x.mean(axis=(0, 2, 3))
+    use_var = var if is_test else x.var(axis=(0, 2, 3))
+    expected = scale[None, :, None, None] * (x - use_mean[None, :, None, None]) / np.sqrt(
+        use_var[None, :, None, None] + 1e-5) + bias[None, :, None, None]
+    np.testing.assert_allclose(out["Y"][0], expected, rtol=1e-12)
+    check_grad("batch_norm", ins, attrs, wrt=["X", "Scale", "Bias"], of=["Y"])

@@ -12,6 +12,8 @@ Timestamps are CLOCK_MONOTONIC microseconds, so ranks of one node line up.  Even
   (the engine thread, or a caller progressing it inside ``Request.wait``).
 - Operation lifetimes: async slices ``"ph": "b"``/``"e"``, ``"cat": "op"``, ``id = seq``, from
   submission to completion, named after the state (``"allreduce/mpi_passthrough"``).
+- Spans: complete events ``"ph": "X"`` recorded with ``span``; the executor layer records
+  one per op it runs, ``"cat": "executor"``, ``args = {place, stream, thread}``.
 
 Recording costs nothing unless ``ENABLED``: callers test the flag before calling in.
 """
@@ -57,6 +59,19 @@ def engine_event(event: str, op: str, seq: int, stream: object) -> None:
     elif event in ("complete", "fail"):
         _events.append({"name": op, "cat": "op", "ph": "e", "id": seq, **common,
                         "args": {"status": event}})
+
+
+def span(name: str, category: str, start_us: float, end_us: float, args: dict) -> None:
+    """Record a complete span (``"ph": "X"``) on the calling thread (only called when
+    ``ENABLED``); the executor records each op's run this way.  Times from ``now_us()``."""
+    _events.append({"name": name, "cat": category, "ph": "X", "ts": start_us,
+                    "dur": end_us - start_us, "pid": _pid(),
+                    "tid": threading.get_native_id(), "args": args})
+
+
+def now_us() -> float:
+    """The trace clock (CLOCK_MONOTONIC, µs)."""
+    return time.monotonic_ns() / 1000.0
 
 
 def stream_label(stream: object) -> str:

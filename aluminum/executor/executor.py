@@ -2,7 +2,11 @@
 correctness reference the parallel executors are compared with."""
 from __future__ import annotations
 
+import threading
+
 import numpy as np
+
+import aluminum as al
 
 from .errors import ExecutionError, ProgramError
 from .ir import Operator, Program
@@ -10,8 +14,20 @@ from .ops import registry
 from .scope import Scope, global_scope
 
 
-def run_op(op: Operator, scope: Scope, place: str = "cpu") -> None:
-    """Run one op: read its inputs from ``scope``, write its outputs there."""
+def run_op(op: Operator, scope: Scope, place: str = "cpu", stream: str = "compute") -> None:
+    """Run one op: read its inputs from ``scope``, write its outputs there; with
+    ``AL_TRACE`` set, its span goes to the Chrome trace (op type, place, stream, thread)."""
+    if al.trace.ENABLED:
+        start = al.trace.now_us()
+        _run_op(op, scope, place)
+        al.trace.span(op.type, "executor", start, al.trace.now_us(),
+                      {"place": place, "stream": stream,
+                       "thread": threading.current_thread().name})
+    else:
+        _run_op(op, scope, place)
+
+
+def _run_op(op: Operator, scope: Scope, place: str) -> None:
     kind = registry.get(op.type)
     ins = {slot: [scope[name] if name else None for name in names]
            for slot, names in op.inputs.items()}

@@ -159,3 +159,54 @@ def embedding(input: Variable, size: tuple[int, int], name: str | None = None,
     """``lookup_table``: rows of a [vocabulary, width] parameter picked by int64 ids."""
     weight = create_parameter(size, dtype, name or unique_name("embedding.w"))
     return _op("lookup_table", {"W": [weight], "Ids": [input]}, prefix="embedding")
+
+
+def conv2d(input: Variable, num_filters: int, filter_size: int, stride: int = 1,
+           padding: int = 0, act: str | None = None, name: str | None = None,
+           dtype: str = "float32") -> Variable:
+    """NCHW convolution (im2col) plus a per-filter bias."""
+    prefix = name or unique_name("conv2d")
+    weight = create_parameter((num_filters, input.shape[1], filter_size, filter_size), dtype,
+                              f"{prefix}.w")
+    out = _out(prefix)
+    _block().append_op("conv2d", {"Input": [input.name], "Filter": [weight.name]},
+                       {"Output": [out.name]}, {"strides": stride, "paddings": padding})
+    bias = create_parameter((num_filters, 1, 1), dtype, f"{prefix}.b", init="constant")
+    out = elementwise_add(out, bias)
+    activation = _ACTIVATIONS[act]
+    return out if activation is None else activation(out)
+
+
+def pool2d(input: Variable, pool_size: int, pool_type: str = "max",
+           pool_stride: int | None = None) -> Variable:
+    return _op("pool2d", {"X": [input]}, {"ksize": pool_size, "pooling_type": pool_type,
+                                          "strides": pool_stride or pool_size})
+
+
+def batch_norm(input: Variable, is_test: bool = False, momentum: float = 0.9,
+               epsilon: float = 1e-5, name: str | None = None,
+               dtype: str = "float32") -> Variable:
+    """Per-channel normalization; the running mean and variance are persistable and
+    updated in place in training."""
+    prefix = name or unique_name("batch_norm")
+    channels = input.shape[1]
+    scale = create_parameter((channels,), dtype, f"{prefix}.scale", init="constant", value=1)
+    bias = create_parameter((channels,), dtype, f"{prefix}.bias", init="constant")
+    stats = []
+    for stat, value in (("mean", 0.0), ("variance", 1.0)):
+        stat_name = f"{prefix}.{stat}"
+        for program in (default_main_program(), default_startup_program()):
+            program.global_block().create_var(stat_name, (channels,), dtype,
+                                              persistable=True, stop_gradient=True)
+        default_startup_program().global_block().append_op(
+            "fill_constant", {}, {"Out": [stat_name]},
+            {"shape": (channels,), "value": value, "dtype": dtype})
+        stats.append(stat_name)
+    out, saved_mean, saved_var = _out(prefix), _out(prefix + ".saved"), _out(prefix + ".saved")
+    _block().append_op("batch_norm",
+                       {"X": [input.name], "Scale": [scale.name], "Bias": [bias.name],
+                        "Mean": [stats[0]], "Variance": [stats[1]]},
+                       {"Y": [out.name], "MeanOut": [stats[0]], "VarianceOut": [stats[1]],
+                        "SavedMean": [saved_mean.name], "SavedVariance": [saved_var.name]},
+                       {"is_test": is_test, "momentum": momentum, "epsilon": epsilon})
+    return out

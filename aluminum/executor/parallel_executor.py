@@ -196,7 +196,7 @@ class _Run:
                 if self.before_op is not None:
                     self.before_op(handle)
                 started = _clock()
-                run_op(handle.op, self.scope, handle.place)
+                run_op(handle.op, self.scope, handle.place, handle.stream)
                 seconds[handle.index] = _clock() - started
                 failed = None
             except BaseException as exc:  # noqa: BLE001 - kept and re-raised by run()
