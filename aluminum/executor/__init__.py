@@ -7,17 +7,19 @@ run out of order on a thread pool).  See docs/executor.md.
 """
 from . import layers
 from .backward import append_backward
+from .data_parallel import broadcast_parameters, data_parallel_program, shard
 from .errors import ExecutionError, ProgramError
 from .executor import Executor
 from .ir import (Block, Operator, PlaceGroup, Program, Variable, default_main_program,
                  default_startup_program, program_guard, reset_unique_names)
 from .optimizer import SGD, Adam, Momentum
-from .parallel_executor import ExecutionStrategy, ParallelExecutor
+from .parallel_executor import BuildStrategy, ExecutionStrategy, ParallelExecutor
 from .scope import Scope, global_scope
 from .ssa_graph import OpHandle, SSAGraph, VarHandle, build_graph
 
-__all__ = ["Adam", "Block", "ExecutionError", "ExecutionStrategy", "Executor", "Momentum",
-           "OpHandle", "Operator", "ParallelExecutor", "PlaceGroup", "Program", "ProgramError",
-           "SGD", "SSAGraph", "Scope", "VarHandle", "Variable", "append_backward",
-           "build_graph", "default_main_program", "default_startup_program",
-           "global_scope", "layers", "program_guard", "reset_unique_names"]
+__all__ = ["Adam", "Block", "BuildStrategy", "ExecutionError", "ExecutionStrategy", "Executor",
+           "Momentum", "OpHandle", "Operator", "ParallelExecutor", "PlaceGroup", "Program",
+           "ProgramError", "SGD", "SSAGraph", "Scope", "VarHandle", "Variable", "append_backward",
+           "broadcast_parameters", "build_graph", "data_parallel_program", "default_main_program",
+           "default_startup_program", "global_scope", "layers", "program_guard",
+           "reset_unique_names", "shard"]

@@ -14,25 +14,28 @@ from .ops import registry
 from .scope import Scope, global_scope
 
 
-def run_op(op: Operator, scope: Scope, place: str = "cpu", stream: str = "compute") -> None:
-    """Run one op: read its inputs from ``scope``, write its outputs there; with
-    ``AL_TRACE`` set, its span goes to the Chrome trace (op type, place, stream, thread)."""
+def run_op(op: Operator, scope: Scope, place: str = "cpu", stream: str = "compute",
+           context=None) -> None:
+    """Run one op: read its inputs from ``scope``, write its outputs there; ``context``
+    gives kernels what they need beyond their inputs (the communicator of communication
+    ops).  With ``AL_TRACE`` set, its span goes to the Chrome trace (op type, place, stream,
+    thread)."""
     if al.trace.ENABLED:
         start = al.trace.now_us()
-        _run_op(op, scope, place)
+        _run_op(op, scope, place, context)
         al.trace.span(op.type, "executor", start, al.trace.now_us(),
                       {"place": place, "stream": stream,
                        "thread": threading.current_thread().name})
     else:
-        _run_op(op, scope, place)
+        _run_op(op, scope, place, context)
 
 
-def _run_op(op: Operator, scope: Scope, place: str) -> None:
+def _run_op(op: Operator, scope: Scope, place: str, context) -> None:
     kind = registry.get(op.type)
     ins = {slot: [scope[name] if name else None for name in names]
            for slot, names in op.inputs.items()}
     try:
-        outs = kind.compute(ins, op.attrs, None)
+        outs = kind.compute(ins, op.attrs, context)
     except Exception as exc:  # noqa: BLE001 - any kernel failure names its op
         raise ExecutionError(f"op {op.type} on {place} failed: {type(exc).__name__}: "
                              f"{exc}") from exc

@@ -21,17 +21,19 @@ class Optimizer:
     def minimize(self, loss: Variable) -> list[tuple[Variable, Variable]]:
         params_grads = append_backward(loss)
         block = loss.block
-        self.lr_var = self._learning_rate(block)
+        self.lr_var = self._learning_rate(block, loss.dtype)
         for param, grad in params_grads:
             self._append_update(block, param, grad)
         return params_grads
 
-    def _learning_rate(self, block) -> Variable:
+    def _learning_rate(self, block, dtype: str) -> Variable:
+        """A persistable learning rate in the loss's dtype (a float32 rate would round a
+        float64 model's steps)."""
         name = unique_name("learning_rate")
-        self._persistable(block, name, (1,), self.learning_rate)
+        self._persistable(block, name, (1,), self.learning_rate, dtype)
         if self.boundaries:
             step = unique_name("lr_step")
-            self._persistable(block, step, (1,), 0.0)
+            self._persistable(block, step, (1,), 0.0, dtype)
             block.append_op("piecewise_decay", {"Step": [step]},
                             {"Out": [name], "StepOut": [step]},
                             {"boundaries": tuple(self.boundaries),

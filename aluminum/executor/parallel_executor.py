@@ -25,7 +25,8 @@ from typing import Callable
 
 import numpy as np
 
-from .errors import ExecutionError
+from .data_parallel import broadcast_parameters, data_parallel_program
+from .errors import ExecutionError, ProgramError
 from .executor import check_feed, check_fetch, check_readable, fetch_names, run_op
 from .ir import Program
 from .scope import Scope, global_scope
@@ -46,9 +47,19 @@ class ExecutionStrategy:
 
 @dataclass
 class BuildStrategy:
-    """Options of the graph build (the data-parallel ones come with multi-device runs)."""
+    """Options of the graph build.  With a communicator: ``gradient_scale``
+    ("coeff_num_device": the loss gradient times 1/ranks, "one", "customized": fed as
+    ``<loss>@GRAD``) and ``broadcast_parameters`` (rank 0's persistable variables copied to
+    every rank when the executor is made)."""
 
     debug_graphviz_path: str | None = None
+    gradient_scale: str = "coeff_num_device"
+    broadcast_parameters: bool = True
+
+
+@dataclass
+class _Context:
+    comm: object = None
 
 
 class ParallelExecutor:
@@ -57,14 +68,26 @@ class ParallelExecutor:
     def __init__(self, main_program: Program, loss_name: str | None = None,
                  places: list[str] | None = None, build_strategy: BuildStrategy | None = None,
                  exec_strategy: ExecutionStrategy | None = None,
-                 scope: Scope | None = None) -> None:
-        self.program = main_program
+                 scope: Scope | None = None, comm=None) -> None:
+        """``comm``: an aluminum communicator to train data-parallel over its ranks (each
+        feeds its own shard of the batch; see data_parallel.py); None runs one place."""
+        build = build_strategy or BuildStrategy()
         self.loss_name = loss_name
         self.place = (places or ["cpu"])[0]
         self.exec_strategy = exec_strategy or ExecutionStrategy()
         self.scope = global_scope() if scope is None else scope
+        self._context = _Context(comm)
+        if comm is not None:
+            if loss_name is None:
+                raise ProgramError("loss_name: data-parallel training needs the loss "
+                                   "variable's name")
+            main_program = data_parallel_program(main_program, loss_name, comm.size,
+                                                 build.gradient_scale)
+            if build.broadcast_parameters:
+                broadcast_parameters(main_program, self.scope, comm)
+            self.place = f"{self.place}@rank{comm.rank}"
+        self.program = main_program
         self.graph: SSAGraph = build_graph(main_program, self.place)
-        build = build_strategy or BuildStrategy()
         if build.debug_graphviz_path:
             with open(build.debug_graphviz_path, "w", encoding="utf-8") as out:
                 out.write(self.graph.to_dot())
@@ -92,7 +115,7 @@ class ParallelExecutor:
                 check_readable(self.program, feed, scope)   # raises, naming the reader
         self.scope.update({name: np.asarray(value) for name, value in feed.items()})
         run = _Run(self.graph, self.scope, self.exec_strategy.before_op, self._seconds,
-                   self._caller_wakes, self._pool_wakes)
+                   self._caller_wakes, self._pool_wakes, self._context)
         with self._lock:
             self._current = run
             if any(h.kind == COMMUNICATION or self._seconds[h.index] >= LARGE_OP_S
@@ -149,8 +172,10 @@ class _Run:
     """One run's state, shared by the caller and the pool's workers under one lock."""
 
     def __init__(self, graph: SSAGraph, scope: Scope, before_op, seconds: list,
-                 caller_wakes: threading.Condition, pool_wakes: threading.Condition) -> None:
+                 caller_wakes: threading.Condition, pool_wakes: threading.Condition,
+                 context) -> None:
         self.graph, self.scope, self.before_op = graph, scope, before_op
+        self.context = context
         self.seconds = seconds
         self.pending = list(graph.dependency_counts)
         self.ready = collections.deque(graph.ops[i] for i, c in enumerate(self.pending)
@@ -196,7 +221,7 @@ class _Run:
                 if self.before_op is not None:
                     self.before_op(handle)
                 started = _clock()
-                run_op(handle.op, self.scope, handle.place, handle.stream)
+                run_op(handle.op, self.scope, handle.place, handle.stream, self.context)
                 seconds[handle.index] = _clock() - started
                 failed = None
             except BaseException as exc:  # noqa: BLE001 - kept and re-raised by run()

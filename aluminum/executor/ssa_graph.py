@@ -3,7 +3,9 @@ makes a new ``VarHandle`` version; an ``OpHandle`` reads the latest version of e
 
 Dummy variables carry the orderings data alone does not: a write waits for every reader
 of the previous version (write after read) and for the previous writer (write after write),
-and every op without consumers gets one as its output, so each op has at least one output.
+communication ops run one after the other in program order (Paddle's all_reduce_deps_pass:
+every rank then issues its collectives in one order), and every op without consumers gets
+one as its output, so each op has at least one output.
 Built once per program and reused: the dependency counts are copied per run.
 """
 from __future__ import annotations
@@ -113,11 +115,17 @@ def build_graph(program: Program, place: str = "cpu") -> SSAGraph:
         before.outputs.append(var)
         after.inputs.append(var)
 
+    last_communication: OpHandle | None = None
     for op in program.global_block().ops:
         kind = registry.get(op.type)
         handle = OpHandle(COMMUNICATION if kind.communicates else COMPUTE, op, place,
                           len(handles))
         handle.stream = handle.kind
+        if kind.communicates:
+            # one chain in program order: every rank issues its collectives alike
+            if last_communication is not None:
+                dummy_edge(last_communication, handle)
+            last_communication = handle
         for name in op.input_names():
             if not name:
                 continue

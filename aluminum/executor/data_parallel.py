@@ -1,0 +1,82 @@
+"""Data parallelism across ranks (Paddle's multi_devices_graph_pass and all_reduce_deps_pass,
+MindSpore's gradient reducer), on one place per rank.
+
+``data_parallel_program`` rewrites a trained program: the loss gradient is scaled
+(``gradient_scale``: "coeff_num_device" multiplies it by 1/N, the only averaging;
+"one" leaves it; "customized" removes its fill so the user feeds ``<loss>@GRAD``), and one
+``allreduce`` op is inserted right after the op that finishes each parameter gradient, so
+it can run while the rest of the backward pass computes.  The allreduces keep program order
+as one chain (``build_graph`` orders communication ops), so every rank issues them in the
+same order whatever the thread timing: MPI ranks can never deadlock or mismatch.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+import aluminum as al
+
+from .backward import GRAD
+from .errors import ProgramError
+from .ir import Program
+
+GRADIENT_SCALES = ("coeff_num_device", "one", "customized")
+
+
+def data_parallel_program(program: Program, loss_name: str, num_devices: int,
+                          gradient_scale: str = "coeff_num_device") -> Program:
+    """A copy of ``program`` that averages (or sums) parameter gradients across ranks."""
+    if gradient_scale not in GRADIENT_SCALES:
+        raise ProgramError(f"gradient_scale: expected one of {', '.join(GRADIENT_SCALES)}, "
+                           f"got {gradient_scale!r}")
+    result = program.clone()
+    block = result.global_block()
+    loss_grad = loss_name + GRAD
+    fills = [i for i, op in enumerate(block.ops)
+             if op.type == "fill_constant" and op.output_names() == [loss_grad]]
+    if len(fills) != 1:
+        raise ProgramError(f"loss_name: {loss_name!r} has no backward pass in this program "
+                           "(call an optimizer's minimize or append_backward first)")
+    if gradient_scale == "coeff_num_device":
+        block.ops[fills[0]].attrs["value"] = 1.0 / num_devices
+    elif gradient_scale == "customized":
+        del block.ops[fills[0]]
+        block.var(loss_grad).stop_gradient = True
+    grads = {p.name + GRAD for p in block.vars.values() if p.is_parameter}
+    last_writer = {}
+    for index, op in enumerate(block.ops):
+        if op.attrs.get("op_role") == "optimize":
+            continue
+        for name in op.output_names():
+            if name in grads:
+                last_writer[name] = index
+    if not last_writer:
+        raise ProgramError("program: no parameter gradient to reduce")
+    for name, index in sorted(last_writer.items(), key=lambda item: -item[1]):
+        block.append_op("allreduce", {"X": [name]}, {"Out": [name]},
+                        {"op_role": "communication"})
+        block.ops.insert(index + 1, block.ops.pop())
+    return result
+
+
+def broadcast_parameters(program: Program, scope, comm, root: int = 0) -> None:
+    """Copy every persistable variable of ``program`` from ``root``'s scope to every rank's
+    (MindSpore's parameter_broadcast), in name order on every rank."""
+    for name in sorted(v.name for v in program.global_block().vars.values()
+                       if v.persistable and v.name in scope):
+        value = np.ascontiguousarray(scope[name])
+        al.bcast(value, comm, root=root)
+        scope[name] = value
+
+
+def shard(dataset, num_shards: int, shard_id: int):
+    """Rank ``shard_id``'s share of ``dataset`` (MindSpore's distributed sampler): the
+    samples are padded to a multiple of ``num_shards`` by wrapping around to the start,
+    then dealt out round-robin, so every shard has the same number of samples."""
+    if not 0 <= shard_id < num_shards:
+        raise ProgramError(f"shard_id: expected 0 <= shard_id < {num_shards}, got {shard_id}")
+    count = len(dataset)
+    per_shard = -(-count // num_shards)
+    indices = [i % count for i in range(per_shard * num_shards)][shard_id::num_shards]
+    if isinstance(dataset, np.ndarray):
+        return dataset[indices]
+    return [dataset[i] for i in indices]
