@@ -23,8 +23,16 @@ GRADIENT_SCALES = ("coeff_num_device", "one", "customized")
 
 
 def data_parallel_program(program: Program, loss_name: str, num_devices: int,
-                          gradient_scale: str = "coeff_num_device") -> Program:
-    """A copy of ``program`` that averages (or sums) parameter gradients across ranks."""
+                          gradient_scale: str = "coeff_num_device", overlap: bool = True,
+                          fuse_grad_size_mb: float | None = None,
+                          first_bucket_mb: float = 1.0) -> Program:
+    """A copy of ``program`` that averages (or sums) parameter gradients across ranks.
+
+    ``overlap=False`` puts every allreduce after the whole backward pass instead (the
+    baseline overlap is measured against).  ``fuse_grad_size_mb``: gradients are grouped,
+    in the order the backward pass finishes them, into buckets of at most that size (the
+    first at most ``first_bucket_mb``, as DDP's), one ``fused_allreduce`` per bucket right
+    after its last gradient is finished."""
     if gradient_scale not in GRADIENT_SCALES:
         raise ProgramError(f"gradient_scale: expected one of {', '.join(GRADIENT_SCALES)}, "
                            f"got {gradient_scale!r}")
@@ -51,11 +59,38 @@ def data_parallel_program(program: Program, loss_name: str, num_devices: int,
                 last_writer[name] = index
     if not last_writer:
         raise ProgramError("program: no parameter gradient to reduce")
-    for name, index in sorted(last_writer.items(), key=lambda item: -item[1]):
-        block.append_op("allreduce", {"X": [name]}, {"Out": [name]},
-                        {"op_role": "communication"})
-        block.ops.insert(index + 1, block.ops.pop())
+    if not overlap:
+        end = max(last_writer.values())
+        last_writer = {name: end for name in last_writer}
+    order = sorted(last_writer, key=lambda name: (last_writer[name], name))
+    groups = [[name] for name in order] if fuse_grad_size_mb is None else \
+        _buckets(block, order, fuse_grad_size_mb, first_bucket_mb)
+    for bucket, names in reversed(list(enumerate(groups))):
+        if fuse_grad_size_mb is None:
+            block.append_op("allreduce", {"X": names}, {"Out": names},
+                            {"op_role": "communication"})
+        else:
+            block.append_op("fused_allreduce", {"X": names}, {"Out": names},
+                            {"op_role": "communication", "bucket": bucket})
+        block.ops.insert(last_writer[names[-1]] + 1, block.ops.pop())
     return result
+
+
+def _buckets(block, order: list[str], cap_mb: float, first_mb: float) -> list[list[str]]:
+    """Consecutive gradients of one dtype, each bucket at most its cap (a gradient larger
+    than the cap gets a bucket of its own)."""
+    groups, current, size, cap = [], [], 0, first_mb * 2 ** 20
+    for name in order:
+        var = block.var(name)
+        nbytes = int(np.prod(var.shape)) * np.dtype(var.dtype).itemsize
+        if current and (size + nbytes > cap or block.var(current[0]).dtype != var.dtype):
+            groups.append(current)
+            current, size, cap = [], 0, cap_mb * 2 ** 20
+        current.append(name)
+        size += nbytes
+    if current:
+        groups.append(current)
+    return groups
 
 
 def broadcast_parameters(program: Program, scope, comm, root: int = 0) -> None:

@@ -25,6 +25,8 @@ from typing import Callable
 
 import numpy as np
 
+import aluminum as al
+
 from .data_parallel import broadcast_parameters, data_parallel_program
 from .errors import ExecutionError, ProgramError
 from .executor import check_feed, check_fetch, check_readable, fetch_names, run_op
@@ -49,17 +51,35 @@ class ExecutionStrategy:
 class BuildStrategy:
     """Options of the graph build.  With a communicator: ``gradient_scale``
     ("coeff_num_device": the loss gradient times 1/ranks, "one", "customized": fed as
-    ``<loss>@GRAD``) and ``broadcast_parameters`` (rank 0's persistable variables copied to
-    every rank when the executor is made)."""
+    ``<loss>@GRAD``), ``broadcast_parameters`` (rank 0's persistable variables copied to
+    every rank when the executor is made), ``overlap`` (False: allreduce only after the
+    whole backward pass), ``fuse_all_reduce_ops`` with ``fuse_grad_size_mb`` and
+    ``first_bucket_mb`` (see data_parallel.py)."""
 
     debug_graphviz_path: str | None = None
     gradient_scale: str = "coeff_num_device"
     broadcast_parameters: bool = True
+    overlap: bool = True
+    fuse_all_reduce_ops: bool = False
+    fuse_grad_size_mb: float = 32.0
+    first_bucket_mb: float = 1.0
 
 
-@dataclass
 class _Context:
-    comm: object = None
+    """What kernels get beyond their inputs: the communicator, and the fusion buckets
+    (memory and persistent allreduce plan, made once per bucket)."""
+
+    def __init__(self, comm) -> None:
+        self.comm = comm
+        self._buckets: dict[int, tuple] = {}
+
+    def bucket(self, index: int, count: int, dtype) -> tuple:
+        found = self._buckets.get(index)
+        if found is None or found[0].size != count or found[0].dtype != dtype:
+            memory = al.shared_empty(count, dtype, self.comm) \
+                if self.comm.local_size == self.comm.size else np.empty(count, dtype)
+            found = self._buckets[index] = (memory, al.allreduce_init(memory, self.comm))
+        return found
 
 
 class ParallelExecutor:
@@ -81,8 +101,10 @@ class ParallelExecutor:
             if loss_name is None:
                 raise ProgramError("loss_name: data-parallel training needs the loss "
                                    "variable's name")
-            main_program = data_parallel_program(main_program, loss_name, comm.size,
-                                                 build.gradient_scale)
+            main_program = data_parallel_program(
+                main_program, loss_name, comm.size, build.gradient_scale, build.overlap,
+                build.fuse_grad_size_mb if build.fuse_all_reduce_ops else None,
+                build.first_bucket_mb)
             if build.broadcast_parameters:
                 broadcast_parameters(main_program, self.scope, comm)
             self.place = f"{self.place}@rank{comm.rank}"

@@ -46,7 +46,8 @@ def single_process(steps, lr=0.1):
     return params(main, scope)
 
 
-def data_parallel(comm, steps, scale="coeff_num_device", threads=2, before_op=None, lr=0.1):
+def data_parallel(comm, steps, scale="coeff_num_device", threads=2, before_op=None, lr=0.1,
+                  **build_options):
     main, startup, loss = build(lr)
     scope = ex.Scope()
     ex.Executor().run(startup, scope=scope)
@@ -58,7 +59,8 @@ def data_parallel(comm, steps, scale="coeff_num_device", threads=2, before_op=No
     if scale == "customized":
         feed[loss.name + "@GRAD"] = np.full(1, 1.0 / comm.size)
     runner = ex.ParallelExecutor(main, loss_name=loss.name, scope=scope, comm=comm,
-                                 build_strategy=ex.BuildStrategy(gradient_scale=scale),
+                                 build_strategy=ex.BuildStrategy(gradient_scale=scale,
+                                                                 **build_options),
                                  exec_strategy=ex.ExecutionStrategy(threads, before_op))
     for _ in range(steps):
         runner.run([loss], feed)
@@ -81,6 +83,30 @@ def test_equals_single_process_on_the_full_batch(comm, scale):
         np.testing.assert_allclose(result[name], value, rtol=1e-10, atol=1e-12,
                                    err_msg=name)
     assert_same_on_every_rank(result)
+
+
+@pytest.mark.parametrize("options", [
+    {"fuse_all_reduce_ops": True, "fuse_grad_size_mb": 1e-4, "first_bucket_mb": 1e-5},
+    {"fuse_all_reduce_ops": True},
+    {"overlap": False},
+], ids=["small buckets", "one bucket", "no overlap"])
+def test_fusion_and_overlap_do_not_change_the_result(comm, options):
+    result = data_parallel(comm, 4, **options)
+    for name, value in single_process(4).items():
+        np.testing.assert_allclose(result[name], value, rtol=1e-10, atol=1e-12,
+                                   err_msg=name)
+    assert_same_on_every_rank(result)
+
+
+def test_buckets_follow_the_backward_order_with_a_small_first_one():
+    main, _, loss = build()
+    program = ex.data_parallel_program(main, loss.name, 2, fuse_grad_size_mb=1e-3,
+                                       first_bucket_mb=1e-4)
+    fused = [op for op in program.global_block().ops if op.type == "fused_allreduce"]
+    assert [op.attrs["bucket"] for op in fused] == list(range(len(fused)))
+    assert fused[0].inputs["X"] == ["out.b@GRAD"]          # finished first, 24 B < 104 B
+    names = [n for op in fused for n in op.inputs["X"]]
+    assert sorted(names) == sorted(p + "@GRAD" for p in ("h.w", "h.b", "out.w", "out.b"))
 
 
 def test_gradient_scale_one_sums_the_gradients(comm):
