@@ -1,0 +1,150 @@
+"""Data-parallel training step on the executor against torch DDP over gloo, same model and
+batch (np=2 by default):
+
+    python -m aluminum.run -n 2 bench/train.py
+
+Rows: the sequential executor and the ParallelExecutor without communication (each rank
+training alone: the compute a step needs), then the ParallelExecutor with allreduces after
+the backward pass, overlapped with it, and overlapped and fused into 4 MiB buckets (the
+first 1 MiB); then torch DDP over gloo. Columns: median step time of the slowest rank,
+samples/s over all ranks, and the share of the step not explained by compute (step / the
+ParallelExecutor's compute-only step - 1: time spent waiting on communication).
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+import numpy as np  # noqa: E402
+
+import aluminum as al  # noqa: E402
+import aluminum.executor as ex  # noqa: E402
+from aluminum.executor import layers  # noqa: E402
+
+WIDTHS = (1024, 2048, 2048, 10)
+
+
+def build():
+    ex.reset_unique_names()
+    main, startup = ex.Program(), ex.Program()
+    startup.random_seed = 1
+    with ex.program_guard(main, startup):
+        image = layers.data("image", [WIDTHS[0]])
+        label = layers.data("label", [1], "int64")
+        hidden = image
+        for i, width in enumerate(WIDTHS[1:-1]):
+            hidden = layers.fc(hidden, width, act="relu", name=f"fc{i}")
+        logits = layers.fc(hidden, WIDTHS[-1], name="logits")
+        loss = layers.mean(layers.softmax_with_cross_entropy(logits, label))
+        ex.SGD(0.01).minimize(loss)
+    return main, startup, loss
+
+
+def step_seconds(step, comm, steps: int) -> float:
+    step()
+    times = []
+    for _ in range(steps):
+        comm.mpi_comm.Barrier()
+        start = time.perf_counter()
+        step()
+        times.append(time.perf_counter() - start)
+    return comm.mpi_comm.allreduce(statistics.median(times), op=_max())
+
+
+def _max():
+    from mpi4py import MPI
+
+    return MPI.MAX
+
+
+def executor_rows(comm, feed, steps, threads):
+    rows = []
+    main, startup, loss = build()
+    scope = ex.Scope()
+    ex.Executor().run(startup, scope=scope)
+    sequential = ex.Executor()
+    rows.append(("sequential, no communication",
+                 step_seconds(lambda: sequential.run(main, feed, [loss], scope), comm, steps)))
+    alone = ex.ParallelExecutor(main, loss_name=loss.name, scope=scope,
+                                exec_strategy=ex.ExecutionStrategy(threads))
+    rows.append(("parallel, no communication",
+                 step_seconds(lambda: alone.run([loss], feed), comm, steps)))
+    alone.close()
+    for label, options in (("allreduce after backward", {"overlap": False}),
+                           ("overlapped", {}),
+                           ("overlapped + fused", {"fuse_all_reduce_ops": True,
+                                                   "fuse_grad_size_mb": 4.0})):
+        runner = ex.ParallelExecutor(main, loss_name=loss.name, scope=scope, comm=comm,
+                                     build_strategy=ex.BuildStrategy(**options),
+                                     exec_strategy=ex.ExecutionStrategy(threads))
+        rows.append((label, step_seconds(lambda: runner.run([loss], feed), comm, steps)))
+        runner.close()
+    return rows
+
+
+def torch_row(comm, feed, steps):
+    import torch
+    import torch.distributed as dist
+
+    torch.set_num_threads(1)
+    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+    os.environ.setdefault("MASTER_PORT", str(29500 + os.getpid() % 1000 if comm.rank == 0
+                                             else 0))
+    port = comm.mpi_comm.bcast(os.environ["MASTER_PORT"], root=0)
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}",
+                            rank=comm.rank, world_size=comm.size)
+    layers_ = []
+    for i, (a, b) in enumerate(zip(WIDTHS, WIDTHS[1:])):
+        layers_.append(torch.nn.Linear(a, b))
+        if i < len(WIDTHS) - 2:
+            layers_.append(torch.nn.ReLU())
+    model = torch.nn.parallel.DistributedDataParallel(torch.nn.Sequential(*layers_))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    images = torch.from_numpy(feed["image"])
+    labels = torch.from_numpy(feed["label"][:, 0])
+
+    def step():
+        optimizer.zero_grad()
+        torch.nn.functional.cross_entropy(model(images), labels).backward()
+        optimizer.step()
+    seconds = step_seconds(step, comm, steps)
+    dist.destroy_process_group()
+    return "torch DDP over gloo", seconds
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--batch", type=int, default=64, help="samples per rank")
+    parser.add_argument("--steps", type=int, default=10)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--no-torch", action="store_true")
+    args = parser.parse_args(argv)
+    comm = al.MPICommunicator()
+    rng = np.random.default_rng(comm.rank)
+    feed = {"image": rng.normal(size=(args.batch, WIDTHS[0])).astype(np.float32),
+            "label": rng.integers(0, WIDTHS[-1], (args.batch, 1))}
+    rows = executor_rows(comm, feed, args.steps, args.threads)
+    if not args.no_torch:
+        rows.append(torch_row(comm, feed, args.steps))
+    if comm.rank == 0:
+        gradients_mb = sum(a * b + b for a, b in zip(WIDTHS, WIDTHS[1:])) * 4 / 2 ** 20
+        compute = rows[1][1]
+        print(f"# np={comm.size}, batch {args.batch}/rank, MLP {WIDTHS} ({gradients_mb:.0f} "
+              f"MiB of float32 gradients), {args.threads} threads, median of {args.steps}")
+        print(f"{'set-up':30s} {'step ms':>9s} {'samples/s':>10s} {'comm wait':>10s}")
+        for label, seconds in rows:
+            wait = max(0.0, seconds / compute - 1) if label != rows[0][0] else 0.0
+            print(f"{label:30s} {seconds * 1e3:9.1f} {args.batch * comm.size / seconds:10.0f} "
+                  f"{wait:10.0%}")
+    comm.free()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
