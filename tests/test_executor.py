@@ -268,3 +268,23 @@ def test_timeline_is_valid_chrome_json_and_shows_both_threads(tmp_path):
     assert {e["name"] for e in spans} == {"matmul"}
     assert all({"place", "stream", "thread"} <= set(e["args"]) for e in spans)
     assert len({e["tid"] for e in spans}) == 2     # both workers ran ops
+
+
+def test_a_loss_with_a_batch_dimension_is_rejected_at_build_time():
+    main, startup = ex.Program(), ex.Program()
+    with ex.program_guard(main, startup):
+        x = layers.data("x", [3], "float64")
+        per_sample = layers.fc(x, 1)                      # shape [-1, 1]
+        with pytest.raises(ex.ProgramError, match="one-element"):
+            ex.append_backward(per_sample)
+
+
+def test_parameters_take_the_input_dtype_and_mixed_dtypes_are_rejected():
+    main, startup = ex.Program(), ex.Program()
+    with ex.program_guard(main, startup):
+        x = layers.data("x", [3], "float64")
+        layers.fc(x, 2)
+        assert {v.dtype for v in main.global_block().vars.values()} == {"float64"}
+        w32 = layers.create_parameter((3, 2), "float32", name="w32")
+        with pytest.raises(ex.ProgramError, match="float64 but Y w32 is float32"):
+            layers.matmul(x, w32)

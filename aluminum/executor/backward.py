@@ -25,12 +25,16 @@ def append_backward(loss: Variable, parameter_list: list[str] | None = None,
     """Append the backward pass of ``loss`` to its program; return ``[(param, grad)]`` for
     every trainable parameter (or those in ``parameter_list``) that ``loss`` depends on."""
     block = loss.block
+    if [d for d in loss.shape if d != 1] or not loss.shape:
+        raise ProgramError(f"loss: expected a one-element variable (shape [1]), got "
+                           f"{loss.name} {list(loss.shape)}; reduce it first, e.g. with "
+                           "layers.mean")
     forward_ops = list(block.ops)
     skip = set(no_grad_set or ())
     needed = _ops_feeding(forward_ops, loss.name)
     loss_grad = block.create_var(grad_name(loss.name), loss.shape, loss.dtype)
     block.append_op("fill_constant", {}, {"Out": [loss_grad.name]},
-                    {"shape": tuple(1 if d == -1 else d for d in loss.shape) or (1,),
+                    {"shape": loss.shape,
                      "value": 1.0, "dtype": loss.dtype, "op_role": "loss_grad"})
     contributions: dict[str, list[str]] = {loss.name: [loss_grad.name]}
 

@@ -14,6 +14,7 @@ def _block():
 
 
 def _out(prefix: str, dtype: str = "float32") -> Variable:
+    """A new variable; its shape and dtype are set by the op that writes it."""
     return _block().create_var(unique_name(prefix), (), dtype)
 
 
@@ -97,9 +98,11 @@ _ACTIVATIONS = {None: None, "relu": relu, "tanh": tanh, "sigmoid": sigmoid, "sof
 
 
 def fc(input: Variable, size: int, act: str | None = None, name: str | None = None,
-       dtype: str = "float32") -> Variable:
-    """``act(input @ W + b)``; ``input`` [N, K] (higher ranks are flattened after dim 0)."""
+       dtype: str | None = None) -> Variable:
+    """``act(input @ W + b)``; ``input`` [N, K] (higher ranks are flattened after dim 0);
+    the parameters take ``input``'s dtype unless ``dtype`` says otherwise."""
     prefix = name or unique_name("fc")
+    dtype = dtype or input.dtype
     if len(input.shape) > 2:
         input = reshape(input, (0, int(np.prod(input.shape[1:]))))
     weight = create_parameter((input.shape[1], size), dtype, f"{prefix}.w")
@@ -163,9 +166,11 @@ def embedding(input: Variable, size: tuple[int, int], name: str | None = None,
 
 def conv2d(input: Variable, num_filters: int, filter_size: int, stride: int = 1,
            padding: int = 0, act: str | None = None, name: str | None = None,
-           dtype: str = "float32") -> Variable:
-    """NCHW convolution (im2col) plus a per-filter bias."""
+           dtype: str | None = None) -> Variable:
+    """NCHW convolution (im2col) plus a per-filter bias (parameters in ``input``'s dtype
+    unless ``dtype`` says otherwise)."""
     prefix = name or unique_name("conv2d")
+    dtype = dtype or input.dtype
     weight = create_parameter((num_filters, input.shape[1], filter_size, filter_size), dtype,
                               f"{prefix}.w")
     out = _out(prefix)
@@ -184,11 +189,11 @@ def pool2d(input: Variable, pool_size: int, pool_type: str = "max",
 
 
 def batch_norm(input: Variable, is_test: bool = False, momentum: float = 0.9,
-               epsilon: float = 1e-5, name: str | None = None,
-               dtype: str = "float32") -> Variable:
+               epsilon: float = 1e-5, name: str | None = None) -> Variable:
     """Per-channel normalization; the running mean and variance are persistable and
     updated in place in training."""
     prefix = name or unique_name("batch_norm")
+    dtype = input.dtype
     channels = input.shape[1]
     scale = create_parameter((channels,), dtype, f"{prefix}.scale", init="constant", value=1)
     bias = create_parameter((channels,), dtype, f"{prefix}.bias", init="constant")

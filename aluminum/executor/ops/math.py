@@ -11,6 +11,12 @@ def _dims_agree(a: int, b: int) -> bool:
     return a == b or a == -1 or b == -1
 
 
+def _same_dtype(op_type: str, x, y) -> None:
+    if x.dtype != y.dtype:
+        raise ProgramError(f"op {op_type}: X {x.name} is {x.dtype} but Y {y.name} is "
+                           f"{y.dtype}; cast one of them first")
+
+
 @register
 class Matmul(OpKind):
     """``Out = X @ Y`` for 2-D ``X`` [M, K] and ``Y`` [K, N]."""
@@ -19,6 +25,7 @@ class Matmul(OpKind):
 
     def infer(self, block, op):
         x, y = block.var(op.inputs["X"][0]), block.var(op.inputs["Y"][0])
+        _same_dtype("matmul", x, y)
         if len(x.shape) != 2 or len(y.shape) != 2 or not _dims_agree(x.shape[1], y.shape[0]):
             raise ProgramError(f"op matmul: X {x.name} {list(x.shape)} and Y {y.name} "
                                f"{list(y.shape)} cannot be multiplied (expected [M, K] @ "
@@ -40,6 +47,7 @@ class _Elementwise(OpKind):
 
     def infer(self, block, op):
         x, y = block.var(op.inputs["X"][0]), block.var(op.inputs["Y"][0])
+        _same_dtype(self.type, x, y)
         shape = []
         for a, b in zip(reversed((1,) * (len(y.shape) - len(x.shape)) + x.shape),
                         reversed((1,) * (len(x.shape) - len(y.shape)) + y.shape)):
