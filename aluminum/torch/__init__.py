@@ -13,13 +13,15 @@ from __future__ import annotations
 
 import torch.distributed as dist
 
+from . import comm_hooks
+from .ddp import DistributedDataParallel
 from .errors import GroupError, ReductionIncompleteError, TensorError
 from .process_group import ProcessGroupAluminum, create_process_group
 from .rendezvous import fill_env_from_mpi
 from .work import AluminumWork
 
-__all__ = ["AluminumWork", "GroupError", "ProcessGroupAluminum", "ReductionIncompleteError",
-           "TensorError"]
+__all__ = ["AluminumWork", "DistributedDataParallel", "GroupError", "ProcessGroupAluminum",
+           "ReductionIncompleteError", "TensorError", "comm_hooks"]
 
 BACKEND = "aluminum"
 
