@@ -1,0 +1,335 @@
+"""``aluminum.torch.DistributedDataParallel``: data parallelism whose gradients live in
+aluminum buckets and are averaged by persistent allreduces while backward still runs.
+
+How an iteration goes:
+- ``forward`` (re)installs every ``.grad`` as a view into its bucket (zeroed if the optimizer
+  set it to None), after the first iteration rebuilds the buckets in the order gradients
+  arrived (rank 0's order, broadcast: every rank the same), and broadcasts module buffers
+  from rank 0 when ``broadcast_buffers``.
+- backward accumulates each gradient straight into its bucket; the parameter's
+  post-accumulate-grad hook counts it, and once a bucket has all its gradients the buckets
+  that are complete are started strictly in index order (the same order on every rank, so
+  no rank waits on an allreduce another has not started).
+- the end of backward (a callback queued on torch's autograd engine, as torch's reducer
+  does) starts what is left and waits for every bucket, so when ``loss.backward()``
+  returns each ``.grad`` holds the average over ranks.
+
+Buckets are allocated with ``al.shared_empty`` when every rank is on one node (the zero-copy
+shared-memory allreduce then reads and writes them in place), else as private tensors; the
+first iteration's buckets are private either way (they are rebuilt after it).
+"""
+from __future__ import annotations
+
+import atexit
+import contextlib
+import weakref
+from typing import Any, Callable, Iterator
+
+import numpy as np
+import torch
+
+import aluminum as al
+
+from .comm_hooks import GradBucket
+from .errors import ReductionIncompleteError, TensorError
+from .rendezvous import world_communicator
+
+_NUMPY = {torch.float32: np.float32, torch.float64: np.float64, torch.float16: np.float16}
+_live: "weakref.WeakSet[DistributedDataParallel]" = weakref.WeakSet()
+_atexit_registered = False
+
+
+class _Bucket:
+    """Parameters whose gradients are views into one flat tensor, and its allreduce."""
+
+    def __init__(self, indices: list[int], params: list[torch.nn.Parameter],
+                 buffer: torch.Tensor, comm: al.Communicator) -> None:
+        self.indices = indices          # positions in the DDP's parameter list
+        self.params = params
+        self.buffer = buffer
+        self.views: list[torch.Tensor] = []
+        offset = 0
+        for p in params:
+            self.views.append(buffer[offset:offset + p.numel()].view_as(p))
+            offset += p.numel()
+        self.plan = al.allreduce_init(buffer, comm, op=al.AVG)
+        self.pending = len(params)
+        self.ready = [False] * len(params)
+        self.request: al.Request | None = None
+        self.future: torch.futures.Future | None = None
+
+
+class DistributedDataParallel(torch.nn.Module):
+    """Wrap ``module`` for data-parallel training over ``comm`` (default: every MPI rank).
+
+    Parameters are broadcast from rank 0 here (a collective: every rank constructs it).
+    ``bucket_cap_mb``/``first_bucket_mb``: bucket size limits in MiB (the first bucket, whose
+    gradients arrive first, is small so communication starts early).
+    ``find_unused_parameters``: parameters that get no gradient in a backward count as zero
+    gradients (their buckets start at the end of backward).  Without it such a parameter
+    raises ``ReductionIncompleteError`` naming it at the end of that backward, after the
+    buckets were still averaged on every rank (so no rank hangs).
+    ``broadcast_buffers``: copy rank 0's module buffers (BatchNorm statistics) to every rank
+    at each forward, as torch's DDP does.
+
+    Surprise: ``.grad`` tensors are views into the buckets; replacing one (``p.grad = t``)
+    makes the next backward copy it into the bucket once.  ``close()`` (run at exit)
+    releases the buckets' shared memory.
+    """
+
+    def __init__(self, module: torch.nn.Module, comm: al.Communicator | None = None,
+                 bucket_cap_mb: float = 25, first_bucket_mb: float = 1,
+                 find_unused_parameters: bool = False, broadcast_buffers: bool = True) -> None:
+        super().__init__()
+        self.module = module
+        self.comm = comm if comm is not None else world_communicator()
+        self.find_unused_parameters = find_unused_parameters
+        self.broadcast_buffers = broadcast_buffers
+        self._cap = int(bucket_cap_mb * 2 ** 20)
+        self._first_cap = int(first_bucket_mb * 2 ** 20)
+        self._names = [name for name, p in module.named_parameters() if p.requires_grad]
+        self._params = [p for p in module.parameters() if p.requires_grad]
+        self._check_params()
+        self._sync_from_rank0(list(self._params) + list(module.buffers()))
+        self._require_sync = True
+        self._hook_state: Any = None
+        self._comm_hook: Callable | None = None
+        self._ready_order: list[int] | None = []     # recorded until the buckets are rebuilt
+        self._in_backward = False
+        self._next_to_start = 0
+        self._buckets = self._make_buckets(list(reversed(range(len(self._params)))),
+                                           shared=False)
+        self._where = {}
+        self._index_buckets()
+        self._handles = [p.register_post_accumulate_grad_hook(self._hook(i))
+                         for i, p in enumerate(self._params)]
+        self._track_for_exit()
+
+    # -- public ------------------------------------------------------------------------------
+
+    def forward(self, *args, **kwargs):
+        """Run the wrapped module; prepares the buckets for the backward that follows."""
+        if self._require_sync and self._ready_order and len(self._ready_order) == \
+                len(self._params):
+            self._rebuild()
+        self._install_views()
+        if self.broadcast_buffers and self.comm.size > 1:
+            self._sync_from_rank0(list(self.module.buffers()))
+        for bucket in self._buckets:
+            bucket.pending, bucket.ready = len(bucket.params), [False] * len(bucket.params)
+            bucket.request = bucket.future = None
+        self._next_to_start = 0
+        return self.module(*args, **kwargs)
+
+    @contextlib.contextmanager
+    def no_sync(self) -> Iterator[None]:
+        """Backward passes inside accumulate gradients locally; the first backward after
+        the block averages the accumulated sum (gradient accumulation)."""
+        previous, self._require_sync = self._require_sync, False
+        try:
+            yield
+        finally:
+            self._require_sync = previous
+
+    def register_comm_hook(self, state: Any, hook: Callable) -> None:
+        """Replace each bucket's AVG allreduce by ``hook(state, GradBucket) -> Future``
+        (see ``aluminum.torch.comm_hooks``; ``state`` None means this DDP's communicator).
+        Once, before the first forward."""
+        if self._comm_hook is not None:
+            raise al.ArgumentError("hook: register_comm_hook may be called only once")
+        self._hook_state = self.comm if state is None else state
+        self._comm_hook = hook
+
+    def close(self) -> None:
+        """Give the buckets back: each ``.grad`` becomes a private copy, the persistent
+        plans are freed and the shared memory released.  The wrapper is unusable after."""
+        for handle in self._handles:
+            handle.remove()
+        for p in self._params:
+            if p.grad is not None:
+                p.grad = p.grad.clone()
+        for bucket in self._buckets:
+            bucket.plan.free()
+        self._buckets = []
+        _live.discard(self)
+
+    # -- buckets -----------------------------------------------------------------------------
+
+    def _make_buckets(self, order: list[int], shared: bool) -> list[_Bucket]:
+        """Buckets over the parameters in ``order`` (launch order), one dtype per bucket,
+        the first capped at ``first_bucket_mb`` and the others at ``bucket_cap_mb``."""
+        groups: list[list[int]] = []
+        open_group: dict[torch.dtype, list[int]] = {}
+        sizes: dict[torch.dtype, int] = {}
+        for i in order:
+            p = self._params[i]
+            group = open_group.setdefault(p.dtype, [])
+            if not group:
+                groups.append(group)
+            group.append(i)
+            sizes[p.dtype] = sizes.get(p.dtype, 0) + p.numel() * p.element_size()
+            if sizes[p.dtype] >= (self._first_cap if len(groups) == 1 else self._cap):
+                del open_group[p.dtype]
+                sizes[p.dtype] = 0
+        return [self._bucket(group, shared) for group in groups]
+
+    def _bucket(self, indices: list[int], shared: bool) -> _Bucket:
+        params = [self._params[i] for i in indices]
+        dtype, count = params[0].dtype, sum(p.numel() for p in params)
+        if shared:   # a collective: every rank builds the same buckets in the same order
+            if dtype == torch.bfloat16:
+                buffer = torch.from_numpy(al.shared_empty(count, np.int16, self.comm)) \
+                    .view(torch.bfloat16)
+            else:
+                buffer = torch.from_numpy(al.shared_empty(count, _NUMPY[dtype], self.comm))
+        else:
+            buffer = torch.empty(count, dtype=dtype)
+        buffer.zero_()
+        return _Bucket(indices, params, buffer, self.comm)
+
+    def _index_buckets(self) -> None:
+        self._where = {i: (b, k) for b, bucket in enumerate(self._buckets)
+                       for k, i in enumerate(bucket.indices)}
+
+    def _rebuild(self) -> None:
+        """Buckets in the order gradients arrived on rank 0 (broadcast, all follow), in
+        shared memory when every rank is on this node; current gradients move along."""
+        order = torch.tensor(self._ready_order, dtype=torch.int64)
+        al.bcast(order, self.comm, root=0)
+        shared = self.comm.local_size == self.comm.size and self.comm.size > 1
+        old = self._buckets
+        self._buckets = self._make_buckets(order.tolist(), shared)
+        for bucket in self._buckets:
+            for p, view in zip(bucket.params, bucket.views):
+                if p.grad is not None:
+                    view.copy_(p.grad)
+                    p.grad = view
+        for bucket in old:
+            bucket.plan.free()
+        self._index_buckets()
+        self._ready_order = None
+
+    def _install_views(self) -> None:
+        for bucket in self._buckets:
+            for p, view in zip(bucket.params, bucket.views):
+                if p.grad is None:
+                    view.zero_()
+                    p.grad = view
+                elif p.grad.data_ptr() != view.data_ptr():
+                    view.copy_(p.grad)
+                    p.grad = view
+
+    # -- backward ----------------------------------------------------------------------------
+
+    def _hook(self, index: int) -> Callable[[torch.Tensor], None]:
+        def ready(param: torch.Tensor) -> None:
+            self._grad_ready(index, param)
+        return ready
+
+    def _grad_ready(self, index: int, param: torch.Tensor) -> None:
+        b, k = self._where[index]
+        bucket = self._buckets[b]
+        view = bucket.views[k]
+        if param.grad.data_ptr() != view.data_ptr():     # replaced since the last forward
+            view.copy_(param.grad)
+            param.grad = view
+        if not self._require_sync:
+            return
+        if not self._in_backward:
+            self._in_backward = True
+            torch.autograd.Variable._execution_engine.queue_callback(self._finish_backward)
+        if bucket.ready[k]:
+            return
+        bucket.ready[k] = True
+        bucket.pending -= 1
+        if self._ready_order is not None:
+            self._ready_order.append(index)
+        if bucket.pending == 0:
+            self._start_complete_buckets()
+
+    def _start_complete_buckets(self) -> None:
+        """Start every bucket from the next one on that is complete, in index order."""
+        buckets = self._buckets
+        while self._next_to_start < len(buckets) and buckets[self._next_to_start].pending == 0:
+            self._start(self._next_to_start)
+            self._next_to_start += 1
+
+    def _start(self, b: int) -> None:
+        bucket = self._buckets[b]
+        if self._comm_hook is None:
+            bucket.request = bucket.plan.start()
+        else:
+            bucket.future = self._comm_hook(self._hook_state, GradBucket(
+                b, bucket.buffer, bucket.params, b == len(self._buckets) - 1))
+
+    def _finish_backward(self) -> None:
+        """End of backward: start what is left (unused parameters as zero gradients), wait
+        for every bucket, then raise if a parameter got no gradient unexpectedly."""
+        self._in_backward = False
+        missing = []
+        for bucket in self._buckets:
+            for k, is_ready in enumerate(bucket.ready):
+                if not is_ready:
+                    missing.append(bucket.indices[k])
+                    bucket.ready[k] = True
+                    bucket.pending -= 1
+        if self._ready_order is not None:
+            self._ready_order.extend(sorted(missing, reverse=True))
+        self._start_complete_buckets()
+        al.wait_all([bucket.request for bucket in self._buckets if bucket.request is not None])
+        for bucket in self._buckets:
+            if bucket.future is not None:
+                result = bucket.future.wait()
+                if result is not bucket.buffer:
+                    bucket.buffer.copy_(result)
+        if missing and not self.find_unused_parameters:
+            names = ", ".join(self._names[i] for i in sorted(missing))
+            raise ReductionIncompleteError(
+                f"parameters got no gradient in this backward: {names}. Their buckets were "
+                f"averaged with zeros on this rank so no rank hangs; pass "
+                f"find_unused_parameters=True if the model leaves them unused on purpose")
+
+    # -- set-up ------------------------------------------------------------------------------
+
+    def _check_params(self) -> None:
+        for name, p in zip(self._names, self._params):
+            if p.device.type != "cpu":
+                raise TensorError(f"{name}: expected a CPU parameter, got one on {p.device}")
+            if p.dtype not in _NUMPY and p.dtype != torch.bfloat16:
+                raise TensorError(f"{name}: expected a float32/64, float16 or bfloat16 "
+                                  f"parameter, got {p.dtype}")
+        if self.comm.size == 1:
+            return
+        mine = np.array([len(self._params), sum(p.numel() for p in self._params)], np.int64)
+        lowest, highest = mine.copy(), mine.copy()
+        al.allreduce(lowest, self.comm, op=al.MIN)
+        al.allreduce(highest, self.comm, op=al.MAX)
+        if not np.array_equal(lowest, highest):
+            raise TensorError(f"module: ranks hold different models (parameter count, "
+                              f"elements) from {lowest.tolist()} to {highest.tolist()}; this "
+                              f"rank {mine.tolist()}")
+
+    def _sync_from_rank0(self, tensors: list[torch.Tensor]) -> None:
+        """Copy rank 0's values into ``tensors`` on every rank."""
+        for tensor in tensors:
+            data = tensor.data
+            if data.is_contiguous():
+                al.bcast(data, self.comm, root=0)
+            else:
+                staged = data.contiguous()
+                al.bcast(staged, self.comm, root=0)
+                data.copy_(staged)
+
+    def _track_for_exit(self) -> None:
+        """Close live wrappers at exit, before aluminum's own finalize (registered earlier,
+        so run later) frees the shared memory the buckets live in."""
+        global _atexit_registered
+        _live.add(self)
+        if not _atexit_registered:
+            atexit.register(_close_all)
+            _atexit_registered = True
+
+
+def _close_all() -> None:
+    for ddp in list(_live):
+        ddp.close()

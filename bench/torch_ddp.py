@@ -1,0 +1,104 @@
+"""Data-parallel training step time, three ways side by side, and small ``dist.all_reduce``
+latency, gloo against "aluminum".
+
+    python -m aluminum.run -n 2 bench/torch_ddp.py [--steps 20] [--batch 8]
+
+Set-ups (same model, same data, torch threads = 1 per rank): torch DDP over gloo, torch DDP
+over the "aluminum" backend, aluminum.torch.DistributedDataParallel.  The model is an MLP
+with about 24 MiB of float32 gradients; every step is timed between barriers and the median
+is reported with samples/s (global batch / median step).  Latency: the median over repeats of
+the mean time of a batch of calls, per size, with a barrier before each batch.
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import torch
+import torch.distributed as dist
+
+import aluminum.torch as altorch
+
+SIZES = [4, 64, 1024, 16384, 65536]          # bytes of float32
+
+
+def make_model() -> torch.nn.Module:
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(1024, 2048), torch.nn.ReLU(),
+                               torch.nn.Linear(2048, 2048), torch.nn.ReLU(),
+                               torch.nn.Linear(2048, 1024))
+
+
+def step_times(parallel, steps: int, batch: int, barrier) -> list[float]:
+    optimizer = torch.optim.SGD(parallel.parameters(), lr=1e-3)
+    inputs, targets = torch.randn(batch, 1024), torch.randn(batch, 1024)
+    times = []
+    for step in range(steps + 3):                   # 3 warm-up steps (bucket rebuild)
+        barrier()
+        start = time.perf_counter()
+        optimizer.zero_grad()
+        torch.nn.functional.mse_loss(parallel(inputs), targets).backward()
+        optimizer.step()
+        if step >= 3:
+            times.append(time.perf_counter() - start)
+    return times
+
+
+def latency_us(group, nbytes: int, calls: int, repeats: int) -> float:
+    tensor = torch.ones(nbytes // 4)
+    means = []
+    for _ in range(repeats):
+        dist.barrier(group)
+        start = time.perf_counter()
+        for _ in range(calls):
+            dist.all_reduce(tensor, group=group)
+        means.append((time.perf_counter() - start) / calls)
+    return statistics.median(means) * 1e6
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--batch", type=int, default=8, help="samples per rank per step")
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    dist.init_process_group("aluminum")
+    ours, gloo = dist.group.WORLD, dist.new_group(backend="gloo")
+    rank, size = dist.get_rank(), dist.get_world_size()
+    grad_mib = sum(p.numel() * 4 for p in make_model().parameters()) / 2 ** 20
+
+    def barrier():
+        dist.barrier(ours)
+    rows = []
+    for mode in ("gloo-ddp", "aluminum-ddp", "aluminum-dp"):
+        model = make_model()
+        if mode == "aluminum-dp":
+            parallel = altorch.DistributedDataParallel(model)
+        else:
+            parallel = torch.nn.parallel.DistributedDataParallel(
+                model, process_group=gloo if mode == "gloo-ddp" else ours)
+        median = statistics.median(step_times(parallel, args.steps, args.batch, barrier))
+        rows.append((mode, median))
+        if mode == "aluminum-dp":
+            parallel.close()
+    latency = [(n, latency_us(gloo, n, 50, 15), latency_us(ours, n, 500, 15)) for n in SIZES]
+    if rank != 0:
+        dist.destroy_process_group()
+        return
+    gloo_step = rows[0][1]
+    print(f"# np={size}, torch threads=1, MLP with {grad_mib:.1f} MiB of gradients, "
+          f"{args.batch} samples/rank/step, median of {args.steps} steps")
+    print(f"{'set-up':<14}{'step ms':>10}{'samples/s':>12}{'vs gloo DDP':>13}")
+    for mode, median in rows:
+        print(f"{mode:<14}{median * 1e3:>10.1f}{args.batch * size / median:>12.1f}"
+              f"{median / gloo_step:>12.2f}x")
+    print(f"\n# dist.all_reduce (float32, sync), median us")
+    print(f"{'bytes':>8}{'gloo':>10}{'aluminum':>10}{'ratio':>8}")
+    for nbytes, g, a in latency:
+        print(f"{nbytes:>8}{g:>10.1f}{a:>10.1f}{a / g:>8.3f}")
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,71 @@
+"""aluminum.torch.DistributedDataParallel in one process (one rank): bucketing, gradient
+views, the end-of-backward wait, hooks and errors.  Multi-rank equivalence with torch DDP and
+single-process training is in tests/mpi/rank_torch_ddp.py."""
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import aluminum as al  # noqa: E402
+import aluminum.torch as altorch  # noqa: E402
+from aluminum.torch import comm_hooks  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def comm():
+    with al.MPICommunicator() as communicator:
+        yield communicator
+
+
+def mlp():
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 4))
+
+
+def test_first_buckets_follow_reverse_parameter_order_and_caps(comm):
+    ddp = altorch.DistributedDataParallel(mlp(), comm, bucket_cap_mb=0.0001,
+                                          first_bucket_mb=0.0001)
+    assert [b.indices for b in ddp._buckets] == [[3, 2], [1], [0]]   # each closes once it reaches its cap
+    ddp.close()
+
+
+def test_gradients_are_bucket_views_and_equal_plain_backward(comm):
+    model, plain = mlp(), mlp()
+    ddp = altorch.DistributedDataParallel(model, comm)
+    x = torch.randn(5, 64)
+    for _ in range(2):                     # the second iteration runs on rebuilt buckets
+        model.zero_grad(set_to_none=True)
+        plain.zero_grad()
+        ddp(x).square().sum().backward()
+        plain(x).square().sum().backward()
+    for p, q in zip(model.parameters(), plain.parameters()):
+        torch.testing.assert_close(p.grad, q.grad)
+        assert any(p.grad.data_ptr() == v.data_ptr() for b in ddp._buckets for v in b.views)
+    ddp.close()
+    assert all(p.grad is not None for p in model.parameters())   # private copies remain
+
+
+def test_comm_hook_registers_once(comm):
+    ddp = altorch.DistributedDataParallel(mlp(), comm)
+    ddp.register_comm_hook(None, comm_hooks.bf16_compress_hook)
+    with pytest.raises(al.ArgumentError, match="only once"):
+        ddp.register_comm_hook(None, comm_hooks.fp16_compress_hook)
+    ddp.close()
+
+
+def test_integer_parameters_are_refused(comm):
+    module = torch.nn.Linear(2, 2)
+    module.weight = torch.nn.Parameter(torch.ones(2, 2, dtype=torch.int64), requires_grad=False)
+    module.extra = torch.nn.Parameter(torch.ones(2, dtype=torch.float64).to(torch.int32),
+                                      requires_grad=False)
+    altorch.DistributedDataParallel(module, comm).close()       # frozen: ignored
+    module.bad = torch.nn.Parameter(torch.zeros(2, dtype=torch.complex64))
+    with pytest.raises(altorch.TensorError, match="bad: expected a float32/64"):
+        altorch.DistributedDataParallel(module, comm)
+
+
+def test_unused_parameter_error_names_it(comm):
+    model = mlp()
+    ddp = altorch.DistributedDataParallel(model, comm)
+    with pytest.raises(altorch.ReductionIncompleteError, match=r"0\.weight, 0\.bias"):
+        model[2](torch.ones(1, 64)).sum().backward()       # skips layer 0 entirely
+    ddp.close()
