@@ -157,7 +157,9 @@ class Communicator:
         if mpi is None:
             return
         self._finalizer.detach()
-        if keep:
+        from .backends.mpi import rendezvous
+
+        if keep or rendezvous.stranded(mpi) or rendezvous.stranded(self._local):
             _kept.append((mpi, self._local, dict(self._scratch)))
             self._scratch.clear()
             return

@@ -76,7 +76,7 @@ def check(comm, op: str, algo: str, args: tuple) -> None:
         "debug_comm", lambda: _FreeOnClose(rendezvous.dup(comm.mpi_comm, "AL_DEBUG set-up")))
     send = np.frombuffer(mine.encode()[:_FINGERPRINT_BYTES].ljust(_FINGERPRINT_BYTES), np.uint8)
     gathered = np.zeros((comm.size, _FINGERPRINT_BYTES), np.uint8)
-    rendezvous.wait(debug_comm.comm.Iallgather(send, gathered),
+    rendezvous.wait(debug_comm.comm, debug_comm.comm.Iallgather(send, gathered),
                     f"AL_DEBUG's check of {op} (fingerprint {mine!r})")
     everyone = [bytes(row).decode(errors="replace").rstrip() for row in gathered]
     if any(print_ != everyone[0] for print_ in everyone):
@@ -89,4 +89,7 @@ class _FreeOnClose:
         self.comm = comm
 
     def close(self):
-        self.comm.Free()
+        from .backends.mpi import rendezvous
+
+        if not rendezvous.stranded(self.comm):   # (else a pending exchange: keep it)
+            self.comm.Free()

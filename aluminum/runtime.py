@@ -134,7 +134,7 @@ def finalize() -> None:
 
     progress.finalize_engine()
     trace.write()
-    healthy = not progress.abandoned_any()
+    healthy = not (progress.abandoned_any() or rendezvous.stranded_any())
     try:
         everyone = rendezvous.agree(_private, "al.finalize()", int(healthy),
                                     timeout=finalize_peers_timeout())

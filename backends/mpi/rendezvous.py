@@ -28,6 +28,18 @@ from ...core.errors import OperationError, TimeoutError
 from ...engine.progress import get_engine
 
 _POLL_MIN_S, _POLL_MAX_S = 20e-6, 2e-3
+_stranded: list = []   # communicators with a timed-out collective still pending on them
+
+
+def stranded_any() -> bool:
+    """True once any bounded wait of this process timed out."""
+    return bool(_stranded)
+
+
+def stranded(comm) -> bool:
+    """True if a bounded wait timed out on ``comm``: a collective is still pending on it, so
+    it must never be freed (Open MPI would progress the freed communicator and crash)."""
+    return any(comm is other or comm == other for other in _stranded)
 
 
 def limits() -> tuple[float | None, float]:
@@ -36,11 +48,12 @@ def limits() -> tuple[float | None, float]:
     return config.timeout_s, config.stall_warn_s
 
 
-def wait(request: MPI.Request, what: str, timeout: float | None = None,
+def wait(comm: MPI.Comm, request: MPI.Request, what: str, timeout: float | None = None,
          missing: Callable[[], str] | None = None) -> None:
-    """Poll ``request`` until it completes; raise ``al.TimeoutError`` naming ``what`` after
-    ``timeout`` seconds (default ``AL_TIMEOUT``; None: never).  ``missing()`` words which
-    ranks never arrived, when someone knows (shared-memory arrival counters)."""
+    """Poll ``request``, a nonblocking collective on ``comm``, until it completes; raise
+    ``al.TimeoutError`` naming ``what`` after ``timeout`` seconds (default ``AL_TIMEOUT``;
+    None: never), leaving ``comm`` ``stranded``.  ``missing()`` words which ranks never
+    arrived, when someone knows (shared-memory arrival counters)."""
     default, stall_s = limits()
     limit = default if timeout is None else timeout
     start = time.monotonic()
@@ -55,7 +68,10 @@ def wait(request: MPI.Request, what: str, timeout: float | None = None,
             error = TimeoutError(f"{what}: not every rank arrived within "
                                  f"{'AL_TIMEOUT=' if timeout is None else 'timeout='}"
                                  f"{limit:g} s; {who}")
-            trace.dump_flight_record(str(error))
+            _stranded.append(comm)
+            dumped = trace.dump_flight_record(str(error))
+            if dumped is not None:
+                error.args = (f"{error}; flight record: {dumped}",)
             raise error
         if limit is None and not warned and waited >= stall_s:
             warned = True
@@ -81,20 +97,20 @@ def agree(comm: MPI.Comm, what: str, value: int, timeout: float | None = None,
           missing: Callable[[], str] | None = None) -> int:
     """The minimum of every rank's ``value`` over ``comm``, bounded like ``wait``."""
     mine, result = np.array([value], np.int64), np.zeros(1, np.int64)
-    wait(comm.Iallreduce(mine, result, MPI.MIN), what, timeout, missing)
+    wait(comm, comm.Iallreduce(mine, result, MPI.MIN), what, timeout, missing)
     return int(result[0])
 
 
 def enter(comm: MPI.Comm, what: str, missing: Callable[[], str] | None = None) -> None:
     """Return once every rank of ``comm`` is about to make the same blocking collective
     (two rounds: see the module docstring); bounded like ``wait``."""
-    wait(comm.Ibarrier(), what, None, missing)
-    wait(comm.Ibarrier(), what, None, missing)
+    wait(comm, comm.Ibarrier(), what, None, missing)
+    wait(comm, comm.Ibarrier(), what, None, missing)
 
 
 def dup(parent: MPI.Comm, what: str) -> MPI.Comm:
     """``parent.Dup()``, bounded like ``wait`` (``MPI_Comm_idup``, then a second round)."""
     comm, request = parent.Idup()
-    wait(request, what)
-    wait(comm.Ibarrier(), what)
+    wait(parent, request, what)
+    wait(comm, comm.Ibarrier(), what)
     return comm
