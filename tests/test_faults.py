@@ -234,7 +234,7 @@ def test_frozen_peer_ends_in_timeout_and_the_job_ends(nprocs, tmp_path):
     last = record["operations"][-1]
     # (finalize's own timeout dumps last, after it failed the stuck operation)
     assert last["op"] == "allreduce" and last["state"] in ("start", "fail"), record
-    assert [op["state"] for op in record["operations"]][:-1] == ["complete"] * 2, record
+    assert [op["state"] for op in record["operations"]][:-1] == ["complete"], record
 
 
 @NPROCS
