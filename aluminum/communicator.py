@@ -8,13 +8,19 @@ collectives in the same order, so concurrent operations never match each other's
 from __future__ import annotations
 
 import itertools
+import weakref
 
 from . import runtime, watchdog
-from .core.errors import ArgumentError, CommunicatorError
+from .core.errors import ArgumentError, CommunicatorError, TimeoutError
+from .engine import progress
+from .engine.scheduler import describe
 
 # Tags cycle below the MPI-guaranteed minimum of MPI_TAG_UB (32767); tag 0 is left for
 # Aluminum-style untagged point-to-point.
 _TAG_SPAN = 32000
+# MPI objects of communicators freed while operations on them were abandoned: their MPI
+# requests may still be pending, and freeing the objects under them crashes Open MPI.
+_kept: list = []
 
 
 class Communicator:
@@ -32,7 +38,9 @@ class Communicator:
         from .backends import get_backend
 
         self.backend = get_backend(self.backend_name)
-        self._mpi = parent.Dup()
+        from .backends.mpi import rendezvous   # (imports mpi4py: not at import aluminum)
+
+        self._mpi = rendezvous.dup(parent, f"{type(self).__name__}() (MPI_Comm_idup)")
         local = self._mpi.Split_type(MPI.COMM_TYPE_SHARED)
         self.local_rank, self.local_size = local.Get_rank(), local.Get_size()
         self._local = local
@@ -42,6 +50,12 @@ class Communicator:
         self._stream = stream
         self._tags = itertools.count(1)
         self._scratch: dict = {}
+        self._index = runtime.register_communicator(self)
+        # A communicator dropped without free() releases its MPI communicators when
+        # collected; its collective resources (shared windows) wait for al.finalize().
+        self._finalizer = weakref.finalize(self, _release_dropped, self._index, self._mpi,
+                                           local, self._scratch)
+        self._finalizer.atexit = False
         try:
             watchdog.attach(self)
             if self.backend.setup is not None:
@@ -49,7 +63,6 @@ class Communicator:
         except BaseException:
             self.free()
             raise
-        runtime.register_communicator(self)
 
     @property
     def stream(self):
@@ -121,18 +134,66 @@ class Communicator:
             part.Free()   # the new communicator keeps its own duplicate
 
     def free(self) -> None:
-        """Release the MPI resources (idempotent).  Later calls raise ``CommunicatorError``."""
+        """Release the MPI resources (idempotent); later calls raise ``CommunicatorError``.
+
+        Operations still in flight on this communicator are waited for first (at most
+        ``AL_TIMEOUT``, else 30 s).  Those that do not finish fail with
+        ``CommunicatorError``, and so does this call, naming how many; their MPI requests
+        are then still pending, so the MPI objects are kept until exit instead of being
+        freed under them (Open MPI would progress a freed communicator and crash).
+        Collective: every rank must free it (the ranks of a node agree, within twice that
+        bound, whether their shared windows can be closed; a rank that does not come makes
+        this raise ``al.TimeoutError`` and the windows are kept).
+        """
+        if self._mpi is None:
+            return
+        bound = progress.finalize_timeout()
+        failed = progress.drain(
+            lambda state: getattr(state, "comm", None) is self, bound,
+            lambda request: CommunicatorError(
+                f"{describe(request)}: comm.free() was called while it was in flight, and it "
+                f"did not complete within {bound:g} s"))
+        keep = bool(failed) or progress.abandoned_owner(self)
+        from .backends.mpi import rendezvous
+
+        try:
+            # On the node-local communicator, which carries no user operations (they would
+            # match this): the windows to close are node-local too.  Peers may spend
+            # ``bound`` draining their own operations first.
+            everyone = rendezvous.agree(self._local, "comm.free()", 0 if keep else 1,
+                                        timeout=2 * bound)
+        except TimeoutError:
+            self._release(collective=False, keep=True)
+            raise
+        self._release(collective=everyone == 1, keep=keep)
+        if failed:
+            raise CommunicatorError(
+                f"comm.free(): {failed} operation(s) on this communicator were still in "
+                f"flight after {bound:g} s and were failed; its MPI resources are kept "
+                f"until exit, since MPI may still be progressing them")
+
+    def _release(self, collective: bool, keep: bool) -> None:
+        """Mark the communicator freed and release its resources: none when ``keep`` (MPI
+        may still progress abandoned operations on them), the MPI communicators only unless
+        ``collective`` (every rank agreed to close the shared windows too)."""
         mpi, self._mpi = self._mpi, None
         if mpi is None:
             return
         from . import recall
 
         recall.forget(self)   # remembered plans hold buffers (al.shared_empty's among them)
-        for resource in self._scratch.values():
-            close = getattr(resource, "close", None)
-            if close is not None:
-                close()
-        self._scratch.clear()
+        self._finalizer.detach()
+        from .backends.mpi import rendezvous
+
+        if keep or rendezvous.stranded(mpi) or rendezvous.stranded(self._local):
+            _kept.append((mpi, self._local, dict(self._scratch)))
+            self._scratch.clear()
+            return
+        if collective:
+            _close_scratch(self._scratch)
+        else:
+            _kept.append(dict(self._scratch))
+            self._scratch.clear()
         from mpi4py import MPI
 
         if not MPI.Is_finalized():
@@ -148,6 +209,31 @@ class Communicator:
     def __repr__(self) -> str:
         state = "freed" if self._mpi is None else f"rank {self.rank} of {self.size}"
         return f"<{type(self).__name__} {state}>"
+
+
+def _close_scratch(scratch: dict) -> None:
+    """Close every scratch resource that has a ``close()`` (collective: shared windows)."""
+    resources = list(scratch.values())
+    scratch.clear()
+    for resource in resources:
+        close = getattr(resource, "close", None)
+        if close is not None:
+            close()
+
+
+def _release_dropped(index: int, mpi, local, scratch: dict) -> None:
+    """Garbage collection of a communicator never freed: free its MPI communicators now
+    (local in Open MPI) and hand its scratch resources to ``al.finalize()``, which closes them
+    in creation order on every rank (closing a window is collective, and ranks collect
+    garbage at different times).  Nothing to do once MPI or aluminum is finalized."""
+    from mpi4py import MPI
+
+    if MPI.Is_finalized() or runtime.finalized():
+        return
+    if scratch:
+        runtime.defer_close(index, lambda: _close_scratch(scratch))
+    local.Free()
+    mpi.Free()
 
 
 class MPICommunicator(Communicator):

@@ -5,10 +5,20 @@ algorithm, dtypes, counts, reduction op, root) over a private duplicate of the c
 and every rank raises ``al.ArgumentError`` naming the ranks whose call differs, instead of
 hanging or silently reducing mismatched buffers.  Point-to-point operations are not checked
 (their peers legitimately differ).
+
+The ranks agree on ``AL_DEBUG`` at ``al.init()`` (``agree``): a rank checking alone would
+wait in the fingerprint exchange while its peers run the real collective.  When they
+disagree, checks are turned *on* everywhere, with a warning: some rank asked for them, and
+they cost only time, whereas turning them off would silently drop a check someone relied on.
+The exchange itself is bounded by ``AL_TIMEOUT`` (a rank that skipped the collective makes
+the others raise ``al.TimeoutError``).
 """
 from __future__ import annotations
 
 import os
+import warnings
+
+import numpy as np
 
 from .core.buffers import Buffer
 from .core.errors import ArgumentError
@@ -19,6 +29,7 @@ POINT_TO_POINT = frozenset({"send", "recv", "sendrecv", "multisendrecv"})
 
 
 # Collectives whose first buffer has the same dtype and count on every rank.
+_FINGERPRINT_BYTES = 256      # exchanged per rank; longer fingerprints are cut
 _UNIFORM = frozenset({"allreduce", "reduce", "reduce_scatter", "allgather", "alltoall", "bcast"})
 
 
@@ -36,13 +47,38 @@ def fingerprint(op: str, algo: str, args: tuple) -> str:
     return " ".join(parts)
 
 
+def agree(world) -> None:
+    """Make ``ENABLED`` the same on every rank of ``world`` (collective; at ``al.init()``):
+    on everywhere if any rank has it on, with a warning naming how many had it."""
+    global ENABLED
+    from .backends.mpi import rendezvous
+
+    mine = int(ENABLED)
+    on_everywhere = rendezvous.agree(world, "al.init() (agreeing on AL_DEBUG)", mine)
+    on_somewhere = -rendezvous.agree(world, "al.init() (agreeing on AL_DEBUG)", -mine)
+    if on_somewhere and not on_everywhere:
+        warnings.warn(f"aluminum: AL_DEBUG is set on some ranks only (this rank: "
+                      f"{'on' if mine else 'off'}); turning the checks on everywhere: a rank "
+                      f"checking alone would deadlock its first collective",
+                      RuntimeWarning, stacklevel=3)
+    ENABLED = bool(on_somewhere)
+
+
 def check(comm, op: str, algo: str, args: tuple) -> None:
-    """Raise on every rank if the ranks' fingerprints for this collective differ."""
+    """Raise on every rank if the ranks' fingerprints for this collective differ; bounded
+    by ``AL_TIMEOUT`` (``al.TimeoutError`` when a rank never comes)."""
     if op in POINT_TO_POINT:
         return
+    from .backends.mpi import rendezvous
+
     mine = fingerprint(op, algo, args)
-    debug_comm = comm.scratch("debug_comm", lambda: _FreeOnClose(comm.mpi_comm.Dup()))
-    everyone = debug_comm.comm.allgather(mine)
+    debug_comm = comm.scratch(
+        "debug_comm", lambda: _FreeOnClose(rendezvous.dup(comm.mpi_comm, "AL_DEBUG set-up")))
+    send = np.frombuffer(mine.encode()[:_FINGERPRINT_BYTES].ljust(_FINGERPRINT_BYTES), np.uint8)
+    gathered = np.zeros((comm.size, _FINGERPRINT_BYTES), np.uint8)
+    rendezvous.wait(debug_comm.comm, debug_comm.comm.Iallgather(send, gathered),
+                    f"AL_DEBUG's check of {op} (fingerprint {mine!r})")
+    everyone = [bytes(row).decode(errors="replace").rstrip() for row in gathered]
     if any(print_ != everyone[0] for print_ in everyone):
         rows = "; ".join(f"rank {r}: {p}" for r, p in enumerate(everyone))
         raise ArgumentError(f"AL_DEBUG: ranks issued different collectives: {rows}")
@@ -53,4 +89,7 @@ class _FreeOnClose:
         self.comm = comm
 
     def close(self):
-        self.comm.Free()
+        from .backends.mpi import rendezvous
+
+        if not rendezvous.stranded(self.comm):   # (else a pending exchange: keep it)
+            self.comm.Free()

@@ -20,9 +20,11 @@ def run(comm, op: str, state_class: type, nbytes: int, blocking: bool, args: tup
     if blocking and not watched:
         state_class.run_blocking(comm, *args)
         return None
+    # Counted before the state is built: building it may wait for the other ranks (a shared
+    # window's first use), and a timeout there names the ranks that never arrived.
+    detail = watchdog.arrive(comm) if watched and op not in POINT_TO_POINT else None
     request = submit(state_class(comm, *args))
-    if watched and op not in POINT_TO_POINT:
-        request.detail = watchdog.arrive(comm)
+    request.detail = detail
     if blocking:   # through the engine, so that AL_TIMEOUT can end a stuck collective
         request.wait()
         return None

@@ -85,12 +85,7 @@ class Plan:
     def start(self):
         """Start one run and return its ``Request``; the buffers must not be touched until
         it completes."""
-        self._check_usable()
-        request = self._request
-        if request is not None and not request._done:
-            raise ArgumentError(f"plan: this {self.op} plan's previous start() (request "
-                                f"#{request.seq}) is still in flight; wait for it before "
-                                "starting the plan again")
+        self._check_usable("starting the plan again")
         state_class = self.state_class(True)
         prepared = self._prepared(state_class)
         if prepared is not None:
@@ -107,12 +102,7 @@ class Plan:
                 and not self.comm.freed:
             run_prepared()      # the common repeat: everything below was checked before
             return
-        self._check_usable()
-        request = self._request
-        if request is not None and not request._done:
-            raise ArgumentError(f"plan: this {self.op} plan's start() (request "
-                                f"#{request.seq}) is still in flight; wait for it before "
-                                "running the plan")
+        self._check_usable("running the plan")
         self._request = None
         state_class = self.state_class(False)
         prepared = self._prepared(state_class)
@@ -142,12 +132,18 @@ class Plan:
             if made is not None:
                 made.free()
 
-    def _check_usable(self) -> None:
+    def _check_usable(self, doing: str) -> None:
+        """Raise unless the plan, its communicator and its last start are all done with."""
         if self._freed:
             raise CommunicatorError(f"plan: this {self.op} plan was freed")
         if self.comm.freed:
             raise CommunicatorError(f"plan: the communicator of this {self.op} plan was "
                                     "freed")
+        request = self._request
+        if request is not None and not request._done:
+            raise ArgumentError(f"plan: this {self.op} plan's start() (request "
+                                f"#{request.seq}) is still in flight; wait for it before "
+                                f"{doing}")
 
     def __enter__(self) -> Plan:
         return self

@@ -2,33 +2,50 @@
 
 ``init`` is idempotent and happens implicitly when the first communicator is built.  MPI is
 initialized by mpi4py with ``MPI_THREAD_MULTIPLE`` (the progress engine calls MPI from its own
-thread).  ``finalize`` waits for in-flight operations (bounded by ``AL_TIMEOUT``), stops the
-engine and frees every live communicator; it does not finalize MPI, which mpi4py does at exit,
-so the user's own mpi4py code keeps working.  It also runs at interpreter exit.
+thread).  ``init`` is collective over the default group: the ranks agree on ``AL_DEBUG``
+there (``debug.agree``).  ``finalize`` waits for in-flight operations (bounded by
+``AL_TIMEOUT``), stops the engine and frees every live communicator; it does not finalize MPI,
+which mpi4py does at exit, so the user's own mpi4py code keeps working.  It also runs at
+interpreter exit.
+
+``finalize`` is collective too (freeing shared windows is).  With ``AL_TIMEOUT`` set, a rank
+whose peers do not all reach finalize within ``AL_FINALIZE_TIMEOUT`` (default 4 x
+``AL_TIMEOUT``; a peer frozen, or stuck elsewhere) warns and ends the process with exit status
+1 (``os._exit``): MPI's own finalize would wait for that peer forever.  When some rank abandoned operations (a timeout, a ``comm.free()`` that failed
+them), no rank closes shared windows: MPI may still be progressing those operations.
 """
 from __future__ import annotations
 
 import atexit
 import itertools
+import os
+import sys
 import threading
+import warnings
 import weakref
 
+from . import debug
 from .core import trace
-from .core.errors import CommunicatorError
+from .core.errors import CommunicatorError, TimeoutError
 
+FINALIZE_PEERS_FACTOR = 4
 _lock = threading.Lock()
 _state = "uninitialized"            # -> "initialized" -> "finalized"
 _world = None   # the default group's mpi4py communicator, once initialized
+_private = None  # aluminum's own duplicate of it: init's and finalize's agreements
 # Creation order: freeing shared windows is collective, so every rank must free its
 # communicators in the same (creation) order or finalize can deadlock.
 _communicators: "weakref.WeakValueDictionary" = weakref.WeakValueDictionary()
 _created = itertools.count()
+# Creation index -> closer of the collective resources of a communicator garbage-collected
+# without free(): run by finalize in creation order, with the live communicators.
+_deferred: dict = {}
 
 
 def init(mpi_comm=None) -> None:
     """Initialize aluminum (idempotent).  ``mpi_comm`` becomes the default communicator group
     (``COMM_WORLD`` if omitted).  Raises ``CommunicatorError`` after ``finalize``."""
-    global _state, _world
+    global _state, _world, _private
     with _lock:
         if _state == "finalized":
             raise CommunicatorError("al.init: aluminum was finalized; it cannot be re-initialized")
@@ -47,6 +64,11 @@ def init(mpi_comm=None) -> None:
             warnings.warn("aluminum: MPI was initialized without MPI_THREAD_MULTIPLE; "
                           "nonblocking operations may be unsafe", RuntimeWarning, stacklevel=2)
         _world = mpi_comm if mpi_comm is not None else MPI.COMM_WORLD
+        from .backends.mpi import rendezvous
+
+        _private = rendezvous.dup(_world, "al.init() (MPI_Comm_idup of the default group)")
+        debug.agree(_private)
+        trace.install_signal_handler()
         _state = "initialized"
         atexit.register(finalize)
 
@@ -67,21 +89,67 @@ def ensure_initialized():
     return _world
 
 
-def register_communicator(comm) -> None:
-    _communicators[next(_created)] = comm
+def register_communicator(comm) -> int:
+    """Track ``comm`` for finalize; returns its creation index."""
+    index = next(_created)
+    _communicators[index] = comm
+    return index
+
+
+def defer_close(index: int, close) -> None:
+    """Run ``close()`` at finalize, in the place of communicator ``index`` (see
+    ``communicator._release_dropped``)."""
+    _deferred[index] = close
+
+
+def finalize_peers_timeout() -> float | None:
+    """How long finalize waits for every rank to arrive: ``AL_FINALIZE_TIMEOUT``, else
+    ``FINALIZE_PEERS_FACTOR`` times ``AL_TIMEOUT``, else forever.  Longer than
+    ``AL_TIMEOUT`` because a peer that is merely late (still running into its own timeouts,
+    each up to ``AL_TIMEOUT``) must not be cut off."""
+    from .engine.config import parse_setting
+
+    explicit = parse_setting(os.environ, "AL_FINALIZE_TIMEOUT", float, 1e-9, None)
+    if explicit is not None:
+        return explicit
+    from .engine.progress import get_engine
+
+    timeout = get_engine().config.timeout_s
+    return None if timeout is None else FINALIZE_PEERS_FACTOR * timeout
 
 
 def finalize() -> None:
-    """Complete or fail in-flight operations, stop the engine and free all communicators."""
+    """Complete or fail in-flight operations, stop the engine and free all communicators.
+
+    Collective.  With ``AL_TIMEOUT`` set, a rank whose peers do not all arrive within it
+    warns and exits the process (status 1) instead of hanging; see the module docstring."""
     global _state
     with _lock:
         was_initialized = _state == "initialized"
         _state = "finalized"
     if not was_initialized:
         return
+    from .backends.mpi import rendezvous
     from .engine import progress
 
     progress.finalize_engine()
     trace.write()
-    for _, comm in sorted(_communicators.items(), key=lambda item: item[0]):
-        comm.free()
+    healthy = not (progress.abandoned_any() or rendezvous.stranded_any())
+    try:
+        everyone = rendezvous.agree(_private, "al.finalize()", int(healthy),
+                                    timeout=finalize_peers_timeout())
+    except TimeoutError as exc:
+        warnings.warn(f"aluminum: {exc}; exiting now (status 1): MPI's own finalize would "
+                      f"wait for those ranks forever", RuntimeWarning, stacklevel=2)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(1)
+    collective = everyone == 1
+    closers = {index: (lambda comm=comm: comm._release(
+        collective=collective, keep=progress.abandoned_owner(comm)))
+        for index, comm in list(_communicators.items())}
+    if collective:
+        closers.update(_deferred)
+    _deferred.clear()
+    for index in sorted(closers):
+        closers[index]()

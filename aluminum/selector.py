@@ -47,6 +47,7 @@ is one dict lookup.
 from __future__ import annotations
 
 import json
+import re
 import operator
 import os
 import threading
@@ -246,11 +247,33 @@ def read_table(path: str | os.PathLike[str],
         text = Path(path).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise TuningTableError(f"cannot read it ({type(exc).__name__}: {exc})") from exc
+    _check_shape(text)
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
         raise TuningTableError(f"not valid JSON ({exc})") from exc
     return parse_table(data, str(path), known_algorithms)
+
+
+MAX_TABLE_CHARS = 4 << 20     # tables the tuner writes are a few KiB
+MAX_TABLE_DEPTH = 16          # the format nests 5 deep
+_JSON_STRING = re.compile(r'"(?:\\.|[^"\\])*"')
+_BRACKET = re.compile(r"[\[\]{}]")
+
+
+def _check_shape(text: str) -> None:
+    """Refuse a table too large or nested too deep before parsing it: ``json.loads`` on a
+    few KiB of brackets raises RecursionError, which would crash the caller."""
+    if len(text) > MAX_TABLE_CHARS:
+        raise TuningTableError(f"expected at most {MAX_TABLE_CHARS} characters, got "
+                               f"{len(text)}")
+    depth = deepest = 0
+    for bracket in _BRACKET.findall(_JSON_STRING.sub('""', text)):
+        depth += 1 if bracket in "[{" else -1
+        deepest = max(deepest, depth)
+    if deepest > MAX_TABLE_DEPTH:
+        raise TuningTableError(f"expected JSON nested at most {MAX_TABLE_DEPTH} deep, got "
+                               f"{deepest}")
 
 
 def write_table(table: Table, path: str | os.PathLike[str]) -> Path:

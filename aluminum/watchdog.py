@@ -83,9 +83,10 @@ class ArrivalCounters:
 def attach(comm) -> None:
     """Give a new communicator its counters when every rank runs with ``AL_TIMEOUT``
     (collective: decided together, so ranks that disagree cannot deadlock on the window)."""
-    from mpi4py import MPI
+    from .backends.mpi import rendezvous
 
-    if comm.mpi_comm.allreduce(ENABLED, op=MPI.LAND):
+    if rendezvous.agree(comm.mpi_comm, f"{type(comm).__name__}() (agreeing on AL_TIMEOUT)",
+                        int(ENABLED)):
         comm.scratch(_KEY, lambda: ArrivalCounters(comm))
 
 

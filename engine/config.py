@@ -10,6 +10,7 @@ __all__ = ["EngineConfig", "default_core", "node_local_rank", "pin_thread"]
 
 DEFAULT_CONCURRENT_OPS = 4
 DEFAULT_SPIN_US = 100.0
+DEFAULT_STALL_WARN_S = 60.0
 
 
 @dataclass(frozen=True)
@@ -21,25 +22,29 @@ class EngineConfig:
     pin: bool = True                               # AL_PE_CORE=none turns pinning off
     core: int | None = None                        # AL_PE_CORE=<n>; None: from local rank
     timeout_s: float | None = None                 # AL_TIMEOUT
+    stall_warn_s: float = DEFAULT_STALL_WARN_S     # AL_STALL_WARN_S (without AL_TIMEOUT)
 
     @classmethod
     def from_env(cls, environ=None) -> EngineConfig:
-        """Read ``AL_PE_*`` and ``AL_TIMEOUT``; a malformed value warns and keeps the default."""
+        """Read ``AL_PE_*``, ``AL_TIMEOUT`` and ``AL_STALL_WARN_S``; a malformed value warns and keeps the default."""
         env = os.environ if environ is None else environ
         core_text = env.get("AL_PE_CORE", "").strip().lower()
         pin = core_text not in ("none", "off", "-1")
         core = None
         if pin and core_text:
-            core = _parse(env, "AL_PE_CORE", int, 0, None)
+            core = parse_setting(env, "AL_PE_CORE", int, 0, None)
         return cls(
-            max_concurrent=_parse(env, "AL_PE_NUM_CONCURRENT_OPS", int, 1,
+            max_concurrent=parse_setting(env, "AL_PE_NUM_CONCURRENT_OPS", int, 1,
                                   DEFAULT_CONCURRENT_OPS),
-            spin_s=_parse(env, "AL_PE_SPIN_US", float, 0.0, DEFAULT_SPIN_US) * 1e-6,
+            spin_s=parse_setting(env, "AL_PE_SPIN_US", float, 0.0, DEFAULT_SPIN_US) * 1e-6,
             pin=pin, core=core,
-            timeout_s=_parse(env, "AL_TIMEOUT", float, 1e-9, None))
+            timeout_s=parse_setting(env, "AL_TIMEOUT", float, 1e-9, None),
+            stall_warn_s=parse_setting(env, "AL_STALL_WARN_S", float, 1e-3, DEFAULT_STALL_WARN_S))
 
 
-def _parse(env, name: str, kind: type, minimum, default):
+def parse_setting(env, name: str, kind: type, minimum, default):
+    """The setting ``name`` of ``env`` as ``kind``, at least ``minimum``; ``default`` when
+    unset, and with a warning when malformed."""
     text = env.get(name, "").strip()
     if not text:
         return default

@@ -36,6 +36,7 @@ import atexit
 import os
 import threading
 import time
+import warnings
 from typing import Callable
 
 from ..core import trace
@@ -45,8 +46,9 @@ from .request import Request
 from .scheduler import Scheduler, check_hashable, describe
 from .state import State
 
-__all__ = ["EngineConfig", "ProgressEngine", "default_core", "drive_until", "get_engine",
-           "node_local_rank", "shutdown", "submit"]
+__all__ = ["EngineConfig", "ProgressEngine", "abandoned_any", "abandoned_owner", "default_core", "drain",
+           "drive_until", "finalize_timeout", "get_engine", "node_local_rank", "shutdown",
+           "submit"]
 
 DEFAULT_FINALIZE_TIMEOUT_S = 30.0
 WAIT_YIELD_S = 2e-3   # a waiter driving a stalled operation yields this long, then backs off
@@ -159,16 +161,23 @@ class ProgressEngine(Scheduler):
             if request._done:
                 return
         limit = self.config.timeout_s if timeout is None else timeout
-        deadline = None if limit is None else _clock() + limit
+        # Without a limit, the deadline is when to warn of a stall (once), then none.
+        stall_at = _clock() + self.config.stall_warn_s if limit is None else None
+        deadline = stall_at if limit is None else _clock() + limit
         driver = self._driver
         spin_end = None
         while not request._done:
+            if deadline is not None and deadline is stall_at and _clock() >= stall_at:
+                self._warn_stall(request)
+                deadline = None
             if driver.acquire(False):
                 try:
                     self._drive(lambda: request._done, deadline, request)
                 finally:
                     self._hand_back()   # what is left goes back to the engine at once
                 if not request._done:
+                    if deadline is stall_at:
+                        continue       # warn, then drive on
                     break              # the deadline passed
                 return
             now = _clock()
@@ -182,14 +191,58 @@ class ProgressEngine(Scheduler):
                                      "request inside start()/step(): the engine thread "
                                      "would wait for itself")
             remaining = None if deadline is None else max(0.0, deadline - now)
-            if not request._block(remaining):
+            if not request._block(remaining) and deadline is not stall_at:
                 break
         if request._done:
             return
         source = "AL_TIMEOUT" if timeout is None else "timeout"
         detail = "" if request.detail is None else f"; {request.detail()}"
-        raise TimeoutError(f"{describe(request)} did not complete within {source}="
-                           f"{limit:g} s; it is still pending{detail}")
+        message = (f"{describe(request)} did not complete within {source}={limit:g} s; it is "
+                   f"still pending{detail}")
+        dumped = trace.dump_flight_record(message)
+        raise TimeoutError(message if dumped is None else f"{message}; flight record: {dumped}")
+
+    def _warn_stall(self, request: Request) -> None:
+        """Horovod's stall inspector: say once that ``request`` has been waited for
+        ``AL_STALL_WARN_S`` (no ``AL_TIMEOUT`` to end the wait), and who is missing."""
+        if request.stall_warned:
+            return
+        request.stall_warned = True
+        detail = "" if request.detail is None else f"; {request.detail()}"
+        warnings.warn(f"aluminum: {describe(request)} has been waited for "
+                      f"{self.config.stall_warn_s:g} s (AL_STALL_WARN_S) without completing"
+                      f"{detail}; set AL_TIMEOUT to make this an error", RuntimeWarning,
+                      stacklevel=4)
+
+    def drain(self, match: Callable[[State], bool], timeout: float,
+              make_error: Callable[[Request], BaseException]) -> int:
+        """Wait up to ``timeout`` seconds for the pending requests whose state satisfies
+        ``match``, then fail the ones still pending with ``make_error(request)`` (taken out of
+        the queues, so nothing steps them again); return how many failed.  Requests that
+        complete or fail on their own meanwhile are not this call's business."""
+        deadline = _clock() + timeout
+        if not self._driver.acquire(timeout=timeout):
+            raise CommunicatorError(f"another thread kept driving the progress engine for "
+                                    f"{timeout:g} s; its operations could not be inspected")
+        try:
+            pending = self._pending_where(match)
+        finally:
+            self._hand_back()
+        for request in pending:
+            remaining = deadline - _clock()
+            if remaining <= 0:
+                break
+            try:
+                self.wait(request, remaining)
+            except TimeoutError:
+                break
+        if not self._driver.acquire(timeout=max(0.0, deadline - _clock()) + 1.0):
+            raise CommunicatorError(f"another thread kept driving the progress engine for "
+                                    f"{timeout:g} s; its operations could not be failed")
+        try:
+            return self._fail_where(match, make_error)
+        finally:
+            self._hand_back()
 
     def poll(self) -> None:
         """Run one engine pass on this thread if no one else is driving (for ``test``)."""
@@ -457,6 +510,34 @@ def shutdown(timeout: float | None = None) -> bool:
     """Shut the process's engine down (``ProgressEngine.shutdown``); True if nothing failed."""
     engine = _engine
     return True if engine is None else engine.shutdown(timeout)
+
+
+def drain(match: Callable[[State], bool], timeout: float,
+          make_error: Callable[[Request], BaseException]) -> int:
+    """``ProgressEngine.drain`` on the process's engine (0 if it has none)."""
+    engine = _engine
+    return 0 if engine is None else engine.drain(match, timeout, make_error)
+
+
+def abandoned_owner(owner) -> bool:
+    """True if the process's engine ever abandoned an operation whose state's ``comm`` is
+    ``owner`` (its MPI requests may still be pending)."""
+    engine = _engine
+    return engine is not None and engine.abandoned_owner(owner)
+
+
+def abandoned_any() -> bool:
+    """True if the process's engine ever abandoned an operation that had an owner."""
+    engine = _engine
+    return engine is not None and bool(engine._abandoned_owners)
+
+
+def finalize_timeout() -> float:
+    """How long finalize (and ``comm.free()``) wait for operations: ``AL_TIMEOUT``, else
+    ``DEFAULT_FINALIZE_TIMEOUT_S``."""
+    engine = _engine
+    timeout = (engine.config if engine is not None else EngineConfig.from_env()).timeout_s
+    return DEFAULT_FINALIZE_TIMEOUT_S if timeout is None else timeout
 
 
 def finalize_engine() -> None:

@@ -40,6 +40,7 @@ class Request:
     bounded = False    # counted against AL_PE_NUM_CONCURRENT_OPS (set on admission)
     parked = False     # returned ADVANCE behind the head of its pipeline stage
     detail = None      # optional callable: more words for a timeout's message
+    stall_warned = False   # AL_STALL_WARN_S's warning was given (once per operation)
     _done = False
     _error: BaseException | None = None
     _event: threading.Event | None = None

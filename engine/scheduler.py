@@ -71,6 +71,9 @@ class Scheduler:
         self._completions = 0      # requests retired so far (the idle engine watches it)
         self._seq = itertools.count(1)
         self._last_seq = 0         # seq of the latest submission
+        # id -> owner (state.comm) of every abandoned operation, kept alive: its MPI requests
+        # may still be pending, so it must never be freed, not even by garbage collection.
+        self._abandoned_owners: dict[int, object] = {}
 
     def _has_work(self) -> bool:
         return bool(self._inbox) or self._queued > 0
@@ -275,6 +278,72 @@ class Scheduler:
         else:
             request._fail(error)
 
+    def _pending_where(self, match: Callable[[State], bool]) -> list[Request]:
+        """Requests not yet complete whose state satisfies ``match`` (token holder only)."""
+        requests = list(self._inbox)
+        if self._solo is not None:
+            requests.append(self._solo)
+        for queue in self._streams.values():
+            requests += queue.waiting
+            requests += [request for stage in queue.stages for request in stage]
+        return [request for request in requests if not request._done and match(request.state)]
+
+    def _fail_where(self, match: Callable[[State], bool],
+                    make_error: Callable[[Request], BaseException]) -> int:
+        """Take every pending request whose state satisfies ``match`` out of the queues and
+        fail it with ``make_error(request)``; return how many.  The rest keep running."""
+        doomed = []
+        for request in [r for r in self._inbox if match(r.state)]:
+            try:
+                self._inbox.remove(request)     # (atomic against a concurrent append)
+            except ValueError:
+                continue
+            doomed.append(request)
+        if self._solo is not None and match(self._solo.state):
+            doomed.append(self._solo)
+            self._solo = None
+            self._queued -= 1
+        for queue in self._streams.values():
+            for request in [r for r in queue.waiting if match(r.state)]:
+                queue.waiting.remove(request)
+                self._queued -= 1
+                doomed.append(request)
+            for stage in queue.stages:
+                for request in [r for r in stage if match(r.state)]:
+                    stage.remove(request)
+                    queue.running -= 1
+                    self._queued -= 1
+                    if request.bounded:
+                        self._bounded -= 1
+                    doomed.append(request)
+        return self._abandon_all(doomed, make_error)
+
+    def _abandon_all(self, requests: list[Request],
+                     make_error: Callable[[Request], BaseException]) -> int:
+        """Fail ``requests`` (already out of the queues) and remember whose they were: their
+        MPI requests may still be pending, so ``abandoned_owner`` tells a communicator not
+        to free the MPI objects under them (Open MPI's libnbc would progress a freed
+        communicator and crash)."""
+        failed = 0
+        for request in requests:
+            error = make_error(request)
+            owner = getattr(request.state, "comm", None)
+            if owner is not None:
+                self._abandoned_owners[id(owner)] = owner
+            try:
+                request.state.abandon(error)
+            except BaseException:  # noqa: BLE001 - failing it regardless is what matters
+                pass
+            if trace.ENABLED:
+                trace.engine_event("fail", request.state.name, request.seq,
+                                   request.state.compute_stream)
+            failed += request._finish(error)
+        return failed
+
+    def abandoned_owner(self, owner) -> bool:
+        """True if an operation whose state's ``comm`` is ``owner`` was ever abandoned."""
+        return self._abandoned_owners.get(id(owner)) is owner
+
     def _fail_leftovers(self, make_error: Callable[[Request], BaseException]) -> int:
         """Fail every request not yet complete; return how many there were."""
         requests = list(self._inbox)
@@ -287,15 +356,7 @@ class Scheduler:
             requests += [request for stage in queue.stages for request in stage]
         self._streams = {}
         self._queued = 0
-        failed = 0
-        for request in requests:
-            error = make_error(request)
-            try:
-                request.state.abandon(error)
-            except BaseException:  # noqa: BLE001 - failing it regardless is what matters
-                pass
-            failed += request._finish(error)
-        return failed
+        return self._abandon_all(requests, make_error)
 
 
 def check_hashable(key, state: State):

@@ -17,6 +17,7 @@ import traceback
 import pytest
 
 import aluminum as al
+from aluminum.core import trace
 from aluminum.engine import Action, RunType, State
 from aluminum.engine.progress import EngineConfig, ProgressEngine, default_core
 
@@ -594,8 +595,9 @@ def test_trace_file_has_api_calls_and_engine_events(tmp_path):
         al.wait_all(requests)
         al.finalize()
     ''', tmp_path, AL_TRACE=str(tmp_path / "trace.json"))
-    document = json.loads((tmp_path / "trace.rank0.json").read_text())
-    events = document["traceEvents"]
+    path = tmp_path / "trace.rank0.json"
+    assert path.stat().st_mode & 0o777 == 0o600
+    events = json.loads(path.read_text())     # a complete JSON array once finalized
     api = [e for e in events if e.get("cat") == "api"]
     assert [(e["name"], e["args"]["blocking"]) for e in api] == \
         [("allreduce", True), ("allreduce", False)]
@@ -648,9 +650,10 @@ def test_trace_writes_one_file_per_rank(tmp_path):
     result = launch(2, [sys.executable, str(script)], timeout=120, env=env, capture=True)
     assert result.returncode == 0, result.stdout
     for rank in range(2):
-        document = json.loads((tmp_path / f"t.rank{rank}.json").read_text())
-        assert document["otherData"]["rank"] == rank
-        names = [e["name"] for e in document["traceEvents"] if e.get("cat") == "engine"]
+        events = trace.read(str(tmp_path / f"t.rank{rank}.json"))
+        meta = next(e for e in events if e["name"] == "aluminum_trace")
+        assert meta["args"]["rank"] == rank
+        names = [e["name"] for e in events if e.get("cat") == "engine"]
         assert names == ["submit", "admit", "start", "complete"]
 
 

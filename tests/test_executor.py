@@ -262,8 +262,8 @@ def test_timeline_is_valid_chrome_json_and_shows_both_threads(tmp_path):
     run = subprocess.run([sys.executable, "-c", TIMELINE_SCRIPT], capture_output=True,
                          text=True, timeout=120, env=env)
     assert run.returncode == 0, run.stderr
-    document = json.loads(Path(run.stdout.strip().splitlines()[-1]).read_text())
-    spans = [e for e in document["traceEvents"] if e.get("cat") == "executor"]
+    events = json.loads(Path(run.stdout.strip().splitlines()[-1]).read_text())
+    spans = [e for e in events if e.get("cat") == "executor"]
     assert len(spans) == 36 and all(e["ph"] == "X" and e["dur"] >= 0 for e in spans)
     assert {e["name"] for e in spans} == {"matmul"}
     assert all({"place", "stream", "thread"} <= set(e["args"]) for e in spans)

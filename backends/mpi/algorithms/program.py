@@ -19,6 +19,7 @@ import numpy as np
 from mpi4py import MPI
 
 from ....engine.state import Action, State
+from ..passthrough.mpi_errors import operation_error
 from .vector_copy import copy_vector
 
 SPIN_POLLS = 50
@@ -56,8 +57,11 @@ class ProgramState(State):
     def drive(self) -> None:
         """Blocking calls: run the program to its end on the calling thread (what ``start``
         and ``step`` until COMPLETE do, without their per-call bookkeeping)."""
-        for _ in self.program():
-            pass
+        try:
+            for _ in self.program():
+                pass
+        except MPI.Exception as exc:   # everything raised derives from al.AluminumError
+            raise operation_error(self.name, exc) from exc
 
     def _resume(self) -> bool:
         """Run the program to its next wait; True once it has returned."""

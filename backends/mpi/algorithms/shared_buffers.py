@@ -23,6 +23,7 @@ import numpy as np
 from mpi4py import MPI
 
 from ....core.errors import OperationError
+from .. import rendezvous
 
 NOT_SHARED = (-1, 0, -1, 0, 0)    # the place a rank announces when its buffers are private
 _kept: list = []                   # windows still in use at comm.free(): never freed
@@ -73,6 +74,8 @@ class SharedBuffers:
 
     def allocate(self, nbytes: int) -> np.ndarray:
         """This rank's segment of a new allocation, as ``nbytes`` uint8 (collective)."""
+        rendezvous.enter(self._local, f"al.shared_empty: allocating {nbytes} bytes "
+                                      f"(MPI_Win_allocate_shared)")
         try:
             win = MPI.Win.Allocate_shared(nbytes, 64, comm=self._local)
         except MPI.Exception as exc:

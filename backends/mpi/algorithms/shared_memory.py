@@ -120,10 +120,6 @@ class SharedMemoryAllreduce(ProgramState):
             self.idle()
             yield
         self.progressed()
-        if window.failure is not None:
-            raise OperationError("shared_memory: an earlier operation on this communicator "
-                                 "failed mid-way; its shared window is unusable") \
-                from window.failure
         try:
             plan = None if self.place is None else (yield from self.shared_buffers())
             if plan is not None:
@@ -134,11 +130,16 @@ class SharedMemoryAllreduce(ProgramState):
                 yield from self.pipeline()
         except _CountMismatch as exc:
             raise OperationError(f"allreduce: {exc}") from None
-        except BaseException as exc:
-            window.failure = exc
+        except BaseException:
+            window.fail(self.end_round - 1)   # peers finish, the window stays consistent
             raise
         finally:
             window.serving += 1
+        failed = window.failed_peer(self.first_round)
+        if failed is not None:
+            raise OperationError(f"shared_memory: rank {failed} of the node failed during this "
+                                 f"allreduce; this rank's result is undefined (the "
+                                 f"communicator stays usable)")
 
     def shared_buffers(self):
         """Announce where this rank's buffers lie; when every rank's are shared buffers,

@@ -10,6 +10,10 @@ a collective, on the first ``shared_memory`` operation) and kept by ``comm.scrat
              every rank reads all of them as one ``bytes`` key to its cached plans)
     staging  per rank, S slots: the parts of a chunk of its vector that other ranks reduce
 
+A rank whose part of an operation fails (``fail``) marks it FAILED and publishes every counter
+of its rounds, so its peers finish the operation (and raise, seeing the mark) instead of
+waiting forever, and the window stays usable for the next operation.
+
 Synchronisation is by counters, never by barriers: each rank publishes, per kind of work, the
 last *round* (one chunk of one operation; numbered across operations, identically on every
 rank) it has finished, and others spin until a counter reaches the round they need.
@@ -23,8 +27,11 @@ import itertools
 import numpy as np
 from mpi4py import MPI
 
+from ....core.errors import OperationError, TimeoutError
+from .. import rendezvous
+
 LINE = 16                      # int64 counters per rank: one 128-byte line each
-COPIED_IN, REDUCED, COPIED_OUT, ANNOUNCED = 0, 1, 2, 3
+COPIED_IN, REDUCED, COPIED_OUT, ANNOUNCED, FAILED = 0, 1, 2, 3, 4
 PLACE_FIELDS = 5               # integers in a rank's announced place
 _PAGE = 4096
 _CACHED_CELLS = 4096
@@ -44,11 +51,29 @@ class SharedWindow:
 
     @classmethod
     def of(cls, comm) -> "SharedWindow":
-        """The communicator's window, allocated on first use (collective over the node)."""
-        return comm.scratch(cls.KEY, lambda: cls(comm.local_comm))
+        """The communicator's window, allocated on first use (collective over the node,
+        bounded by ``AL_TIMEOUT``: a rank that never comes makes the others raise
+        ``al.TimeoutError`` naming it, and the communicator's shared_memory is then unusable:
+        later uses raise ``OperationError`` at once, since its ranks are out of step)."""
+        found = comm.scratch(cls.KEY)
+        if found is None:
+            try:
+                found = comm.scratch(cls.KEY, lambda: cls(comm.local_comm, missing=_missing(comm)))
+            except TimeoutError as exc:
+                comm.scratch(cls.KEY, lambda: exc)
+                raise
+        if isinstance(found, TimeoutError):
+            raise OperationError("shared_memory: allocating this communicator's shared window "
+                                 "timed out earlier; shared_memory cannot be used on it "
+                                 "(use another algorithm or a new communicator)") from found
+        return found
 
-    def __init__(self, local: MPI.Comm, chunk_bytes: int = CHUNK_BYTES, slots: int = SLOTS):
+    def __init__(self, local: MPI.Comm, chunk_bytes: int = CHUNK_BYTES, slots: int = SLOTS,
+                 missing=None):
         self.rank, self.size = local.Get_rank(), local.Get_size()
+        rendezvous.enter(local, "shared_memory: allocating the communicator's shared window "
+                                "(MPI_Win_allocate_shared, on its first shared_memory use)",
+                         missing)
         self.chunk_bytes, self.slots = chunk_bytes, slots
         lines = self.size * LINE * 8
         control = -(-(lines + self.size * PLACE_FIELDS * 8) // _PAGE) * _PAGE
@@ -75,7 +100,6 @@ class SharedWindow:
         self._tickets = itertools.count()
         self._rounds = 0
         self.serving = 0
-        self.failure: BaseException | None = None
         self._announced: tuple[int, ...] = ()
 
     def reserve(self, rounds: int) -> tuple[int, int]:
@@ -133,6 +157,22 @@ class SharedWindow:
         return [tuple(fields[q * PLACE_FIELDS:(q + 1) * PLACE_FIELDS])
                 for q in range(self.size)]
 
+    def fail(self, last_round: int) -> None:
+        """Abandon an operation whose rounds end at ``last_round``: mark it FAILED, then
+        publish every kind of work for all its rounds, so that no peer waits for work this
+        rank will never do and the next operation's gates hold as usual.  Peers see the
+        mark (published first) before any counter it enables (``failed_peer``)."""
+        self.publish(last_round, FAILED)
+        self.publish(last_round, COPIED_IN, REDUCED, COPIED_OUT, ANNOUNCED)
+
+    def failed_peer(self, first_round: int) -> int | None:
+        """A rank that abandoned an operation whose rounds reach ``first_round`` or later
+        (the current one), or None."""
+        for line in self._peers:
+            if self.flags[line + FAILED] >= first_round:
+                return line // LINE
+        return None
+
     def reached(self, kind: int, round_: int) -> bool:
         """True once every other rank has published ``kind`` for ``round_`` (or later)."""
         flags = self.flags
@@ -148,3 +188,13 @@ class SharedWindow:
         if win is not None and not MPI.Is_finalized():
             win.Unlock_all()
             win.Free()
+
+
+def _missing(comm):
+    """Words on which ranks have not reached this rank's latest collective, from
+    ``AL_TIMEOUT``'s shared arrival counters (None without them)."""
+    counters = comm.scratch("arrivals")
+    if counters is None:
+        return None
+    number = counters.count
+    return lambda: counters.missing(number)

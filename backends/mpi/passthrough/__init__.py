@@ -1,7 +1,8 @@
 """Operations that call the MPI library directly (algorithm name ``mpi_passthrough``).
 
 ``PASSTHROUGH_OPS`` maps each operation name to its State class.  Every State is built as
-``cls(comm, stream, *op_args)``; each module's docstring fixes its ``op_args``.
+``cls(comm, stream, *op_args)``; each module's docstring fixes its ``op_args``.  Their blocking
+calls raise ``al.OperationError`` for MPI failures (``mpi_errors.py``).
 """
 from .allgather import PassthroughAllgather
 from .allgatherv import PassthroughAllgatherv
@@ -12,6 +13,7 @@ from .barrier import PassthroughBarrier
 from .bcast import PassthroughBcast
 from .gather import PassthroughGather
 from .gatherv import PassthroughGatherv
+from .mpi_errors import wrap_mpi_errors
 from .multisendrecv import PassthroughMultiSendRecv
 from .recv import PassthroughRecv
 from .reduce import PassthroughReduce
@@ -42,3 +44,5 @@ PASSTHROUGH_OPS = {
     "sendrecv": PassthroughSendrecv,
     "multisendrecv": PassthroughMultiSendRecv,
 }
+for _cls in PASSTHROUGH_OPS.values():
+    wrap_mpi_errors(_cls)

@@ -1,0 +1,51 @@
+"""Blocking MPI calls raise ``al.OperationError`` naming the operation, never a raw
+``mpi4py.MPI.Exception`` (everything aluminum raises derives from ``al.AluminumError``).
+
+Nonblocking operations need nothing here: the engine wraps whatever a state raises.
+Mismatched counts or dtypes between ranks are the usual cause (``MPI_ERR_TRUNCATE``), hence
+the hint at ``AL_DEBUG``.
+"""
+from __future__ import annotations
+
+import functools
+
+from mpi4py import MPI
+
+from ....core.errors import OperationError
+
+
+def operation_error(name: str, exc: MPI.Exception) -> OperationError:
+    """The error a blocking ``name`` raises for an MPI failure ``exc``."""
+    return OperationError(f"{name}: MPI failed: {exc.Get_error_string()} (ranks calling with "
+                          f"different counts or dtypes? AL_DEBUG=1 names the rank whose call "
+                          f"differs)")
+
+
+def wrap_mpi_errors(cls: type) -> type:
+    """Make ``cls.run_blocking`` and the runners ``cls.array_runner`` returns (if it has
+    one) raise ``operation_error`` instead of ``MPI.Exception``."""
+    run_blocking = cls.run_blocking
+
+    @functools.wraps(run_blocking)
+    def checked_run_blocking(*args, **kwargs):
+        try:
+            return run_blocking(*args, **kwargs)
+        except MPI.Exception as exc:
+            raise operation_error(cls.name, exc) from exc
+
+    cls.run_blocking = staticmethod(checked_run_blocking)
+    make_runner = getattr(cls, "array_runner", None)
+    if make_runner is not None:
+        @functools.wraps(make_runner)
+        def checked_array_runner(*args, **kwargs):
+            run = make_runner(*args, **kwargs)
+
+            def checked_run(comm, buf, recvbuf):
+                try:
+                    run(comm, buf, recvbuf)
+                except MPI.Exception as exc:
+                    raise operation_error(cls.name, exc) from exc
+            return checked_run
+
+        cls.array_runner = staticmethod(checked_array_runner)
+    return cls
