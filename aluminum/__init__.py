@@ -13,6 +13,7 @@ from .bcast import bcast, bcast_init, nonblocking_bcast
 from .communicator import (Communicator, HostTransferCommunicator, MPICommunicator,
                            NCCLCommunicator)
 from .core.dtypes import bfloat16
+from .core.names import Algorithm, Device, Mode, Placement
 from .engine import Request, test_all, wait_all, wait_any
 from .core.errors import (AluminumError, ArgumentError, BufferError, CommunicatorError,
                      OperationError, TimeoutError, UnsupportedError)
@@ -38,8 +39,9 @@ BOR, BAND, BXOR = ReductionOp.BOR, ReductionOp.BAND, ReductionOp.BXOR
 AVG = ReductionOp.AVG
 
 
-def algorithms(op: str, backend: str = "mpi") -> list[str]:
-    """The algorithm names ``algo=`` accepts for ``op`` on ``backend``."""
+def algorithms(op: str, backend: str = "mpi") -> list[Algorithm]:
+    """The algorithms ``algo=`` accepts for ``op`` on ``backend`` (besides automatic);
+    each an ``al.Algorithm``, which is also its plain string name."""
     from .backends import get_backend
 
     return get_backend(backend).algorithms(op)

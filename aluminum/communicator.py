@@ -24,7 +24,8 @@ _kept: list = []
 
 
 class Communicator:
-    """Base class: group bookkeeping shared by every backend's communicator."""
+    """Base class: group bookkeeping shared by every backend's communicator.  ``freed``
+    becomes True when ``free()`` (or ``al.finalize()``) releases it."""
 
     backend_name: str = ""
 
@@ -41,6 +42,7 @@ class Communicator:
         from .backends.mpi import rendezvous   # (imports mpi4py: not at import aluminum)
 
         self._mpi = rendezvous.dup(parent, f"{type(self).__name__}() (MPI_Comm_idup)")
+        self.freed = False   # an attribute, not a property: plans read it on every run
         local = self._mpi.Split_type(MPI.COMM_TYPE_SHARED)
         self.local_rank, self.local_size = local.Get_rank(), local.Get_size()
         self._local = local
@@ -82,10 +84,6 @@ class Communicator:
         if self._mpi is None:
             raise self.unusable_error()
         return self._local
-
-    @property
-    def freed(self) -> bool:
-        return self._mpi is None
 
     def scratch(self, key: str, make=None):
         """The backend resource kept under ``key``, made by ``make()`` on first use (None
@@ -179,6 +177,7 @@ class Communicator:
         mpi, self._mpi = self._mpi, None
         if mpi is None:
             return
+        self.freed = True
         from . import recall
 
         recall.forget(self)   # remembered plans hold buffers (al.shared_empty's among them)

@@ -8,6 +8,8 @@ more (MPI's own persistent requests, views, scratch) do it in their ``persistent
 """
 from __future__ import annotations
 
+import functools
+
 from . import dispatch, selector
 from .core import trace
 from .core.errors import ArgumentError, CommunicatorError
@@ -27,7 +29,8 @@ class Plan:
     """
 
     __slots__ = ("comm", "op", "algo", "nbytes", "args", "inplace", "_classes",
-                 "_prepare", "_persistent", "_run_prepared", "_request", "_freed",
+                 "_prepare", "_persistent", "_run_prepared", "_start_prepared", "_request",
+                 "_freed",
                  "__weakref__")
 
     def __init__(self, comm, op: str, algo: str, nbytes: int, args: tuple,
@@ -38,6 +41,7 @@ class Plan:
         self._prepare = False
         self._persistent: dict[type, object] = {}
         self._run_prepared = None   # the prepared blocking run, once it has run checked
+        self._start_prepared = None  # likewise, the prepared start
         self._request = None
         self._freed = False
 
@@ -85,11 +89,18 @@ class Plan:
     def start(self):
         """Start one run and return its ``Request``; the buffers must not be touched until
         it completes."""
+        start_prepared = self._start_prepared
+        if start_prepared is not None and not self.comm.freed:
+            request = self._request
+            if request is None or request._done:
+                request = self._request = start_prepared()
+                return request
         self._check_usable("starting the plan again")
         state_class = self.state_class(True)
         prepared = self._prepared(state_class)
         if prepared is not None:
-            request = self._request = submit(prepared.state())
+            self._start_prepared = functools.partial(submit, prepared.state())
+            request = self._request = self._start_prepared()
         else:
             request = self._request = dispatch.run(self.comm, self.op, state_class,
                                                    self.nbytes, False, self.args)
@@ -123,7 +134,7 @@ class Plan:
             request.wait()
         self._freed = True
         self.args = ()
-        self._run_prepared = None
+        self._run_prepared = self._start_prepared = None
         self._release()
 
     def _release(self) -> None:

@@ -24,6 +24,7 @@ from . import selector
 from .plan import Plan
 
 RECENT_PER_OP = 4
+_ndarray = np.ndarray
 
 _recent: dict[str, list[_Entry]] = {}
 
@@ -44,18 +45,29 @@ def recall(op: str, objects: tuple, comm, stream, options: tuple,
     running (a nonblocking call on the same buffers not yet waited for) is not reused."""
     entries = _recent.get(op)
     if entries is not None:
-        for index, entry in enumerate(entries):
+        index = 0
+        for entry in entries:
             if entry.comm is comm and entry.stream is stream and entry.options == options \
-                    and _unchanged(entry.objects, objects, entry.snapshot):
-                plan = entry.plan
-                if plan.busy:
-                    break
-                entry.hits += 1
-                if entry.hits == 1:
-                    plan.prepare()
-                if index:
-                    entries.insert(0, entries.pop(index))
-                return plan
+                    and len(entry.objects) == len(objects):
+                # Inlined ``_unchanged`` (this runs on every call of every op).
+                for old, obj, seen in zip(entry.objects, objects, entry.snapshot):
+                    if old is not obj or seen is not None and (
+                            (obj.dtype, obj.shape, obj.flags.num) if type(obj) is _ndarray
+                            else _state(obj)) != seen:
+                        break
+                else:
+                    plan = entry.plan
+                    request = plan._request
+                    if request is not None and not request._done:
+                        break
+                    if entry.hits < 2:
+                        entry.hits += 1
+                        if entry.hits == 1:
+                            plan.prepare()
+                    if index:
+                        entries.insert(0, entries.pop(index))
+                    return plan
+            index += 1
     plan = make()
     snapshot = _snapshot(objects)
     if snapshot is not None:
@@ -79,42 +91,26 @@ def forget(comm=None) -> None:
 selector.on_reload(forget)   # called with no argument: forget all
 
 
-def _unchanged(remembered: tuple, objects: tuple, snapshot: tuple) -> bool:
-    """Whether ``objects`` are the remembered objects, each as ``_snapshot`` saw it (dtypes
-    compared by identity: numpy's dtype equality costs a microsecond, and an array's dtype
-    object only changes when something assigns a new dtype)."""
-    if len(remembered) != len(objects):
-        return False
-    for old, obj, seen in zip(remembered, objects, snapshot):
-        if old is not obj:
-            return False
-        if seen is None:
-            continue
-        if type(obj) is np.ndarray:
-            flags = obj.flags
-            if obj.dtype is not seen[0] or obj.shape != seen[1] \
-                    or flags.writeable is not seen[2] or flags.c_contiguous is not seen[3]:
-                return False
-        elif obj.dtype is not seen[0] or obj.shape != seen[1] or obj.data_ptr() != seen[2] \
-                or obj.is_contiguous() is not seen[3] or obj.device.type != seen[4]:
-            return False
-    return True
+def _state(obj) -> tuple:
+    """What validation read from a numpy array or tensor that can change on the same
+    object: dtype, shape and flags (``flags.num``: writability and contiguity among them)
+    of an array; dtype, shape, storage address, contiguity and device of a tensor.  States
+    compare as tuples, so dtypes match by identity first (numpy's dtype equality costs a
+    microsecond; an array's dtype object only changes when a new dtype is assigned)."""
+    if type(obj) is np.ndarray:
+        return obj.dtype, obj.shape, obj.flags.num
+    return obj.dtype, obj.shape, obj.data_ptr(), obj.is_contiguous(), obj.device.type
 
 
 def _snapshot(objects: tuple):
-    """What validation read from each object and may have changed since; None when an
-    object is of a kind whose checks are not cheap to redo (the call is not remembered)."""
+    """``_state`` of each object (None for a None argument), or None when an object is of
+    a kind whose checks are not cheap to redo (the call is not remembered)."""
     state = []
     for obj in objects:
-        kind = type(obj)
         if obj is None:
             state.append(None)
-        elif kind is np.ndarray:
-            flags = obj.flags
-            state.append((obj.dtype, obj.shape, flags.writeable, flags.c_contiguous))
-        elif _is_tensor(obj):
-            state.append((obj.dtype, obj.shape, obj.data_ptr(), obj.is_contiguous(),
-                          obj.device.type))
+        elif type(obj) is np.ndarray or _is_tensor(obj):
+            state.append(_state(obj))
         else:
             return None
     return tuple(state)

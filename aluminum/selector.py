@@ -59,10 +59,9 @@ from typing import Any, Callable, Collection
 
 from aluminum import costmodel
 from aluminum.core.errors import AluminumError, ArgumentError
+from aluminum.core.names import Algorithm, Mode, Placement
 
 FORMAT = "aluminum-tuning/1"
-PLACEMENTS = ("inplace", "outofplace")
-MODES = ("blocking", "nonblocking")
 # Fitted to an mpi4py ping-pong between two ranks on the 2-core development machine.
 DEFAULT_ALPHA = 2e-6
 DEFAULT_BETA = 1.5e-10
@@ -89,8 +88,8 @@ class Rule:
     op: str
     comm_size: int
     by_bytes: tuple[tuple[int, str], ...]
-    placement: str | None = None   # "inplace", "outofplace", or None: both
-    mode: str | None = None        # "blocking", "nonblocking", or None: both
+    placement: Placement | None = None   # None: both
+    mode: Mode | None = None             # None: both
 
     def choose(self, nbytes: int) -> str | None:
         """Return the algorithm of the nearest threshold <= nbytes; None below the first."""
@@ -171,14 +170,8 @@ def _parse_rule(where: str, raw: Any, known: KnownAlgorithms | None) -> Rule:
     comm_size = _require(raw, "comm_size", int, where)
     if comm_size < 1:
         raise TuningTableError(f"{where}.comm_size: expected an integer >= 1, got {comm_size}")
-    placement = raw.get("placement")
-    if placement is not None and placement not in PLACEMENTS:
-        raise TuningTableError(f"{where}.placement: expected one of {list(PLACEMENTS)} or no "
-                               f"key, got {placement!r}")
-    mode = raw.get("mode")
-    if mode is not None and mode not in MODES:
-        raise TuningTableError(f"{where}.mode: expected one of {list(MODES)} or no key, got "
-                               f"{mode!r}")
+    placement = _member(Placement, raw, "placement", where)
+    mode = _member(Mode, raw, "mode", where)
     entries = _require(raw, "by_bytes", list, where)
     if not entries:
         raise TuningTableError(f"{where}.by_bytes: expected at least one [bytes, algorithm]")
@@ -370,18 +363,29 @@ def set_known_algorithms(known: KnownAlgorithms | None) -> KnownAlgorithms | Non
     return previous
 
 
+def _member(names: type, raw: dict, key: str, where: str):
+    """``raw[key]`` as a member of the string enum ``names``; None when absent."""
+    value = raw.get(key)
+    if value is None:
+        return None
+    if not isinstance(value, str) or value not in names._value2member_map_:
+        raise TuningTableError(f"{where}.{key}: expected one of {[str(n) for n in names]} or "
+                               f"no key, got {value!r}")
+    return names(value)
+
+
 def _nearest(sizes: Collection[int], comm_size: int) -> int:
     return min(sizes, key=lambda s: (abs(s - comm_size), s))
 
 
-def placement_of(inplace: bool | None) -> str | None:
-    """The rule placement (``PLACEMENTS``) of a call in place or not; None when unknown."""
-    return None if inplace is None else PLACEMENTS[0] if inplace else PLACEMENTS[1]
+def placement_of(inplace: bool | None) -> Placement | None:
+    """The rule placement of a call in place or not; None when unknown."""
+    return None if inplace is None else Placement.INPLACE if inplace else Placement.OUTOFPLACE
 
 
-def mode_of(nonblocking: bool | None) -> str | None:
-    """The rule mode (``MODES``) of a blocking or nonblocking call; None when unknown."""
-    return None if nonblocking is None else MODES[1] if nonblocking else MODES[0]
+def mode_of(nonblocking: bool | None) -> Mode | None:
+    """The rule mode of a blocking or nonblocking call; None when unknown."""
+    return None if nonblocking is None else Mode.NONBLOCKING if nonblocking else Mode.BLOCKING
 
 
 def _decide(table: Table, backend: str, op: str, comm_size: int, nbytes: int,
@@ -441,7 +445,7 @@ def choose(comm, op: str, algo: str, nbytes: int, inplace: bool | None = None,
     ``single_node = True``) falls back to the default on a communicator that spans nodes: a
     table measured on one node must not break a multi-node job."""
     backend = comm.backend
-    if algo != "automatic":
+    if algo != Algorithm.AUTOMATIC:
         return backend.state_class(op, algo)
     default = backend.default_for(op)
     chosen = select_algorithm(backend.name, op, comm.size, nbytes, default, inplace,

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from ..core.errors import UnsupportedError
+from ..core.names import Algorithm, Device
 
 _MODULES = {"mpi": ".mpi", "ht": ".ht", "nccl": ".nccl"}
 _REGISTRY: dict[str, "Backend"] = {}
@@ -23,7 +24,7 @@ class Backend:
     ``ops[op][algo]`` is the ``State`` class implementing ``op`` with ``algo``;
     ``default_algorithm`` is what the API's selector falls back to where its table says
     nothing; ``uses_streams`` says whether operations are ordered on a stream; ``devices``
-    lists the buffer locations it accepts ("cpu", "cuda").  ``default_stream()`` gives the
+    lists the buffer locations it accepts (``Device`` members).  ``default_stream()`` gives the
     stream a communicator binds when built with ``stream=None``; ``setup(comm)`` runs once
     per new communicator (e.g. the NCCL unique-id bootstrap) and may keep resources with
     ``comm.scratch``; ``allocate_shared(comm, nbytes)`` returns a uint8 array in memory the
@@ -31,15 +32,15 @@ class Backend:
     """
 
     name: str
-    ops: dict[str, dict[str, type]] = field(default_factory=dict)
-    default_algorithm: str = ""
+    ops: dict[str, dict[Algorithm, type]] = field(default_factory=dict)
+    default_algorithm: Algorithm | None = None
     uses_streams: bool = False
-    devices: frozenset = frozenset({"cpu"})
+    devices: frozenset[Device] = frozenset({Device.HOST})
     default_stream: Callable[[], Any] | None = None
     setup: Callable[[Any], None] | None = None
     allocate_shared: Callable[[Any, int], Any] | None = None
 
-    def algorithms(self, op: str) -> list[str]:
+    def algorithms(self, op: str) -> list[Algorithm]:
         """Names accepted by ``algo=`` for ``op`` (besides ``"automatic"``)."""
         return list(self._table(op))
 
@@ -53,7 +54,7 @@ class Backend:
                                    f"{', '.join(table)} or automatic, got {algo!r}")
         return cls
 
-    def default_for(self, op: str) -> str:
+    def default_for(self, op: str) -> Algorithm:
         """The name of ``op``'s default algorithm (the first listed where
         ``default_algorithm`` does not implement it)."""
         table = self._table(op)
@@ -63,7 +64,7 @@ class Backend:
         """The State class of ``op``'s default algorithm."""
         return self.state_class(op, self.default_for(op))
 
-    def _table(self, op: str) -> dict[str, type]:
+    def _table(self, op: str) -> dict[Algorithm, type]:
         table = self.ops.get(op)
         if not table:
             raise UnsupportedError(f"the {self.name} backend does not implement {op}")

@@ -17,9 +17,10 @@ import numpy as np
 
 from . import dtypes
 from .errors import BufferError
+from .names import Device
 
-HOST = "cpu"
-CUDA = "cuda"
+HOST = Device.HOST
+CUDA = Device.CUDA
 
 
 @dataclass(slots=True)
@@ -36,7 +37,7 @@ class Buffer:
     address: int | None
     dtype: np.dtype
     count: int
-    device: str
+    device: Device
     writable: bool
 
     @property

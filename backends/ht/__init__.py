@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import os
 
+from ...core.names import Algorithm, Device
 from .. import Backend, register_backend
 from ..runtime import cuda_runtime, host_runtime
 from .allgather import HostTransferAllgather
@@ -43,7 +44,7 @@ from .scatterv import HostTransferScatterv
 from .send import HostTransferSend
 from .sendrecv import HostTransferSendrecv
 
-ALGORITHM = "host_transfer"
+ALGORITHM = Algorithm.HOST_TRANSFER
 
 HOST_TRANSFER_OPS = {
     "allreduce": HostTransferAllreduce,
@@ -85,7 +86,7 @@ HT_BACKEND = Backend(
     ops={op: {ALGORITHM: cls} for op, cls in HOST_TRANSFER_OPS.items()},
     default_algorithm=ALGORITHM,
     uses_streams=True,
-    devices=frozenset({"cpu", "cuda"}),
+    devices=frozenset(Device),
     default_stream=default_stream,
     setup=setup,
 )

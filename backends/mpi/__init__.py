@@ -5,6 +5,7 @@ own implementation) and, for some operations, custom algorithms from ``algorithm
 """
 from __future__ import annotations
 
+from ...core.names import Algorithm
 from .. import Backend, register_backend
 from .algorithms import CUSTOM_ALGORITHMS
 from .algorithms.shared_buffers import SharedBuffers
@@ -12,7 +13,7 @@ from .passthrough import PASSTHROUGH_OPS
 
 
 def _op_table() -> dict[str, dict[str, type]]:
-    table = {op: {"mpi_passthrough": cls} for op, cls in PASSTHROUGH_OPS.items()}
+    table = {op: {Algorithm.MPI_PASSTHROUGH: cls} for op, cls in PASSTHROUGH_OPS.items()}
     for op, algorithms in CUSTOM_ALGORITHMS.items():
         table.setdefault(op, {}).update(algorithms)
     return table
@@ -23,6 +24,6 @@ def _allocate_shared(comm, nbytes: int):
     return SharedBuffers.of(comm).allocate(nbytes)
 
 
-MPI_BACKEND = Backend(name="mpi", ops=_op_table(), default_algorithm="mpi_passthrough",
+MPI_BACKEND = Backend(name="mpi", ops=_op_table(), default_algorithm=Algorithm.MPI_PASSTHROUGH,
                       allocate_shared=_allocate_shared)
 register_backend(MPI_BACKEND)

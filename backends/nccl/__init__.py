@@ -14,6 +14,7 @@ every rank (``al.UnsupportedError`` on all ranks otherwise).
 """
 from __future__ import annotations
 
+from ...core.names import Algorithm, Device
 from .. import Backend, register_backend
 from .allgather import NCCLAllgather
 from .allgatherv import NCCLAllgatherv
@@ -35,7 +36,7 @@ from .scatterv import NCCLScatterv
 from .send import NCCLSend
 from .sendrecv import NCCLSendrecv
 
-ALGORITHM = "nccl"
+ALGORITHM = Algorithm.NCCL
 
 NCCL_OPS = {
     "allreduce": NCCLAllreduce,
@@ -70,5 +71,5 @@ def default_stream():
 
 NCCL_BACKEND = Backend(name="nccl", ops={op: {ALGORITHM: cls} for op, cls in NCCL_OPS.items()},
                        default_algorithm=ALGORITHM, uses_streams=True,
-                       devices=frozenset({"cuda"}), default_stream=default_stream, setup=setup)
+                       devices=frozenset({Device.CUDA}), default_stream=default_stream, setup=setup)
 register_backend(NCCL_BACKEND)

@@ -4,6 +4,7 @@
 class lives in its own file and writes its algorithm as one generator (program.py), so the
 blocking and the nonblocking call run the same code.
 """
+from ....core.names import Algorithm
 from .rabenseifner import RabenseifnerAllreduce
 from .recursive_doubling import RecursiveDoublingAllreduce
 from .ring_allgather import RingAllgather
@@ -11,13 +12,13 @@ from .ring_allreduce import RingAllreduce
 from .ring_reduce_scatter import RingReduceScatter
 from .shared_memory import SharedMemoryAllreduce
 
-CUSTOM_ALGORITHMS: dict[str, dict[str, type]] = {
+CUSTOM_ALGORITHMS: dict[str, dict[Algorithm, type]] = {
     "allreduce": {
-        "recursive_doubling": RecursiveDoublingAllreduce,
-        "ring": RingAllreduce,
-        "rabenseifner": RabenseifnerAllreduce,
-        "shared_memory": SharedMemoryAllreduce,
+        Algorithm.RECURSIVE_DOUBLING: RecursiveDoublingAllreduce,
+        Algorithm.RING: RingAllreduce,
+        Algorithm.RABENSEIFNER: RabenseifnerAllreduce,
+        Algorithm.SHARED_MEMORY: SharedMemoryAllreduce,
     },
-    "reduce_scatter": {"ring": RingReduceScatter},
-    "allgather": {"ring": RingAllgather},
+    "reduce_scatter": {Algorithm.RING: RingReduceScatter},
+    "allgather": {Algorithm.RING: RingAllgather},
 }

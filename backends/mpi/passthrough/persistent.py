@@ -19,6 +19,7 @@ class PersistentRequest:
 
     def __init__(self, comm, name: str, request, finish: Callable[[], None] | None) -> None:
         self.comm, self.name, self.request, self.finish = comm, name, request, finish
+        self._state = PersistentStart(self)
 
     def run(self) -> None:
         request = self.request
@@ -28,7 +29,9 @@ class PersistentRequest:
             self.finish()
 
     def state(self) -> State:
-        return PersistentStart(self)
+        """The State of a nonblocking run (one object for every run: it holds nothing of
+        its own, and a plan runs one start at a time)."""
+        return self._state
 
     def free(self) -> None:
         """Free the MPI request; the plan waited for its last run first.  Runs still in
