@@ -96,12 +96,12 @@ def multisendrecv(sends, recvs, comm, stream=None, *, algo: str = "automatic") -
     and from the send buffers (send buffers may be shared).  Blocking: returns when all are
     done.
     """
-    _multisendrecv(sends, recvs, comm, stream, algo).run()
+    _recall_multisendrecv(sends, recvs, comm, stream, algo).run()
 
 
 def nonblocking_multisendrecv(sends, recvs, comm, stream=None, *, algo: str = "automatic"):
     """Start ``multisendrecv`` and return a ``Request``."""
-    return _multisendrecv(sends, recvs, comm, stream, algo).start()
+    return _recall_multisendrecv(sends, recvs, comm, stream, algo).start()
 
 
 def multisendrecv_init(sends, recvs, comm, stream=None, *, algo: str = "automatic") -> Plan:
@@ -148,6 +148,19 @@ def _multisendrecv(sends, recvs, comm, stream, algo):
     nbytes = sum(b.nbytes for b, _ in sends) + sum(b.nbytes for b, _ in recvs)
     return Plan(comm, "multisendrecv", algo, nbytes,
                 (check_stream(stream, comm), sends, recvs))
+
+
+def _recall_multisendrecv(sends, recvs, comm, stream, algo):
+    """The plan of this call: the buffers are the remembered objects, the peers (and with
+    them how many sends there are) an option; lists that are not pairs take the full path,
+    which says what is wrong."""
+    try:
+        objects = tuple(buf for buf, _ in sends) + tuple(buf for buf, _ in recvs)
+        peers = (tuple(peer for _, peer in sends), tuple(peer for _, peer in recvs))
+    except (TypeError, ValueError):
+        return _multisendrecv(sends, recvs, comm, stream, algo)
+    return recall("multisendrecv", objects, comm, stream, (algo, peers),
+                  lambda: _multisendrecv(sends, recvs, comm, stream, algo))
 
 
 def _peer_buffers(pairs, comm, name, check, peer_name):

@@ -10,6 +10,7 @@ from mpi4py import MPI
 
 from ....engine.state import Action, RunType, State
 from .mpi_request import POINT_TO_POINT_TAG, spec
+from .persistent import PersistentRequests
 from .recv import check_received, message_errors
 
 
@@ -29,6 +30,11 @@ class PassthroughMultiSendRecv(State):
             MPI.Request.Waitall(requests, statuses)
         _check(statuses, recvs)
 
+    @classmethod
+    def persistent(cls, comm, stream, sends, recvs) -> PersistentRequests:
+        """``MPI_Recv_init`` and ``MPI_Send_init`` for every pair, started together."""
+        return persistent_pairs(comm, cls.name, sends, recvs)
+
     def start(self):
         self.requests = _post(self.comm, self.sends, self.recvs)
         self.statuses = [MPI.Status() for _ in self.requests]
@@ -46,6 +52,14 @@ def _post(comm, sends, recvs) -> list:
     mpi = comm._mpi
     return ([mpi.Irecv(spec(buf), peer, POINT_TO_POINT_TAG) for buf, peer in recvs]
             + [mpi.Isend(spec(buf), peer, POINT_TO_POINT_TAG) for buf, peer in sends])
+
+
+def persistent_pairs(comm, name: str, sends, recvs) -> PersistentRequests:
+    mpi = comm.mpi_comm
+    requests = ([mpi.Recv_init(spec(buf), peer, POINT_TO_POINT_TAG) for buf, peer in recvs]
+                + [mpi.Send_init(spec(buf), peer, POINT_TO_POINT_TAG) for buf, peer in sends])
+    return PersistentRequests(comm, name, requests, lambda statuses: _check(statuses, recvs),
+                              lambda: message_errors(_sources(recvs)))
 
 
 def _check(statuses, recvs) -> None:

@@ -1,9 +1,10 @@
-"""MPI-4 persistent operations: the request is made once (``MPI_Allreduce_init`` ...) and
-every run only starts it again (``MPI_Start``), so nothing is looked up, converted or
-allocated per run.  What ``al.<op>_init`` plans use on the MPI backend where the MPI library
-has the persistent form."""
+"""MPI-4 persistent operations: the requests are made once (``MPI_Allreduce_init``,
+``MPI_Send_init`` ...) and every run only starts them again (``MPI_Start``), so nothing is
+looked up, converted or allocated per run.  What ``al.<op>_init`` plans use on the MPI
+backend where the MPI library has the persistent form."""
 from __future__ import annotations
 
+from contextlib import nullcontext
 from typing import Callable
 
 from mpi4py import MPI
@@ -33,6 +34,17 @@ class PersistentRequest:
         its own, and a plan runs one start at a time)."""
         return self._state
 
+    def start(self) -> None:
+        self.request.Start()
+
+    def test(self) -> bool:
+        """Whether the started run completed (then finished)."""
+        if not self.request.Test():
+            return False
+        if self.finish is not None:
+            self.finish()
+        return True
+
     def free(self) -> None:
         """Free the MPI request; the plan waited for its last run first.  Runs still in
         flight keep this object alive, so a dropped plan frees it when they end."""
@@ -40,6 +52,48 @@ class PersistentRequest:
         if request is not None and MPI is not None and MPI.Is_initialized() \
                 and not MPI.Is_finalized():   # (MPI is None when the interpreter exits)
             request.Free()
+
+    __del__ = free
+
+
+class PersistentRequests(PersistentRequest):
+    """Several persistent requests run together (receives and sends of point-to-point
+    operations), each with its status: ``finish(statuses)`` checks what was received;
+    ``errors()`` is the context that turns MPI's receive errors into aluminum's."""
+
+    def __init__(self, comm, name: str, requests: list, finish: Callable[[list], None],
+                 errors: Callable[[], object] = nullcontext) -> None:
+        super().__init__(comm, name, None, None)
+        self.requests, self.check, self.errors = requests, finish, errors
+        self.statuses = [MPI.Status() for _ in requests]
+
+    def run(self) -> None:
+        self.start()
+        requests, statuses = self.requests, self.statuses
+        with self.errors():
+            if len(requests) == 1:    # MPI's own error (MPI_ERR_TRUNCATE), not ERR_IN_STATUS
+                requests[0].Wait(statuses[0])
+            else:
+                MPI.Request.Waitall(requests, statuses)
+        self.check(statuses)
+
+    def start(self) -> None:
+        MPI.Prequest.Startall(self.requests)
+
+    def test(self) -> bool:
+        requests, statuses = self.requests, self.statuses
+        with self.errors():
+            if not (requests[0].Test(statuses[0]) if len(requests) == 1
+                    else MPI.Request.Testall(requests, statuses)):
+                return False
+        self.check(statuses)
+        return True
+
+    def free(self) -> None:
+        requests, self.requests = getattr(self, "requests", None), None
+        if requests and MPI is not None and MPI.Is_initialized() and not MPI.Is_finalized():
+            for request in requests:
+                request.Free()
 
     __del__ = free
 
@@ -53,12 +107,7 @@ class PersistentStart(State):
         self.comm, self.name, self.persistent = persistent.comm, persistent.name, persistent
 
     def start(self) -> None:
-        self.persistent.request.Start()
+        self.persistent.start()
 
     def step(self) -> Action:
-        persistent = self.persistent
-        if not persistent.request.Test():
-            return _CONTINUE
-        if persistent.finish is not None:
-            persistent.finish()
-        return _COMPLETE
+        return _COMPLETE if self.persistent.test() else _CONTINUE

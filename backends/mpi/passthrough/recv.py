@@ -15,6 +15,7 @@ from ....engine.state import RunType
 from ....core.errors import OperationError
 from ..datatypes import mpi_datatype
 from .mpi_request import POINT_TO_POINT_TAG, MPIRequestState, spec
+from .persistent import PersistentRequests
 
 
 class PassthroughRecv(MPIRequestState):
@@ -31,6 +32,14 @@ class PassthroughRecv(MPIRequestState):
         with message_errors(src):
             comm._mpi.Recv(spec(buf), src, POINT_TO_POINT_TAG, status)
         check_received(status, buf, src)
+
+    @classmethod
+    def persistent(cls, comm, stream, buf, src) -> PersistentRequests:
+        """``MPI_Recv_init`` on the plan's buffer; each run checks the received count."""
+        request = comm.mpi_comm.Recv_init(spec(buf), src, POINT_TO_POINT_TAG)
+        return PersistentRequests(comm, cls.name, [request],
+                                  lambda statuses: check_received(statuses[0], buf, src),
+                                  lambda: message_errors(src))
 
     def post(self):
         return self.comm._mpi.Irecv(spec(self.buf), self.src, POINT_TO_POINT_TAG)

@@ -13,7 +13,8 @@ import dataclasses
 from mpi4py import MPI
 
 from .mpi_request import POINT_TO_POINT_TAG, spec
-from .multisendrecv import PassthroughMultiSendRecv
+from .multisendrecv import PassthroughMultiSendRecv, persistent_pairs
+from .persistent import PersistentRequests
 from .recv import check_received, message_errors
 
 TAG = POINT_TO_POINT_TAG
@@ -35,6 +36,14 @@ class PassthroughSendrecv(PassthroughMultiSendRecv):
             else:
                 comm._mpi.Sendrecv(spec(sendbuf), dest, TAG, spec(recvbuf), src, TAG, status)
         check_received(status, recvbuf, src)
+
+    @classmethod
+    def persistent(cls, comm, stream, sendbuf, dest, recvbuf, src) -> PersistentRequests | None:
+        """A persistent receive and send; None in place (each run would need a copy of
+        the buffer to send, which the nonblocking path takes at start)."""
+        if sendbuf is recvbuf:
+            return None
+        return persistent_pairs(comm, cls.name, [(sendbuf, dest)], [(recvbuf, src)])
 
     def start(self):
         if self.in_place:
