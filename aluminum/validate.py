@@ -22,7 +22,7 @@ def check_comm(comm: object) -> Communicator:
     if not isinstance(comm, Communicator):
         raise ArgumentError(f"comm: expected an aluminum communicator (e.g. al.MPICommunicator),"
                             f" got {type(comm).__name__}")
-    if comm._mpi is None:
+    if comm.freed:
         raise comm.unusable_error()
     return comm
 
