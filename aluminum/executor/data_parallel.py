@@ -11,6 +11,9 @@ same order whatever the thread timing: MPI ranks can never deadlock or mismatch.
 """
 from __future__ import annotations
 
+import hashlib
+import json
+
 import numpy as np
 
 import aluminum as al
@@ -91,6 +94,58 @@ def _buckets(block, order: list[str], cap_mb: float, first_mb: float) -> list[li
     if current:
         groups.append(current)
     return groups
+
+
+def check_ranks_agree(program: Program, comm) -> None:
+    """Raise ``ProgramError`` on every rank unless every rank's program reduces the same
+    gradients (names, shapes, dtypes) in the same order; collective.  Ranks whose programs
+    differ would otherwise hang or fail inside a mismatched allreduce; the message names
+    the first gradient they disagree on.  Costs one 32-byte allgather when they agree."""
+    schedule = [[op.type, [[name, list(block_var.shape), str(block_var.dtype)]
+                           for name in op.inputs["X"]
+                           for block_var in [program.global_block().var(name)]]]
+                for op in program.global_block().ops if op.attrs.get("op_role") ==
+                "communication"]
+    encoded = np.frombuffer(json.dumps(schedule).encode(), np.uint8)
+    digest = np.frombuffer(hashlib.sha256(encoded.tobytes()).digest(), np.uint8)
+    digests = np.empty(comm.size * digest.size, np.uint8)
+    al.allgather(digest, comm, recvbuf=digests)
+    if (digests.reshape(comm.size, -1) == digests[:digest.size]).all():
+        return
+    sizes = np.empty(comm.size, np.int64)
+    al.allgather(np.array([encoded.size], np.int64), comm, recvbuf=sizes)
+    everything = np.empty(int(sizes.sum()), np.uint8)
+    al.allgatherv(encoded, sizes, None, comm, recvbuf=everything)
+    offsets = np.concatenate([[0], np.cumsum(sizes)])
+    schedules = [json.loads(everything[offsets[r]:offsets[r + 1]].tobytes())
+                 for r in range(comm.size)]
+    raise ProgramError(_first_disagreement(schedules))
+
+
+def _first_disagreement(schedules: list) -> str:
+    """Where rank ``r``'s flattened gradient list first differs from rank 0's."""
+    def flat(schedule):
+        return [(op_type, name, shape, dtype) for op_type, grads in schedule
+                for name, shape, dtype in grads]
+
+    reference = flat(schedules[0])
+    for rank, schedule in enumerate(schedules[1:], start=1):
+        mine = flat(schedule)
+        for index in range(max(len(reference), len(mine))):
+            ours = reference[index] if index < len(reference) else None
+            theirs = mine[index] if index < len(mine) else None
+            if ours != theirs:
+                def say(item):
+                    return "nothing" if item is None else \
+                        f"{item[1]!r} ({item[3]} {item[2]}, by {item[0]})"
+                return (f"program: the ranks' data-parallel programs disagree on gradient "
+                        f"#{index}: rank 0 reduces {say(ours)}, rank {rank} reduces "
+                        f"{say(theirs)}; every rank must run the same program")
+        if schedule != schedules[0]:
+            return (f"program: rank {rank} groups its gradients into other allreduces than "
+                    f"rank 0; every rank must run the same program with the same "
+                    f"BuildStrategy")
+    return "program: the ranks' data-parallel programs disagree"
 
 
 def broadcast_parameters(program: Program, scope, comm, root: int = 0) -> None:

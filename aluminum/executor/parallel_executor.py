@@ -27,7 +27,7 @@ import numpy as np
 
 import aluminum as al
 
-from .data_parallel import broadcast_parameters, data_parallel_program
+from .data_parallel import broadcast_parameters, check_ranks_agree, data_parallel_program
 from .errors import ExecutionError, ProgramError
 from .executor import check_feed, check_fetch, check_readable, fetch_names, run_op
 from .ir import Program
@@ -105,6 +105,7 @@ class ParallelExecutor:
                 main_program, loss_name, comm.size, build.gradient_scale, build.overlap,
                 build.fuse_grad_size_mb if build.fuse_all_reduce_ops else None,
                 build.first_bucket_mb)
+            check_ranks_agree(main_program, comm)
             if build.broadcast_parameters:
                 broadcast_parameters(main_program, self.scope, comm)
             self.place = f"{self.place}@rank{comm.rank}"

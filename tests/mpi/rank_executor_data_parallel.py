@@ -137,3 +137,31 @@ def test_shard_wraps_around_like_mindspore():
     assert ex.shard(list(range(5)), 2, 1) == [1, 3, 0]
     with pytest.raises(ex.ProgramError, match="shard_id"):
         ex.shard([1], 2, 2)
+
+
+@pytest.mark.parametrize("difference", ["extra layer", "fusion on one rank"])
+def test_ranks_running_different_programs_fail_naming_the_gradient(comm, difference):
+    """Every rank raises at construction, before any allreduce could hang or mismatch."""
+    if comm.size < 2:
+        pytest.skip("needs two ranks to disagree")
+    main, startup, loss = build()
+    options = {}
+    if comm.rank == 1 and difference == "extra layer":
+        ex.reset_unique_names()
+        main, startup = ex.Program(), ex.Program()
+        with ex.program_guard(main, startup):
+            x = layers.data("x", [5], "float64")
+            y = layers.data("y", [1], "int64")
+            hidden = layers.fc(x, 8, act="tanh", dtype="float64", name="h")
+            hidden = layers.fc(hidden, 8, act="tanh", dtype="float64", name="extra")
+            logits = layers.fc(hidden, 3, dtype="float64", name="out")
+            loss = layers.mean(layers.softmax_with_cross_entropy(logits, y))
+            ex.Momentum(0.1, 0.9).minimize(loss)
+    if comm.rank == 1 and difference == "fusion on one rank":
+        options = {"fuse_all_reduce_ops": True}
+    scope = ex.Scope()
+    ex.Executor().run(startup, scope=scope)
+    expected = "extra" if difference == "extra layer" else "allreduce"
+    with pytest.raises(ex.ProgramError, match=expected):
+        ex.ParallelExecutor(main, loss_name=loss.name, scope=scope, comm=comm,
+                            build_strategy=ex.BuildStrategy(**options))
