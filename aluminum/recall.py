@@ -24,55 +24,51 @@ from . import selector
 from .plan import Plan
 
 RECENT_PER_OP = 4
-_ndarray = np.ndarray
 
 _recent: dict[str, list[_Entry]] = {}
 
 
 class _Entry:
-    __slots__ = ("objects", "comm", "stream", "options", "snapshot", "plan", "hits")
+    """One remembered call: ``same(objects)`` says whether a call's buffer arguments are
+    the remembered ones, unchanged (see ``_matcher``)."""
 
-    def __init__(self, objects, comm, stream, options, snapshot, plan) -> None:
-        self.objects, self.comm, self.stream, self.options = objects, comm, stream, options
-        self.snapshot, self.plan, self.hits = snapshot, plan, 0
+    __slots__ = ("same", "comm", "stream", "options", "plan", "hits")
+
+    def __init__(self, same, comm, stream, options, plan) -> None:
+        self.same, self.comm, self.stream, self.options = same, comm, stream, options
+        self.plan, self.hits = plan, 0
 
 
 def recall(op: str, objects: tuple, comm, stream, options: tuple,
            make: Callable[[], Plan]) -> Plan:
     """The plan of a call of ``op`` on ``objects`` (its buffer arguments) with ``options``
-    (everything else validation depends on: hashable, compared by value); ``make()``
-    validates and builds it where no recent call matches.  A matching plan that is still
-    running (a nonblocking call on the same buffers not yet waited for) is not reused."""
+    (everything else validation depends on, compared by value, and fixing how many
+    objects there are); ``make()`` validates and builds it where no recent call matches.
+    A matching plan that is still running (a nonblocking call on the same buffers not yet
+    waited for) is not reused."""
     entries = _recent.get(op)
     if entries is not None:
         index = 0
         for entry in entries:
             if entry.comm is comm and entry.stream is stream and entry.options == options \
-                    and len(entry.objects) == len(objects):
-                # Inlined ``_unchanged`` (this runs on every call of every op).
-                for old, obj, seen in zip(entry.objects, objects, entry.snapshot):
-                    if old is not obj or seen is not None and (
-                            (obj.dtype, obj.shape, obj.flags.num) if type(obj) is _ndarray
-                            else _state(obj)) != seen:
-                        break
-                else:
-                    plan = entry.plan
-                    request = plan._request
-                    if request is not None and not request._done:
-                        break
-                    if entry.hits < 2:
-                        entry.hits += 1
-                        if entry.hits == 1:
-                            plan.prepare()
-                    if index:
-                        entries.insert(0, entries.pop(index))
-                    return plan
+                    and entry.same(objects):
+                plan = entry.plan
+                request = plan._request
+                if request is not None and not request._done:
+                    break
+                if entry.hits < 2:
+                    entry.hits += 1
+                    if entry.hits == 1:
+                        plan.prepare()
+                if index:
+                    entries.insert(0, entries.pop(index))
+                return plan
             index += 1
     plan = make()
-    snapshot = _snapshot(objects)
-    if snapshot is not None:
+    same = _matcher(objects)
+    if same is not None:
         entries = _recent.setdefault(op, [])
-        entries.insert(0, _Entry(objects, comm, stream, options, snapshot, plan))
+        entries.insert(0, _Entry(same, comm, stream, options, plan))
         del entries[RECENT_PER_OP:]
     return plan
 
@@ -102,18 +98,42 @@ def _state(obj) -> tuple:
     return obj.dtype, obj.shape, obj.data_ptr(), obj.is_contiguous(), obj.device.type
 
 
-def _snapshot(objects: tuple):
-    """``_state`` of each object (None for a None argument), or None when an object is of
-    a kind whose checks are not cheap to redo (the call is not remembered)."""
-    state = []
-    for obj in objects:
-        if obj is None:
-            state.append(None)
-        elif type(obj) is np.ndarray or _is_tensor(obj):
-            state.append(_state(obj))
-        else:
-            return None
-    return tuple(state)
+def _matcher(objects: tuple):
+    """A function telling whether a call's ``objects`` are these very objects, each in the
+    state ``_state`` sees now; None when an object is of a kind whose checks are not cheap
+    to redo (the call is not remembered).  The common shapes of argument lists (none, one
+    array, an array and None, two arrays) get their own small function: this runs on every
+    call, and a general loop costs as much as the rest of the lookup."""
+    if any(obj is not None and type(obj) is not np.ndarray and not _is_tensor(obj)
+           for obj in objects):
+        return None
+    arrays = all(obj is None or type(obj) is np.ndarray for obj in objects)
+    if not objects:
+        return _no_objects
+    if arrays and len(objects) == 1:
+        (a,), seen = objects, _state(objects[0])
+        return lambda given: given[0] is a and (a.dtype, a.shape, a.flags.num) == seen
+    if arrays and len(objects) == 2 and objects[0] is not None:
+        a, b = objects
+        seen = _state(a)
+        if b is None:
+            return lambda given: given[0] is a and given[1] is None \
+                and (a.dtype, a.shape, a.flags.num) == seen
+        both = seen + _state(b)
+        return lambda given: given[0] is a and given[1] is b \
+            and (a.dtype, a.shape, a.flags.num, b.dtype, b.shape, b.flags.num) == both
+    states = [None if obj is None else _state(obj) for obj in objects]
+
+    def same(given: tuple) -> bool:
+        for old, obj, seen in zip(objects, given, states):
+            if old is not obj or seen is not None and _state(obj) != seen:
+                return False
+        return True
+    return same
+
+
+def _no_objects(given: tuple) -> bool:
+    return True
 
 
 def _is_tensor(obj) -> bool:
