@@ -4,9 +4,10 @@ latency, gloo against "aluminum".
     python -m aluminum.run -n 2 bench/torch_ddp.py [--steps 20] [--batch 8]
 
 Set-ups (same model, same data, torch threads = 1 per rank): torch DDP over gloo, torch DDP
-over the "aluminum" backend, aluminum.torch.DistributedDataParallel.  The model is an MLP
-with about 24 MiB of float32 gradients; every step is timed between barriers and the median
-is reported with samples/s (global batch / median step).  Latency: the median over repeats of
+over the "aluminum" backend, aluminum.torch.DistributedDataParallel, and the same model with
+no communication at all (the floor).  The model is an MLP with 32 MiB of float32 gradients;
+the set-ups take turns step by step, every step is timed between barriers, and the median is
+reported with samples/s (global batch / median step).  Latency: the median over repeats of
 the mean time of a batch of calls, per size, with a barrier before each batch.
 """
 from __future__ import annotations
@@ -30,18 +31,22 @@ def make_model() -> torch.nn.Module:
                                torch.nn.Linear(2048, 1024))
 
 
-def step_times(parallel, steps: int, batch: int, barrier) -> list[float]:
-    optimizer = torch.optim.SGD(parallel.parameters(), lr=1e-3)
+def step_times(parallels: dict, steps: int, batch: int, barrier) -> dict[str, list[float]]:
+    """Seconds of each timed step of each set-up; the set-ups take turns step by step, so
+    load that comes and goes on the machine weighs on all of them alike."""
+    optimizers = {mode: torch.optim.SGD(parallel.parameters(), lr=1e-3)
+                  for mode, parallel in parallels.items()}
     inputs, targets = torch.randn(batch, 1024), torch.randn(batch, 1024)
-    times = []
+    times: dict[str, list[float]] = {mode: [] for mode in parallels}
     for step in range(steps + 3):                   # 3 warm-up steps (bucket rebuild)
-        barrier()
-        start = time.perf_counter()
-        optimizer.zero_grad()
-        torch.nn.functional.mse_loss(parallel(inputs), targets).backward()
-        optimizer.step()
-        if step >= 3:
-            times.append(time.perf_counter() - start)
+        for mode, parallel in parallels.items():
+            barrier()
+            start = time.perf_counter()
+            optimizers[mode].zero_grad()
+            torch.nn.functional.mse_loss(parallel(inputs), targets).backward()
+            optimizers[mode].step()
+            if step >= 3:
+                times[mode].append(time.perf_counter() - start)
     return times
 
 
@@ -70,28 +75,26 @@ def main() -> None:
 
     def barrier():
         dist.barrier(ours)
-    rows = []
-    for mode in ("gloo-ddp", "aluminum-ddp", "aluminum-dp"):
-        model = make_model()
-        if mode == "aluminum-dp":
-            parallel = altorch.DistributedDataParallel(model)
-        else:
-            parallel = torch.nn.parallel.DistributedDataParallel(
-                model, process_group=gloo if mode == "gloo-ddp" else ours)
-        median = statistics.median(step_times(parallel, args.steps, args.batch, barrier))
-        rows.append((mode, median))
-        if mode == "aluminum-dp":
-            parallel.close()
+    parallels = {
+        "local (no comm)": make_model(),
+        "gloo-ddp": torch.nn.parallel.DistributedDataParallel(make_model(), process_group=gloo),
+        "aluminum-ddp": torch.nn.parallel.DistributedDataParallel(make_model(),
+                                                                  process_group=ours),
+        "aluminum-dp": altorch.DistributedDataParallel(make_model()),
+    }
+    times = step_times(parallels, args.steps, args.batch, barrier)
+    parallels["aluminum-dp"].close()
+    rows = [(mode, statistics.median(seconds)) for mode, seconds in times.items()]
     latency = [(n, latency_us(gloo, n, 50, 15), latency_us(ours, n, 500, 15)) for n in SIZES]
     if rank != 0:
         dist.destroy_process_group()
         return
-    gloo_step = rows[0][1]
+    gloo_step = dict(rows)["gloo-ddp"]
     print(f"# np={size}, torch threads=1, MLP with {grad_mib:.1f} MiB of gradients, "
           f"{args.batch} samples/rank/step, median of {args.steps} steps")
-    print(f"{'set-up':<14}{'step ms':>10}{'samples/s':>12}{'vs gloo DDP':>13}")
+    print(f"{'set-up':<16}{'step ms':>10}{'samples/s':>12}{'vs gloo DDP':>13}")
     for mode, median in rows:
-        print(f"{mode:<14}{median * 1e3:>10.1f}{args.batch * size / median:>12.1f}"
+        print(f"{mode:<16}{median * 1e3:>10.1f}{args.batch * size / median:>12.1f}"
               f"{median / gloo_step:>12.2f}x")
     print(f"\n# dist.all_reduce (float32, sync), median us")
     print(f"{'bytes':>8}{'gloo':>10}{'aluminum':>10}{'ratio':>8}")
