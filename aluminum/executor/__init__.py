@@ -13,13 +13,16 @@ from .executor import Executor
 from .ir import (Block, Operator, PlaceGroup, Program, Variable, default_main_program,
                  default_startup_program, program_guard, reset_unique_names)
 from .optimizer import SGD, Adam, Momentum
+from .parallel_context import (GradReducer, ParallelMode, get_parallel_context,
+                               reset_parallel_context, set_parallel_context)
 from .parallel_executor import BuildStrategy, ExecutionStrategy, ParallelExecutor
 from .scope import Scope, global_scope
 from .ssa_graph import OpHandle, SSAGraph, VarHandle, build_graph
 
 __all__ = ["Adam", "Block", "BuildStrategy", "ExecutionError", "ExecutionStrategy", "Executor",
-           "Momentum", "OpHandle", "Operator", "ParallelExecutor", "PlaceGroup", "Program",
-           "ProgramError", "SGD", "SSAGraph", "Scope", "VarHandle", "Variable", "append_backward",
-           "broadcast_parameters", "build_graph", "data_parallel_program", "default_main_program",
-           "default_startup_program", "global_scope", "layers", "program_guard",
-           "reset_unique_names", "shard"]
+           "GradReducer", "Momentum", "OpHandle", "Operator", "ParallelExecutor", "ParallelMode",
+           "PlaceGroup", "Program", "ProgramError", "SGD", "SSAGraph", "Scope", "VarHandle",
+           "Variable", "append_backward", "broadcast_parameters", "build_graph",
+           "data_parallel_program", "default_main_program", "default_startup_program",
+           "get_parallel_context", "global_scope", "layers", "program_guard",
+           "reset_parallel_context", "reset_unique_names", "set_parallel_context", "shard"]

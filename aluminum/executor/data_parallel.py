@@ -23,22 +23,33 @@ from .errors import ProgramError
 from .ir import Program
 
 GRADIENT_SCALES = ("coeff_num_device", "one", "customized")
+REDUCE_STRATEGIES = ("all_reduce", "reduce")
 
 
 def data_parallel_program(program: Program, loss_name: str, num_devices: int,
                           gradient_scale: str = "coeff_num_device", overlap: bool = True,
                           fuse_grad_size_mb: float | None = None,
-                          first_bucket_mb: float = 1.0) -> Program:
+                          first_bucket_mb: float = 1.0, reduce_strategy: str = "all_reduce",
+                          rank: int = 0) -> Program:
     """A copy of ``program`` that averages (or sums) parameter gradients across ranks.
 
     ``overlap=False`` puts every allreduce after the whole backward pass instead (the
     baseline overlap is measured against).  ``fuse_grad_size_mb``: gradients are grouped,
     in the order the backward pass finishes them, into buckets of at most that size (the
     first at most ``first_bucket_mb``, as DDP's), one ``fused_allreduce`` per bucket right
-    after its last gradient is finished."""
+    after its last gradient is finished.
+
+    ``reduce_strategy="reduce"`` (Paddle's ReduceStrategy.Reduce, a sharded optimizer): each
+    parameter has one owner rank (owners balanced by bytes, see ``owners``); its gradient is
+    reduced to the owner only, only the owner runs its optimizer ops (so the program depends
+    on ``rank``), and the updated parameter is broadcast from the owner at the end of the
+    step.  Same results as "all_reduce"; each rank updates about 1/N of the parameters."""
     if gradient_scale not in GRADIENT_SCALES:
         raise ProgramError(f"gradient_scale: expected one of {', '.join(GRADIENT_SCALES)}, "
                            f"got {gradient_scale!r}")
+    if reduce_strategy not in REDUCE_STRATEGIES:
+        raise ProgramError(f"reduce_strategy: expected one of {', '.join(REDUCE_STRATEGIES)}, "
+                           f"got {reduce_strategy!r}")
     result = program.clone()
     block = result.global_block()
     loss_grad = loss_name + GRAD
@@ -66,27 +77,67 @@ def data_parallel_program(program: Program, loss_name: str, num_devices: int,
         end = max(last_writer.values())
         last_writer = {name: end for name in last_writer}
     order = sorted(last_writer, key=lambda name: (last_writer[name], name))
+    owner = None
+    if reduce_strategy == "reduce":
+        params = [name[:-len(GRAD)] for name in order]
+        owner = {param + GRAD: rank_ for param, rank_ in owners(block, params,
+                                                                num_devices).items()}
     groups = [[name] for name in order] if fuse_grad_size_mb is None else \
-        _buckets(block, order, fuse_grad_size_mb, first_bucket_mb)
+        _buckets(block, order, fuse_grad_size_mb, first_bucket_mb, owner)
     for bucket, names in reversed(list(enumerate(groups))):
+        attrs = {"op_role": "communication"}
+        if owner is not None:
+            attrs["root"] = owner[names[0]]
+        kind = "allreduce" if owner is None else "reduce"
         if fuse_grad_size_mb is None:
-            block.append_op("allreduce", {"X": names}, {"Out": names},
-                            {"op_role": "communication"})
+            block.append_op(kind, {"X": names}, {"Out": names}, attrs)
         else:
-            block.append_op("fused_allreduce", {"X": names}, {"Out": names},
-                            {"op_role": "communication", "bucket": bucket})
+            block.append_op("fused_" + kind, {"X": names}, {"Out": names},
+                            {**attrs, "bucket": bucket})
         block.ops.insert(last_writer[names[-1]] + 1, block.ops.pop())
+    if owner is not None:
+        _shard_the_optimizer(block, {name[:-len(GRAD)]: root for name, root in owner.items()},
+                             rank)
     return result
 
 
-def _buckets(block, order: list[str], cap_mb: float, first_mb: float) -> list[list[str]]:
-    """Consecutive gradients of one dtype, each bucket at most its cap (a gradient larger
-    than the cap gets a bucket of its own)."""
+def owners(block, params: list[str], num_devices: int) -> dict[str, int]:
+    """The rank that updates each parameter: largest first, each to the rank with the
+    fewest bytes so far (ties to the lower rank), as Paddle balances its Reduce strategy."""
+    load = [0] * num_devices
+    chosen = {}
+    for name in sorted(params, key=lambda p: (-_nbytes(block.var(p)), p)):
+        rank = min(range(num_devices), key=lambda r: (load[r], r))
+        chosen[name] = rank
+        load[rank] += _nbytes(block.var(name))
+    return chosen
+
+
+def _shard_the_optimizer(block, owner: dict[str, int], rank: int) -> None:
+    """Keep only the optimizer ops of the parameters ``rank`` owns, then broadcast every
+    parameter from its owner, in name order (the same on every rank)."""
+    block.ops = [op for op in block.ops
+                 if op.attrs.get("op_role") != "optimize" or "Param" not in op.inputs
+                 or owner.get(op.inputs["Param"][0], rank) == rank]
+    for name in sorted(owner):
+        block.append_op("broadcast", {"X": [name]}, {"Out": [name]},
+                        {"op_role": "communication", "root": owner[name]})
+
+
+def _nbytes(var) -> int:
+    return int(np.prod(var.shape)) * np.dtype(var.dtype).itemsize
+
+
+def _buckets(block, order: list[str], cap_mb: float, first_mb: float,
+             owner: dict[str, int] | None = None) -> list[list[str]]:
+    """Consecutive gradients of one dtype (and one owner, under the reduce strategy), each
+    bucket at most its cap (a gradient larger than the cap gets a bucket of its own)."""
     groups, current, size, cap = [], [], 0, first_mb * 2 ** 20
     for name in order:
         var = block.var(name)
-        nbytes = int(np.prod(var.shape)) * np.dtype(var.dtype).itemsize
-        if current and (size + nbytes > cap or block.var(current[0]).dtype != var.dtype):
+        nbytes = _nbytes(var)
+        if current and (size + nbytes > cap or block.var(current[0]).dtype != var.dtype
+                        or owner is not None and owner[current[0]] != owner[name]):
             groups.append(current)
             current, size, cap = [], 0, cap_mb * 2 ** 20
         current.append(name)

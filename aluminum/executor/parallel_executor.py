@@ -31,6 +31,7 @@ from .data_parallel import broadcast_parameters, check_ranks_agree, data_paralle
 from .errors import ExecutionError, ProgramError
 from .executor import check_feed, check_fetch, check_readable, fetch_names, run_op
 from .ir import Program
+from .parallel_context import get_parallel_context
 from .scope import Scope, global_scope
 from .ssa_graph import COMMUNICATION, OpHandle, SSAGraph, build_graph
 
@@ -54,7 +55,9 @@ class BuildStrategy:
     ``<loss>@GRAD``), ``broadcast_parameters`` (rank 0's persistable variables copied to
     every rank when the executor is made), ``overlap`` (False: allreduce only after the
     whole backward pass), ``fuse_all_reduce_ops`` with ``fuse_grad_size_mb`` and
-    ``first_bucket_mb`` (see data_parallel.py)."""
+    ``first_bucket_mb``, ``reduce_strategy`` ("all_reduce", or "reduce": each gradient
+    reduced to one owner rank, which alone updates that parameter and broadcasts it; see
+    data_parallel.py)."""
 
     debug_graphviz_path: str | None = None
     gradient_scale: str = "coeff_num_device"
@@ -63,6 +66,7 @@ class BuildStrategy:
     fuse_all_reduce_ops: bool = False
     fuse_grad_size_mb: float = 32.0
     first_bucket_mb: float = 1.0
+    reduce_strategy: str = "all_reduce"
 
 
 class _Context:
@@ -73,12 +77,16 @@ class _Context:
         self.comm = comm
         self._buckets: dict[int, tuple] = {}
 
-    def bucket(self, index: int, count: int, dtype) -> tuple:
+    def bucket(self, index: int, count: int, dtype, root: int | None = None) -> tuple:
+        """Bucket ``index``'s memory and its plan: an allreduce, or with ``root`` a reduce
+        to that rank."""
         found = self._buckets.get(index)
         if found is None or found[0].size != count or found[0].dtype != dtype:
             memory = al.shared_empty(count, dtype, self.comm) \
                 if self.comm.local_size == self.comm.size else np.empty(count, dtype)
-            found = self._buckets[index] = (memory, al.allreduce_init(memory, self.comm))
+            plan = al.allreduce_init(memory, self.comm) if root is None else \
+                al.reduce_init(memory, self.comm, root=root)
+            found = self._buckets[index] = (memory, plan)
         return found
 
 
@@ -90,7 +98,15 @@ class ParallelExecutor:
                  exec_strategy: ExecutionStrategy | None = None,
                  scope: Scope | None = None, comm=None) -> None:
         """``comm``: an aluminum communicator to train data-parallel over its ranks (each
-        feeds its own shard of the batch; see data_parallel.py); None runs one place."""
+        feeds its own shard of the batch; see data_parallel.py); None runs one place, unless
+        ``set_parallel_context(parallel_mode=ParallelMode.DATA_PARALLEL)`` said otherwise
+        (then its communicator, and without a ``build_strategy`` its ``gradients_mean``)."""
+        if comm is None:
+            context = get_parallel_context()
+            comm = context.communicator()
+            if comm is not None and build_strategy is None:
+                build_strategy = BuildStrategy(
+                    gradient_scale="coeff_num_device" if context.gradients_mean else "one")
         build = build_strategy or BuildStrategy()
         self.loss_name = loss_name
         self.place = (places or ["cpu"])[0]
@@ -104,7 +120,7 @@ class ParallelExecutor:
             main_program = data_parallel_program(
                 main_program, loss_name, comm.size, build.gradient_scale, build.overlap,
                 build.fuse_grad_size_mb if build.fuse_all_reduce_ops else None,
-                build.first_bucket_mb)
+                build.first_bucket_mb, build.reduce_strategy, comm.rank)
             check_ranks_agree(main_program, comm)
             if build.broadcast_parameters:
                 broadcast_parameters(main_program, self.scope, comm)

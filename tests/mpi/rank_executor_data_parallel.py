@@ -89,7 +89,12 @@ def test_equals_single_process_on_the_full_batch(comm, scale):
     {"fuse_all_reduce_ops": True, "fuse_grad_size_mb": 1e-4, "first_bucket_mb": 1e-5},
     {"fuse_all_reduce_ops": True},
     {"overlap": False},
-], ids=["small buckets", "one bucket", "no overlap"])
+    {"reduce_strategy": "reduce"},
+    {"reduce_strategy": "reduce", "fuse_all_reduce_ops": True, "fuse_grad_size_mb": 1e-4,
+     "first_bucket_mb": 1e-5},
+    {"reduce_strategy": "reduce", "fuse_all_reduce_ops": True},
+], ids=["small buckets", "one bucket", "no overlap", "reduce", "reduce, small buckets",
+        "reduce, one bucket"])
 def test_fusion_and_overlap_do_not_change_the_result(comm, options):
     result = data_parallel(comm, 4, **options)
     for name, value in single_process(4).items():
@@ -165,3 +170,61 @@ def test_ranks_running_different_programs_fail_naming_the_gradient(comm, differe
     with pytest.raises(ex.ProgramError, match=expected):
         ex.ParallelExecutor(main, loss_name=loss.name, scope=scope, comm=comm,
                             build_strategy=ex.BuildStrategy(**options))
+
+
+def test_the_reduce_strategy_shards_the_optimizer():
+    """Every parameter has one owner, owners balanced by bytes; each rank keeps only its
+    own parameters' optimizer ops, and every parameter is broadcast from its owner."""
+    main, _, loss = build()
+    sizes = {"h.w": 40, "h.b": 8, "out.w": 24, "out.b": 3}
+    for ranks in (1, 2, 3):
+        programs = [ex.data_parallel_program(main, loss.name, ranks, reduce_strategy="reduce",
+                                             rank=r) for r in range(ranks)]
+        owner = {op.inputs["X"][0]: op.attrs["root"] for op in programs[0].global_block().ops
+                 if op.type == "broadcast"}
+        assert sorted(owner) == sorted(sizes)
+        load = [sum(sizes[p] for p, r in owner.items() if r == rank) for rank in range(ranks)]
+        assert max(load) - min(load) <= max(sizes.values())
+        for rank, program in enumerate(programs):
+            updated = {op.inputs["Param"][0] for op in program.global_block().ops
+                       if op.type == "momentum"}
+            assert updated == {p for p, r in owner.items() if r == rank}
+
+
+def test_the_data_parallel_context_makes_executors_data_parallel(comm):
+    """MindSpore's switch: no comm= anywhere, yet each rank trains on its shard and the
+    parameters equal the single-process run on the full batch."""
+    ex.set_parallel_context(parallel_mode=ex.ParallelMode.DATA_PARALLEL, gradients_mean=True,
+                            comm=comm)
+    try:
+        main, startup, loss = build()
+        scope = ex.Scope()
+        ex.Executor().run(startup, scope=scope)
+        x, y = data()
+        runner = ex.ParallelExecutor(main, loss_name=loss.name, scope=scope)
+        for _ in range(3):
+            runner.run([loss], {"x": ex.shard(x, comm.size, comm.rank),
+                                "y": ex.shard(y, comm.size, comm.rank)})
+        runner.close()
+    finally:
+        ex.reset_parallel_context()
+    for name, value in single_process(3).items():
+        np.testing.assert_allclose(scope[name], value, rtol=1e-10, atol=1e-12, err_msg=name)
+
+
+@pytest.mark.parametrize("mean", [True, False])
+def test_grad_reducer_sums_or_averages_every_gradient(comm, mean):
+    def grads_of(rank):
+        rng = np.random.default_rng(100 + rank)
+        return [rng.normal(size=(3, 2)), rng.normal(size=5).astype(np.float32),
+                rng.normal(size=1), np.zeros((0,))]
+    reducer = ex.GradReducer(comm, mean=mean)
+    for _ in range(2):                   # the second call reuses the buckets' plans
+        reduced = reducer(grads_of(comm.rank))
+    everyone = [grads_of(rank) for rank in range(comm.size)]
+    for index, got in enumerate(reduced):
+        total = sum(grads[index].astype(np.float64) for grads in everyone)
+        expected = total / comm.size if mean else total
+        assert got.shape == everyone[0][index].shape
+        assert got.dtype == everyone[0][index].dtype
+        np.testing.assert_allclose(got, expected, rtol=1e-6, atol=1e-6)

@@ -1,0 +1,121 @@
+"""MindSpore's data-parallel facade, for users who do not want to pick passes themselves.
+
+``set_parallel_context(parallel_mode=ParallelMode.DATA_PARALLEL, gradients_mean=True)`` makes
+every ``ParallelExecutor`` built afterwards without ``comm=`` train data-parallel over the
+context's communicator (all ranks of the job unless one is given), averaging gradients
+(``gradients_mean=False`` sums them), as ``context.set_auto_parallel_context`` does for
+MindSpore.  ``GradReducer`` is ``DistributedGradReducer``: for a training loop written by
+hand, it allreduces a list of gradient arrays in one fused bucket per dtype.
+
+What surprises people: the context is process-wide state (like MindSpore's), kept until
+``reset_parallel_context()``; the default communicator is made collectively the first time
+an executor or reducer needs it, so every rank must get there.
+"""
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+import numpy as np
+
+import aluminum as al
+
+from .errors import ProgramError
+
+__all__ = ["GradReducer", "ParallelMode", "get_parallel_context", "reset_parallel_context",
+           "set_parallel_context"]
+
+
+class ParallelMode(str, enum.Enum):
+    """How ``ParallelExecutor`` spreads training when not given a communicator."""
+
+    STAND_ALONE = "stand_alone"
+    DATA_PARALLEL = "data_parallel"
+
+
+@dataclass
+class ParallelContext:
+    parallel_mode: ParallelMode = ParallelMode.STAND_ALONE
+    gradients_mean: bool = True
+    comm: object = None
+
+    def communicator(self):
+        """The context's communicator (all ranks, made on first use) in data-parallel
+        mode; None stand-alone."""
+        if self.parallel_mode is not ParallelMode.DATA_PARALLEL:
+            return None
+        if self.comm is None:
+            self.comm = al.MPICommunicator()
+        return self.comm
+
+
+_context = ParallelContext()
+
+
+def set_parallel_context(parallel_mode: ParallelMode | str | None = None,
+                         gradients_mean: bool | None = None, comm=None) -> None:
+    """Set what ``ParallelExecutor`` does when built without ``comm=``; arguments left None
+    keep their value."""
+    if parallel_mode is not None:
+        try:
+            _context.parallel_mode = ParallelMode(parallel_mode)
+        except ValueError:
+            raise ProgramError(f"parallel_mode: expected one of "
+                               f"{[mode.value for mode in ParallelMode]}, got "
+                               f"{parallel_mode!r}") from None
+    if gradients_mean is not None:
+        _context.gradients_mean = bool(gradients_mean)
+    if comm is not None:
+        _context.comm = comm
+
+
+def get_parallel_context() -> ParallelContext:
+    return _context
+
+
+def reset_parallel_context() -> None:
+    """Back to stand-alone, gradients averaged, no communicator (the one made by the
+    context is not freed: executors may still use it)."""
+    global _context
+    _context = ParallelContext()
+
+
+class GradReducer:
+    """``grads = GradReducer(comm, mean=True)(grads)``: every rank gets the sum (``mean``:
+    the average) of each gradient over the ranks of ``comm`` (default: the parallel
+    context's).  Gradients are packed into one contiguous bucket per dtype, reduced by one
+    persistent allreduce plan kept for the next call with the same sizes, and returned as
+    new arrays of the original shapes, in order."""
+
+    def __init__(self, comm=None, mean: bool = True) -> None:
+        self.comm = comm if comm is not None else \
+            ParallelContext(ParallelMode.DATA_PARALLEL, comm=_context.comm).communicator()
+        self.mean = mean
+        self._buckets: dict[tuple, tuple] = {}
+
+    def __call__(self, grads: list) -> list[np.ndarray]:
+        arrays = [np.asarray(grad) for grad in grads]
+        result: list[np.ndarray | None] = [None] * len(arrays)
+        for dtype in dict.fromkeys(array.dtype for array in arrays):
+            members = [i for i, array in enumerate(arrays) if array.dtype == dtype]
+            bucket, plan = self._bucket(dtype, tuple(arrays[i].size for i in members))
+            offset = 0
+            for i in members:
+                bucket[offset:offset + arrays[i].size] = arrays[i].reshape(-1)
+                offset += arrays[i].size
+            plan.run()
+            offset = 0
+            for i in members:
+                result[i] = bucket[offset:offset + arrays[i].size].reshape(
+                    arrays[i].shape).copy()
+                offset += arrays[i].size
+        return result
+
+    def _bucket(self, dtype, sizes: tuple) -> tuple:
+        key = (dtype, sizes)
+        found = self._buckets.get(key)
+        if found is None:
+            bucket = np.empty(sum(sizes), dtype)
+            op = al.AVG if self.mean else al.SUM
+            found = self._buckets[key] = (bucket, al.allreduce_init(bucket, self.comm, op=op))
+        return found
