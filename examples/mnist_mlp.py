@@ -1,6 +1,7 @@
 """A 784-128-64-10 MLP on synthetic "digits" (10 noisy class prototypes), trained with
-softmax cross-entropy and Momentum by either executor.
+softmax cross-entropy and Momentum by either executor, or data-parallel over MPI ranks.
 
+    python -m aluminum.run -n 2 examples/mnist_mlp.py           # data-parallel (default)
     python examples/mnist_mlp.py --executor parallel --threads 2
 """
 import argparse
@@ -8,8 +9,11 @@ import sys
 
 import numpy as np
 
+import aluminum as al
 import aluminum.executor as ex
 from aluminum.executor import layers
+
+EXECUTORS = ("sequential", "parallel", "data-parallel")
 
 
 def build(dtype: str = "float32", seed: int = 1):
@@ -36,32 +40,44 @@ def dataset(samples: int = 256, dtype: str = "float32", seed: int = 0):
     return images.astype(dtype), labels.astype(np.int64)
 
 
+def make_runner(executor: str, main, loss, fetches, scope, feed: dict, threads: int):
+    """``(run, feed)``: a zero-argument step of ``executor`` fetching ``fetches``, and the
+    feed it trains on (data-parallel: this rank's shard, over every rank of the job)."""
+    if executor == "data-parallel":
+        comm = al.MPICommunicator()
+        feed = {name: ex.shard(value, comm.size, comm.rank) for name, value in feed.items()}
+        runner = ex.ParallelExecutor(main, loss_name=loss.name, scope=scope, comm=comm,
+                                     exec_strategy=ex.ExecutionStrategy(num_threads=threads))
+        print(f"training data-parallel over {comm.size} ranks", flush=True)
+        return lambda: runner.run(fetches, feed), feed
+    if executor == "parallel":
+        runner = ex.ParallelExecutor(main, loss_name=loss.name, scope=scope,
+                                     exec_strategy=ex.ExecutionStrategy(num_threads=threads))
+        return lambda: runner.run(fetches, feed), feed
+    sequential = ex.Executor()
+    return lambda: sequential.run(main, feed, fetches, scope), feed
+
+
 def train(executor: str = "sequential", threads: int = 2, steps: int = 20,
           dtype: str = "float32") -> tuple[list[float], float]:
-    """(losses of every step, training accuracy at the end)."""
+    """(losses of every step, training accuracy at the end, on this rank's samples)."""
     main, startup, loss, logits = build(dtype)
     scope = ex.Scope()
     ex.Executor().run(startup, scope=scope)
     images, labels = dataset(dtype=dtype)
-    feed = {"image": images, "label": labels}
-    if executor == "parallel":
-        runner = ex.ParallelExecutor(main, loss_name=loss.name, scope=scope,
-                                     exec_strategy=ex.ExecutionStrategy(num_threads=threads))
-        run = lambda: runner.run([loss, logits], feed)   # noqa: E731
-    else:
-        sequential = ex.Executor()
-        run = lambda: sequential.run(main, feed, [loss, logits], scope)   # noqa: E731
+    run, feed = make_runner(executor, main, loss, [loss, logits], scope,
+                            {"image": images, "label": labels}, threads)
     losses = []
     for _ in range(steps):
         value, scores = run()
         losses.append(float(value[0]))
-    accuracy = float((scores.argmax(axis=1) == labels[:, 0]).mean())
+    accuracy = float((scores.argmax(axis=1) == feed["label"][:, 0]).mean())
     return losses, accuracy
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--executor", choices=("sequential", "parallel"), default="parallel")
+    parser.add_argument("--executor", choices=EXECUTORS, default="data-parallel")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--steps", type=int, default=20)
     args = parser.parse_args()
