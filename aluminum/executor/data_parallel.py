@@ -89,11 +89,8 @@ def data_parallel_program(program: Program, loss_name: str, num_devices: int,
         if owner is not None:
             attrs["root"] = owner[names[0]]
         kind = "allreduce" if owner is None else "reduce"
-        if fuse_grad_size_mb is None:
-            block.append_op(kind, {"X": names}, {"Out": names}, attrs)
-        else:
-            block.append_op("fused_" + kind, {"X": names}, {"Out": names},
-                            {**attrs, "bucket": bucket})
+        block.append_op(kind if fuse_grad_size_mb is None else "fused_" + kind,
+                        {"X": names}, {"Out": names}, {**attrs, "bucket": bucket})
         block.ops.insert(last_writer[names[-1]] + 1, block.ops.pop())
     if owner is not None:
         _shard_the_optimizer(block, {name[:-len(GRAD)]: root for name, root in owner.items()},

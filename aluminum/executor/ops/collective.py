@@ -14,33 +14,60 @@ from .registry import OpKind, register
 
 @register
 class Allreduce(OpKind):
-    """``Out = sum of X over every rank`` (out of place: gradients may share arrays)."""
+    """``Out = sum of X over every rank``, for one gradient or (``fused_allreduce``) several.
+
+    The gradients are copied into the op's bucket (``attrs["bucket"]``): memory and a
+    persistent allreduce plan made on first use and kept for every later step, in
+    ``al.shared_empty`` memory when every rank shares the node, so the zero-copy
+    shared-memory allreduce applies.  The outputs are views of the bucket, valid until the
+    op runs again in the next step (``run`` returns copies of what it fetches).  Gradients
+    keep their order in a bucket, so each element's sum is the same as reducing it alone;
+    the algorithm the selector picks for a bucket's size may differ from the one it picks
+    per gradient, which can change the last bits of a float sum."""
 
     type = "allreduce"
     differentiable = False
     communicates = True
 
+    def infer(self, block, op):
+        for source, target in zip(op.inputs["X"], op.outputs["Out"]):
+            out, x = block.var(target), block.var(source)
+            out.shape, out.dtype = x.shape, x.dtype
+
     def compute(self, ins, attrs, ctx):
-        x = np.ascontiguousarray(ins["X"][0])
-        out = np.empty_like(x)
-        al.allreduce(x, _comm(ctx, self.type), recvbuf=out)
-        return {"Out": [out]}
+        _comm(ctx, self.type)
+        grads = ins["X"]
+        bucket, plan = ctx.bucket(attrs.get("bucket", id(attrs)),
+                                  sum(g.size for g in grads), grads[0].dtype,
+                                  attrs.get("root"))
+        offset = 0
+        for grad in grads:
+            bucket[offset:offset + grad.size] = grad.reshape(-1)
+            offset += grad.size
+        plan.run()
+        outs, offset = [], 0
+        for grad in grads:
+            outs.append(bucket[offset:offset + grad.size].reshape(grad.shape))
+            offset += grad.size
+        return {"Out": outs}
 
 
 @register
-class Reduce(OpKind):
-    """``Out = sum of X over every rank`` on rank ``root``; elsewhere ``Out`` is ``X``
-    (nothing there reads it: only the root runs the optimizer ops of that gradient)."""
+class FusedAllreduce(Allreduce):
+    type = "fused_allreduce"
+
+
+@register
+class Reduce(Allreduce):
+    """``allreduce`` to rank ``root`` only (the reduce strategy); elsewhere ``Out`` is left
+    unspecified: nothing there reads it, as only the root runs that gradient's optimizer."""
 
     type = "reduce"
-    differentiable = False
-    communicates = True
 
-    def compute(self, ins, attrs, ctx):
-        x = np.ascontiguousarray(ins["X"][0])
-        out = x.copy()
-        al.reduce(x, _comm(ctx, self.type), root=attrs["root"], recvbuf=out)
-        return {"Out": [out]}
+
+@register
+class FusedReduce(Reduce):
+    type = "fused_reduce"
 
 
 @register
@@ -55,48 +82,6 @@ class Broadcast(OpKind):
         out = np.array(ins["X"][0], order="C", copy=True)
         al.bcast(out, _comm(ctx, self.type), root=attrs["root"])
         return {"Out": [out]}
-
-
-@register
-class FusedAllreduce(OpKind):
-    """One allreduce for several gradients: copied into one contiguous bucket, reduced by
-    the bucket's persistent plan (made on first use, in ``al.shared_empty`` memory when every
-    rank shares the node, so the zero-copy shared-memory allreduce applies), copied out.
-    Gradients keep their order in the bucket, so the sum of each element is the same as
-    reducing it alone; the algorithm the selector picks for the bucket's size may differ
-    from the one it picks per gradient, which can change the last bits of a float sum."""
-
-    type = "fused_allreduce"
-    differentiable = False
-    communicates = True
-
-    def infer(self, block, op):
-        for source, target in zip(op.inputs["X"], op.outputs["Out"]):
-            out, x = block.var(target), block.var(source)
-            out.shape, out.dtype = x.shape, x.dtype
-
-    def compute(self, ins, attrs, ctx):
-        _comm(ctx, self.type)
-        grads = ins["X"]
-        bucket, plan = ctx.bucket(attrs["bucket"], sum(g.size for g in grads), grads[0].dtype,
-                                  attrs.get("root"))
-        offset, outs = 0, []
-        for grad in grads:
-            bucket[offset:offset + grad.size] = grad.reshape(-1)
-            offset += grad.size
-        plan.run()
-        offset = 0
-        for grad in grads:
-            outs.append(bucket[offset:offset + grad.size].reshape(grad.shape).copy())
-            offset += grad.size
-        return {"Out": outs}
-
-
-@register
-class FusedReduce(FusedAllreduce):
-    """``fused_allreduce``'s bucket reduced to rank ``root`` only (the reduce strategy)."""
-
-    type = "fused_reduce"
 
 
 def _comm(ctx, op_type: str):
