@@ -6,9 +6,12 @@ batch (np=2 by default):
 Rows: the sequential executor and the ParallelExecutor without communication (each rank
 training alone: the compute a step needs), then the ParallelExecutor with allreduces after
 the backward pass, overlapped with it, and overlapped and fused into 4 MiB buckets (the
-first 1 MiB); then torch DDP over gloo. Columns: median step time of the slowest rank,
-samples/s over all ranks, and the share of the step not explained by compute (step / the
-ParallelExecutor's compute-only step - 1: time spent waiting on communication).
+first 1 MiB), and with the reduce strategy; then torch DDP over gloo. Columns: median step
+time of the slowest rank, samples/s over all ranks, and the share of the step not explained
+by compute (step / the ParallelExecutor's compute-only step - 1: time spent waiting on
+communication).  Last, weak scaling: rank 0 trains alone on its batch (a communicator of one
+rank; the others wait, so it has the whole machine), and the efficiency is that step time
+over the overlapped + fused step (samples/s on N ranks / (N x samples/s on one)).
 """
 from __future__ import annotations
 
@@ -79,13 +82,32 @@ def executor_rows(comm, feed, steps, threads):
     for label, options in (("allreduce after backward", {"overlap": False}),
                            ("overlapped", {}),
                            ("overlapped + fused", {"fuse_all_reduce_ops": True,
-                                                   "fuse_grad_size_mb": 4.0})):
+                                                   "fuse_grad_size_mb": 4.0}),
+                           ("reduce strategy + fused", {"reduce_strategy": "reduce",
+                                                        "fuse_all_reduce_ops": True,
+                                                        "fuse_grad_size_mb": 4.0})):
         runner = ex.ParallelExecutor(main, loss_name=loss.name, scope=scope, comm=comm,
                                      build_strategy=ex.BuildStrategy(**options),
                                      exec_strategy=ex.ExecutionStrategy(threads))
         rows.append((label, step_seconds(lambda: runner.run([loss], feed), comm, steps)))
         runner.close()
     return rows
+
+
+def alone_seconds(comm, feed, steps, threads) -> float:
+    """Rank 0's compute-only step while the other ranks wait (broadcast to all)."""
+    alone = comm.split(0 if comm.rank == 0 else None)
+    seconds = None
+    if alone is not None:
+        main, startup, loss = build()
+        scope = ex.Scope()
+        ex.Executor().run(startup, scope=scope)
+        runner = ex.ParallelExecutor(main, loss_name=loss.name, scope=scope,
+                                     exec_strategy=ex.ExecutionStrategy(threads))
+        seconds = step_seconds(lambda: runner.run([loss], feed), alone, steps)
+        runner.close()
+        alone.free()
+    return comm.mpi_comm.bcast(seconds, root=0)
 
 
 def torch_row(comm, feed, steps):
@@ -130,6 +152,7 @@ def main(argv: list[str] | None = None) -> int:
     feed = {"image": rng.normal(size=(args.batch, WIDTHS[0])).astype(np.float32),
             "label": rng.integers(0, WIDTHS[-1], (args.batch, 1))}
     rows = executor_rows(comm, feed, args.steps, args.threads)
+    single = alone_seconds(comm, feed, args.steps, args.threads)
     if not args.no_torch:
         rows.append(torch_row(comm, feed, args.steps))
     if comm.rank == 0:
@@ -142,6 +165,10 @@ def main(argv: list[str] | None = None) -> int:
             wait = max(0.0, seconds / compute - 1) if label != rows[0][0] else 0.0
             print(f"{label:30s} {seconds * 1e3:9.1f} {args.batch * comm.size / seconds:10.0f} "
                   f"{wait:10.0%}")
+        fused = dict(rows)["overlapped + fused"]
+        print(f"# one rank alone: {single * 1e3:.1f} ms/step, {args.batch / single:.0f} "
+              f"samples/s; weak-scaling efficiency of overlapped + fused on {comm.size} "
+              f"ranks: {single / fused:.2f}")
     comm.free()
     return 0
 
