@@ -123,9 +123,17 @@ def test_gradient_scale_one_sums_the_gradients(comm):
                                    err_msg=name)
 
 
-@settings(max_examples=4)
+@pytest.fixture
+def cross_rank_checks(monkeypatch):
+    """AL_DEBUG=1 for one test: every collective first compares its signature across ranks,
+    so an allreduce issued out of order fails instead of matching the wrong one."""
+    from aluminum import debug
+    monkeypatch.setattr(debug, "ENABLED", True)
+
+
+@settings(max_examples=4, deadline=None)
 @given(seed=st.integers(0, 2 ** 16))
-def test_random_thread_timing_keeps_one_allreduce_order(comm, seed):
+def test_random_thread_timing_keeps_one_allreduce_order(comm, seed, cross_rank_checks):
     delays = iter(np.random.default_rng(seed + comm.rank).exponential(3e-4, 100000))
 
     def jitter(handle):
