@@ -21,6 +21,7 @@ import aluminum as al
 from .backward import GRAD
 from .errors import ProgramError
 from .ir import Program
+from .places import replicate
 
 GRADIENT_SCALES = ("coeff_num_device", "one", "customized")
 REDUCE_STRATEGIES = ("all_reduce", "reduce")
@@ -30,8 +31,12 @@ def data_parallel_program(program: Program, loss_name: str, num_devices: int,
                           gradient_scale: str = "coeff_num_device", overlap: bool = True,
                           fuse_grad_size_mb: float | None = None,
                           first_bucket_mb: float = 1.0, reduce_strategy: str = "all_reduce",
-                          rank: int = 0) -> Program:
-    """A copy of ``program`` that averages (or sums) parameter gradients across ranks.
+                          rank: int = 0, places: int = 1,
+                          across_ranks: bool = True) -> Program:
+    """A copy of ``program`` that averages (or sums) parameter gradients across ranks and
+    ``places`` places in each process (``num_devices`` = places x ranks; places.py
+    replicates the forward and backward ops and sums each gradient over the places first;
+    ``across_ranks=False``: one process, no communication ops).
 
     ``overlap=False`` puts every allreduce after the whole backward pass instead (the
     baseline overlap is measured against).  ``fuse_grad_size_mb``: gradients are grouped,
@@ -63,6 +68,11 @@ def data_parallel_program(program: Program, loss_name: str, num_devices: int,
     elif gradient_scale == "customized":
         del block.ops[fills[0]]
         block.var(loss_grad).stop_gradient = True
+    if places > 1:
+        result = replicate(result, places)
+        block = result.global_block()
+    if not across_ranks:
+        return result
     grads = {p.name + GRAD for p in block.vars.values() if p.is_parameter}
     last_writer = {}
     for index, op in enumerate(block.ops):
@@ -80,8 +90,8 @@ def data_parallel_program(program: Program, loss_name: str, num_devices: int,
     owner = None
     if reduce_strategy == "reduce":
         params = [name[:-len(GRAD)] for name in order]
-        owner = {param + GRAD: rank_ for param, rank_ in owners(block, params,
-                                                                num_devices).items()}
+        owner = {param + GRAD: rank_ for param, rank_ in owners(
+            block, params, num_devices // places).items()}
     groups = [[name] for name in order] if fuse_grad_size_mb is None else \
         _buckets(block, order, fuse_grad_size_mb, first_bucket_mb, owner)
     for bucket, names in reversed(list(enumerate(groups))):

@@ -32,6 +32,7 @@ from .errors import ExecutionError, ProgramError
 from .executor import check_feed, check_fetch, check_readable, fetch_names, run_op
 from .ir import Program
 from .parallel_context import get_parallel_context
+from .places import merge_fetch, split_feed
 from .scope import Scope, global_scope
 from .ssa_graph import COMMUNICATION, OpHandle, SSAGraph, build_graph
 
@@ -97,8 +98,12 @@ class ParallelExecutor:
                  places: list[str] | None = None, build_strategy: BuildStrategy | None = None,
                  exec_strategy: ExecutionStrategy | None = None,
                  scope: Scope | None = None, comm=None) -> None:
-        """``comm``: an aluminum communicator to train data-parallel over its ranks (each
-        feeds its own shard of the batch; see data_parallel.py); None runs one place, unless
+        """``places``: the places of this process (``["cpu:0", "cpu:1"]``); with more than
+        one, each fed batch is split over them, every place runs the forward and backward
+        ops on its part side by side, and gradients are summed over the places before
+        anything else (places.py; fetched per-place values come back concatenated).
+        ``comm``: an aluminum communicator to train data-parallel over its ranks (each
+        feeds its own shard of the batch; see data_parallel.py); None runs one rank, unless
         ``set_parallel_context(parallel_mode=ParallelMode.DATA_PARALLEL)`` said otherwise
         (then its communicator, and without a ``build_strategy`` its ``gradients_mean``)."""
         if comm is None:
@@ -109,18 +114,22 @@ class ParallelExecutor:
                     gradient_scale="coeff_num_device" if context.gradients_mean else "one")
         build = build_strategy or BuildStrategy()
         self.loss_name = loss_name
-        self.place = (places or ["cpu"])[0]
+        self.places = list(places or ["cpu"])
+        self.place = self.places[0]
         self.exec_strategy = exec_strategy or ExecutionStrategy()
         self.scope = global_scope() if scope is None else scope
         self._context = _Context(comm)
-        if comm is not None:
+        if comm is not None or len(self.places) > 1:
             if loss_name is None:
                 raise ProgramError("loss_name: data-parallel training needs the loss "
                                    "variable's name")
+            ranks = 1 if comm is None else comm.size
             main_program = data_parallel_program(
-                main_program, loss_name, comm.size, build.gradient_scale, build.overlap,
-                build.fuse_grad_size_mb if build.fuse_all_reduce_ops else None,
-                build.first_bucket_mb, build.reduce_strategy, comm.rank)
+                main_program, loss_name, ranks * len(self.places), build.gradient_scale,
+                build.overlap, build.fuse_grad_size_mb if build.fuse_all_reduce_ops else None,
+                build.first_bucket_mb, build.reduce_strategy, 0 if comm is None else comm.rank,
+                len(self.places), across_ranks=comm is not None)
+        if comm is not None:
             check_ranks_agree(main_program, comm)
             if build.broadcast_parameters:
                 broadcast_parameters(main_program, self.scope, comm)
@@ -144,7 +153,7 @@ class ParallelExecutor:
 
     def run(self, fetch_list=None, feed: dict | None = None) -> list[np.ndarray]:
         """Run the graph once; return copies of the fetched values (checked first)."""
-        feed = dict(feed or {})
+        feed = split_feed(self.program, dict(feed or {}), len(self.places))
         names = fetch_names(fetch_list)
         check_feed(self.program, feed)
         check_fetch(self.program, names)
@@ -173,7 +182,8 @@ class ParallelExecutor:
                 raise exc
             raise ExecutionError(f"op {handle.op.type} on {handle.place} failed: "
                                  f"{type(exc).__name__}: {exc}") from exc
-        return [np.array(self.scope[name]) for name in names]
+        return [merge_fetch(self.program, self.scope, name, len(self.places))
+                for name in names]
 
     def _serve(self) -> None:
         """A pool worker: run the large ops of whichever run is current."""

@@ -9,7 +9,7 @@ from mpi4py import MPI
 import aluminum.executor as ex
 from aluminum.executor import layers
 
-BATCH = 12     # divisible by 1, 2, 3 and 4 ranks: every shard the same size
+BATCH = 24     # divisible by 1, 2, 3 and 4 ranks x 1 or 2 places: every share the same size
 
 
 def build(lr=0.1):
@@ -47,7 +47,7 @@ def single_process(steps, lr=0.1):
 
 
 def data_parallel(comm, steps, scale="coeff_num_device", threads=2, before_op=None, lr=0.1,
-                  **build_options):
+                  places=1, **build_options):
     main, startup, loss = build(lr)
     scope = ex.Scope()
     ex.Executor().run(startup, scope=scope)
@@ -57,8 +57,9 @@ def data_parallel(comm, steps, scale="coeff_num_device", threads=2, before_op=No
     x, y = data()
     feed = {"x": ex.shard(x, comm.size, comm.rank), "y": ex.shard(y, comm.size, comm.rank)}
     if scale == "customized":
-        feed[loss.name + "@GRAD"] = np.full(1, 1.0 / comm.size)
+        feed[loss.name + "@GRAD"] = np.full(1, 1.0 / (comm.size * places))
     runner = ex.ParallelExecutor(main, loss_name=loss.name, scope=scope, comm=comm,
+                                 places=[f"cpu:{i}" for i in range(places)],
                                  build_strategy=ex.BuildStrategy(gradient_scale=scale,
                                                                  **build_options),
                                  exec_strategy=ex.ExecutionStrategy(threads, before_op))
@@ -75,9 +76,10 @@ def assert_same_on_every_rank(result):
             np.testing.assert_array_equal(other[name], everyone[0][name], err_msg=name)
 
 
+@pytest.mark.parametrize("places", [1, 2])
 @pytest.mark.parametrize("scale", ["coeff_num_device", "customized"])
-def test_equals_single_process_on_the_full_batch(comm, scale):
-    result = data_parallel(comm, 5, scale)
+def test_equals_single_process_on_the_full_batch(comm, scale, places):
+    result = data_parallel(comm, 5, scale, places=places)
     reference = single_process(5)
     for name, value in reference.items():
         np.testing.assert_allclose(result[name], value, rtol=1e-10, atol=1e-12,
@@ -93,8 +95,10 @@ def test_equals_single_process_on_the_full_batch(comm, scale):
     {"reduce_strategy": "reduce", "fuse_all_reduce_ops": True, "fuse_grad_size_mb": 1e-4,
      "first_bucket_mb": 1e-5},
     {"reduce_strategy": "reduce", "fuse_all_reduce_ops": True},
+    {"places": 2, "fuse_all_reduce_ops": True},
+    {"places": 2, "reduce_strategy": "reduce"},
 ], ids=["small buckets", "one bucket", "no overlap", "reduce", "reduce, small buckets",
-        "reduce, one bucket"])
+        "reduce, one bucket", "2 places, fused", "2 places, reduce"])
 def test_fusion_and_overlap_do_not_change_the_result(comm, options):
     result = data_parallel(comm, 4, **options)
     for name, value in single_process(4).items():

@@ -1,0 +1,135 @@
+"""Several places in one process (aluminum/executor/places.py): training on P places equals
+the sequential executor on the whole batch, for every model and gradient scale."""
+import importlib.util
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import aluminum.executor as ex
+from aluminum.executor import layers
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+
+
+def _example(name):
+    spec = importlib.util.spec_from_file_location(name, EXAMPLES / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _mlp(batch_norm=False):
+    ex.reset_unique_names()
+    main, startup = ex.Program(), ex.Program()
+    startup.random_seed = 5
+    with ex.program_guard(main, startup):
+        x = layers.data("x", [6], "float64")
+        y = layers.data("y", [1], "int64")
+        hidden = layers.fc(x, 8, act="tanh", dtype="float64", name="h")
+        if batch_norm:
+            hidden = layers.batch_norm(hidden, name="bn")
+        logits = layers.fc(hidden, 3, dtype="float64", name="out")
+        loss = layers.mean(layers.softmax_with_cross_entropy(logits, y))
+        ex.Adam(0.01).minimize(loss)
+    rng = np.random.default_rng(3)
+    return main, startup, loss, {"x": rng.normal(size=(12, 6)), "y": rng.integers(0, 3, (12, 1))}
+
+
+def _params(main, scope):
+    return {v.name: scope[v.name].copy() for v in main.global_block().vars.values()
+            if v.is_parameter}
+
+
+def _sequential(steps):
+    main, startup, loss, feed = _mlp()
+    scope = ex.Scope()
+    ex.Executor().run(startup, scope=scope)
+    for _ in range(steps):
+        ex.Executor().run(main, feed, [loss], scope)
+    return _params(main, scope)
+
+
+@pytest.mark.parametrize("places", [1, 2, 3])
+@pytest.mark.parametrize("threads", [1, 3])
+def test_places_train_like_one_device_on_the_whole_batch(places, threads):
+    main, startup, loss, feed = _mlp()
+    scope = ex.Scope()
+    ex.Executor().run(startup, scope=scope)
+    runner = ex.ParallelExecutor(main, loss_name=loss.name, scope=scope,
+                                 places=[f"cpu:{i}" for i in range(places)],
+                                 exec_strategy=ex.ExecutionStrategy(threads))
+    for _ in range(3):
+        value, = runner.run([loss], feed)
+    runner.close()
+    assert value.shape == (places,)
+    for name, expected in _sequential(3).items():
+        np.testing.assert_allclose(_params(main, scope)[name], expected, rtol=1e-10,
+                                   err_msg=name)
+
+
+def test_batch_norm_statistics_come_from_place_zero_only():
+    """Each place normalizes its own rows (as Paddle's places do), and a replica's running
+    statistics go to place-local variables: the shared ones are written once per step."""
+    main, startup, loss, feed = _mlp(batch_norm=True)
+    program = ex.data_parallel_program(main, loss.name, 2, places=2, across_ranks=False)
+    writers = [op for op in program.global_block().ops
+               if any(name.startswith("bn.") and "@" not in name for name in op.output_names())
+               and op.type == "batch_norm"]
+    assert len(writers) == 1
+    scope = ex.Scope()
+    ex.Executor().run(startup, scope=scope)
+    runner = ex.ParallelExecutor(main, loss_name=loss.name, scope=scope,
+                                 places=["cpu:0", "cpu:1"])
+    first, = runner.run([loss], feed)
+    for _ in range(20):
+        last, = runner.run([loss], feed)
+    runner.close()
+    assert last.mean() < first.mean() and all(np.isfinite(v).all() for v in scope.values())
+
+
+def test_without_batch_norm_every_parameter_matches():
+    mnist = _example("mnist_mlp")
+    images, labels = mnist.dataset(24, "float64")
+    feed = {"image": images, "label": labels}
+    results = []
+    for places in (None, 2, 4):
+        main, startup, loss, _ = mnist.build("float64")
+        scope = ex.Scope()
+        ex.Executor().run(startup, scope=scope)
+        if places is None:
+            for _ in range(3):
+                ex.Executor().run(main, feed, [loss], scope)
+        else:
+            runner = ex.ParallelExecutor(main, loss_name=loss.name, scope=scope,
+                                         places=[f"cpu:{i}" for i in range(places)])
+            for _ in range(3):
+                runner.run([loss], feed)
+            runner.close()
+        results.append(_params(main, scope))
+    for name, expected in results[0].items():
+        for other in results[1:]:
+            np.testing.assert_allclose(other[name], expected, rtol=1e-10, atol=1e-13,
+                                       err_msg=name)
+
+
+def test_replicas_run_on_place_local_variables_and_gradients_are_summed_in_place_order():
+    main, _, loss, _ = _mlp()
+    program = ex.data_parallel_program(main, loss.name, 2, places=2, across_ranks=False)
+    ops = program.global_block().ops
+    merges = [op for op in ops if op.type == "sum" and op.outputs["Out"] == ["out.w@GRAD"]]
+    assert len(merges) == 1 and merges[0].inputs["X"] == ["out.w@GRAD", "out.w@GRAD@place1"]
+    optimizer = [op for op in ops if op.type == "adam"]
+    assert len(optimizer) == 4                       # once per parameter, not per place
+    assert not any(op.type == "allreduce" for op in ops)
+
+
+def test_a_batch_smaller_than_the_places_is_a_clear_error():
+    main, startup, loss, feed = _mlp()
+    scope = ex.Scope()
+    ex.Executor().run(startup, scope=scope)
+    runner = ex.ParallelExecutor(main, loss_name=loss.name, scope=scope,
+                                 places=["cpu:0", "cpu:1", "cpu:2"])
+    with pytest.raises(ex.ProgramError, match="cannot be split over 3 places"):
+        runner.run([loss], {"x": feed["x"][:2], "y": feed["y"][:2]})
+    runner.close()
