@@ -133,3 +133,63 @@ def test_a_batch_smaller_than_the_places_is_a_clear_error():
     with pytest.raises(ex.ProgramError, match="cannot be split over 3 places"):
         runner.run([loss], {"x": feed["x"][:2], "y": feed["y"][:2]})
     runner.close()
+
+
+def _parallel_do_mlp(places):
+    """The MLP of ``_mlp`` with its forward pass inside a parallel_do over ``places``."""
+    ex.reset_unique_names()
+    main, startup = ex.Program(), ex.Program()
+    startup.random_seed = 5
+    with ex.program_guard(main, startup):
+        x = layers.data("x", [6], "float64")
+        y = layers.data("y", [1], "int64")
+        pd = layers.ParallelDo([f"cpu:{i}" for i in range(places)])
+        with pd.do():
+            x_, y_ = pd.read_input(x), pd.read_input(y)
+            hidden = layers.fc(x_, 8, act="tanh", dtype="float64", name="h")
+            logits = layers.fc(hidden, 3, dtype="float64", name="out")
+            pd.write_output(layers.mean(layers.softmax_with_cross_entropy(logits, y_)))
+        loss = layers.mean(pd())
+        ex.Adam(0.01).minimize(loss)
+    return main, startup, loss
+
+
+@pytest.mark.parametrize("places", [1, 2, 3])
+def test_parallel_do_trains_like_one_device_on_the_whole_batch(places):
+    main, startup, loss = _parallel_do_mlp(places)
+    assert sum(op.type == "mul" or op.type == "matmul" for op in main.global_block().ops) \
+        == 2 * places
+    feed = _mlp()[3]
+    results = []
+    for threads in (None, 3):
+        scope = ex.Scope()
+        ex.Executor().run(startup, scope=scope)
+        if threads is None:
+            for _ in range(3):
+                ex.Executor().run(main, feed, [loss], scope)
+        else:
+            runner = ex.ParallelExecutor(main, loss_name=loss.name, scope=scope,
+                                         exec_strategy=ex.ExecutionStrategy(threads))
+            for _ in range(3):
+                runner.run([loss], feed)
+            runner.close()
+        results.append(_params(main, scope))
+    for name, expected in _sequential(3).items():
+        np.testing.assert_allclose(results[0][name], expected, rtol=1e-10, err_msg=name)
+        np.testing.assert_array_equal(results[1][name], results[0][name], err_msg=name)
+
+
+def test_parallel_do_misuse_is_a_clear_error():
+    ex.reset_unique_names()
+    main, startup = ex.Program(), ex.Program()
+    with ex.program_guard(main, startup):
+        x = layers.data("x", [2])
+        pd = layers.ParallelDo(["cpu:0", "cpu:1"])
+        with pytest.raises(ex.ProgramError, match="after the `with pd.do\\(\\):` block"):
+            pd()
+        with pytest.raises(ex.ProgramError, match="does not produce it"):
+            with pd.do():
+                pd.read_input(x)
+                pd.write_output(x)
+    with pytest.raises(ex.ProgramError, match="at least one place"):
+        layers.ParallelDo([])

@@ -7,6 +7,7 @@ import zlib
 import numpy as np
 
 from .ir import Variable, default_main_program, default_startup_program, unique_name
+from .parallel_do import ParallelDo  # noqa: F401 - Paddle's fluid.layers.ParallelDo
 
 
 def _block():

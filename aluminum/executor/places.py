@@ -28,9 +28,10 @@ from .ir import Operator, Program
 _SUFFIX = "@place"
 
 
-def place_name(name: str, place: int) -> str:
-    """The variable ``name`` as place ``place`` sees it."""
-    return name if place == 0 or not name else f"{name}{_SUFFIX}{place}"
+def place_name(name: str, place: int, always: bool = False) -> str:
+    """The variable ``name`` as place ``place`` sees it (place 0 keeps the name, unless
+    ``always``: parallel_do renames every place's variables)."""
+    return name if place == 0 and not always or not name else f"{name}{_SUFFIX}{place}"
 
 
 def replicate(program: Program, num_places: int) -> Program:
@@ -47,7 +48,7 @@ def replicate(program: Program, num_places: int) -> Program:
     for op in block.ops:
         ops.append(op)
         if _per_place(op, shared):
-            ops += [_on_place(block, op, place, shared) for place in range(1, num_places)]
+            ops += [on_place(block, op, place, shared) for place in range(1, num_places)]
     grads = [p.name + GRAD for p in block.vars.values() if p.is_parameter]
     for grad in grads:
         versions = [place_name(grad, place) for place in range(num_places)]
@@ -96,13 +97,13 @@ def _per_place(op: Operator, shared: set) -> bool:
         name and name not in shared for name in op.output_names())
 
 
-def _on_place(block, op: Operator, place: int, shared: set) -> Operator:
+def on_place(block, op: Operator, place: int, shared: set, always: bool = False) -> Operator:
     """``op`` on ``place``'s variables: shared inputs as they are, everything it writes
-    and every other input renamed (declared like the original)."""
+    and every other input renamed (declared like the original; see ``place_name``)."""
     def rename(name: str, written: bool) -> str:
-        if not name or name in shared and not written:
-            return name
-        local = place_name(name, place)
+        if not name or name in shared and (not written or place == 0):
+            return name   # (a replica's writes to shared variables go to local copies)
+        local = place_name(name, place, always)
         if local not in block.vars:
             var = block.var(name)
             block.create_var(local, var.shape, var.dtype, stop_gradient=var.stop_gradient)

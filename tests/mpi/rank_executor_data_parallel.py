@@ -12,16 +12,27 @@ from aluminum.executor import layers
 BATCH = 24     # divisible by 1, 2, 3 and 4 ranks x 1 or 2 places: every share the same size
 
 
-def build(lr=0.1):
+def build(lr=0.1, parallel_do=0):
+    """The model; ``parallel_do``: its forward pass inside a ParallelDo over that many
+    places."""
     ex.reset_unique_names()
     main, startup = ex.Program(), ex.Program()
     startup.random_seed = 3
     with ex.program_guard(main, startup):
         x = layers.data("x", [5], "float64")
         y = layers.data("y", [1], "int64")
-        hidden = layers.fc(x, 8, act="tanh", dtype="float64", name="h")
-        logits = layers.fc(hidden, 3, dtype="float64", name="out")
-        loss = layers.mean(layers.softmax_with_cross_entropy(logits, y))
+
+        def forward(x, y):
+            hidden = layers.fc(x, 8, act="tanh", dtype="float64", name="h")
+            logits = layers.fc(hidden, 3, dtype="float64", name="out")
+            return layers.mean(layers.softmax_with_cross_entropy(logits, y))
+        if parallel_do:
+            pd = layers.ParallelDo([f"cpu:{i}" for i in range(parallel_do)])
+            with pd.do():
+                pd.write_output(forward(pd.read_input(x), pd.read_input(y)))
+            loss = layers.mean(pd())
+        else:
+            loss = forward(x, y)
         ex.Momentum(lr, 0.9).minimize(loss)
     return main, startup, loss
 
@@ -47,8 +58,8 @@ def single_process(steps, lr=0.1):
 
 
 def data_parallel(comm, steps, scale="coeff_num_device", threads=2, before_op=None, lr=0.1,
-                  places=1, **build_options):
-    main, startup, loss = build(lr)
+                  places=1, parallel_do=0, **build_options):
+    main, startup, loss = build(lr, parallel_do)
     scope = ex.Scope()
     ex.Executor().run(startup, scope=scope)
     if comm.rank:   # rank 0's initial parameters must reach everyone
@@ -97,8 +108,11 @@ def test_equals_single_process_on_the_full_batch(comm, scale, places):
     {"reduce_strategy": "reduce", "fuse_all_reduce_ops": True},
     {"places": 2, "fuse_all_reduce_ops": True},
     {"places": 2, "reduce_strategy": "reduce"},
+    {"parallel_do": 2},
+    {"parallel_do": 2, "fuse_all_reduce_ops": True},
 ], ids=["small buckets", "one bucket", "no overlap", "reduce", "reduce, small buckets",
-        "reduce, one bucket", "2 places, fused", "2 places, reduce"])
+        "reduce, one bucket", "2 places, fused", "2 places, reduce", "parallel_do",
+        "parallel_do, fused"])
 def test_fusion_and_overlap_do_not_change_the_result(comm, options):
     result = data_parallel(comm, 4, **options)
     for name, value in single_process(4).items():

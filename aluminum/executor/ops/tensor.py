@@ -104,13 +104,24 @@ class Concat(OpKind):
 
 @register
 class Split(OpKind):
-    """``sections`` (sizes along ``axis``) outputs."""
+    """``sections`` (sizes along ``axis``) outputs, or ``num`` nearly equal parts in order
+    (``np.array_split``: the first ``size % num`` parts one longer), for a dimension known
+    only at run time (how parallel_do deals a batch out to its places)."""
 
     type = "split"
 
     def infer(self, block, op):
         x = block.var(op.inputs["X"][0])
-        axis, sections = op.attrs.get("axis", 0), op.attrs["sections"]
+        axis = op.attrs.get("axis", 0)
+        if "num" in op.attrs:
+            for name in op.outputs["Out"]:
+                out = block.var(name)
+                shape = list(x.shape)
+                if shape[axis] != -1:
+                    shape[axis] = -(-shape[axis] // op.attrs["num"])
+                out.shape, out.dtype = tuple(shape), x.dtype
+            return
+        sections = op.attrs["sections"]
         if x.shape[axis] != -1 and sum(sections) != x.shape[axis]:
             raise ProgramError(f"op split: sections {sections} do not add up to dimension "
                                f"{axis} of {x.name} {list(x.shape)}")
@@ -121,9 +132,12 @@ class Split(OpKind):
             out.shape, out.dtype = tuple(shape), x.dtype
 
     def compute(self, ins, attrs, ctx):
-        cuts = np.cumsum(attrs["sections"])[:-1]
-        return {"Out": [part.copy() for part in
-                        np.split(ins["X"][0], cuts, axis=attrs.get("axis", 0))]}
+        axis = attrs.get("axis", 0)
+        if "num" in attrs:
+            parts = np.array_split(ins["X"][0], attrs["num"], axis=axis)
+        else:
+            parts = np.split(ins["X"][0], np.cumsum(attrs["sections"])[:-1], axis=axis)
+        return {"Out": [part.copy() for part in parts]}
 
     def backward(self, ins, outs, douts, attrs):
         return {"X": [np.concatenate(douts["Out"], axis=attrs.get("axis", 0))]}
