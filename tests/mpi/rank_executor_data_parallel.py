@@ -12,19 +12,19 @@ from aluminum.executor import layers
 BATCH = 24     # divisible by 1, 2, 3 and 4 ranks x 1 or 2 places: every share the same size
 
 
-def build(lr=0.1, parallel_do=0):
+def build(lr=0.1, parallel_do=0, dtype="float64"):
     """The model; ``parallel_do``: its forward pass inside a ParallelDo over that many
     places."""
     ex.reset_unique_names()
     main, startup = ex.Program(), ex.Program()
     startup.random_seed = 3
     with ex.program_guard(main, startup):
-        x = layers.data("x", [5], "float64")
+        x = layers.data("x", [5], dtype)
         y = layers.data("y", [1], "int64")
 
         def forward(x, y):
-            hidden = layers.fc(x, 8, act="tanh", dtype="float64", name="h")
-            logits = layers.fc(hidden, 3, dtype="float64", name="out")
+            hidden = layers.fc(x, 8, act="tanh", dtype=dtype, name="h")
+            logits = layers.fc(hidden, 3, dtype=dtype, name="out")
             return layers.mean(layers.softmax_with_cross_entropy(logits, y))
         if parallel_do:
             pd = layers.ParallelDo([f"cpu:{i}" for i in range(parallel_do)])
@@ -37,9 +37,9 @@ def build(lr=0.1, parallel_do=0):
     return main, startup, loss
 
 
-def data():
+def data(dtype="float64"):
     rng = np.random.default_rng(7)
-    return rng.normal(size=(BATCH, 5)), rng.integers(0, 3, (BATCH, 1))
+    return rng.normal(size=(BATCH, 5)).astype(dtype), rng.integers(0, 3, (BATCH, 1))
 
 
 def params(program, scope):
@@ -47,28 +47,28 @@ def params(program, scope):
             if v.is_parameter}
 
 
-def single_process(steps, lr=0.1):
-    main, startup, loss = build(lr)
+def single_process(steps, lr=0.1, dtype="float64"):
+    main, startup, loss = build(lr, dtype=dtype)
     scope = ex.Scope()
     ex.Executor().run(startup, scope=scope)
-    x, y = data()
+    x, y = data(dtype)
     for _ in range(steps):
         ex.Executor().run(main, {"x": x, "y": y}, [loss], scope)
     return params(main, scope)
 
 
 def data_parallel(comm, steps, scale="coeff_num_device", threads=2, before_op=None, lr=0.1,
-                  places=1, parallel_do=0, **build_options):
-    main, startup, loss = build(lr, parallel_do)
+                  places=1, parallel_do=0, dtype="float64", **build_options):
+    main, startup, loss = build(lr, parallel_do, dtype)
     scope = ex.Scope()
     ex.Executor().run(startup, scope=scope)
     if comm.rank:   # rank 0's initial parameters must reach everyone
         for name in params(main, scope):
             scope[name] = scope[name] + 1.0
-    x, y = data()
+    x, y = data(dtype)
     feed = {"x": ex.shard(x, comm.size, comm.rank), "y": ex.shard(y, comm.size, comm.rank)}
     if scale == "customized":
-        feed[loss.name + "@GRAD"] = np.full(1, 1.0 / (comm.size * places))
+        feed[loss.name + "@GRAD"] = np.full(1, 1.0 / (comm.size * places), dtype)
     runner = ex.ParallelExecutor(main, loss_name=loss.name, scope=scope, comm=comm,
                                  places=[f"cpu:{i}" for i in range(places)],
                                  build_strategy=ex.BuildStrategy(gradient_scale=scale,
@@ -87,13 +87,15 @@ def assert_same_on_every_rank(result):
             np.testing.assert_array_equal(other[name], everyone[0][name], err_msg=name)
 
 
+@pytest.mark.parametrize("dtype, rtol", [("float64", 1e-10), ("float32", 1e-5)])
 @pytest.mark.parametrize("places", [1, 2])
 @pytest.mark.parametrize("scale", ["coeff_num_device", "customized"])
-def test_equals_single_process_on_the_full_batch(comm, scale, places):
-    result = data_parallel(comm, 5, scale, places=places)
-    reference = single_process(5)
+def test_equals_single_process_on_the_full_batch(comm, scale, places, dtype, rtol):
+    result = data_parallel(comm, 5, scale, places=places, dtype=dtype)
+    reference = single_process(5, dtype=dtype)
     for name, value in reference.items():
-        np.testing.assert_allclose(result[name], value, rtol=1e-10, atol=1e-12,
+        assert result[name].dtype == np.dtype(dtype)
+        np.testing.assert_allclose(result[name], value, rtol=rtol, atol=rtol * 1e-2,
                                    err_msg=name)
     assert_same_on_every_rank(result)
 
