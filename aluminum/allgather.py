@@ -22,14 +22,14 @@ def allgather(buf, comm, stream=None, *, recvbuf=None, algo: str = "automatic") 
     is enqueued on ``stream``.
     """
     recall("allgather", (buf, recvbuf), comm, stream, (algo,),
-           lambda: _allgather(buf, comm, stream, recvbuf, algo)).run()
+           _allgather, buf, comm, stream, recvbuf, algo).run()
 
 
 def nonblocking_allgather(buf, comm, stream=None, *, recvbuf=None, algo: str = "automatic"):
     """Start ``allgather`` and return a ``Request``; buffers must not be touched until it
     completes."""
     return recall("allgather", (buf, recvbuf), comm, stream, (algo,),
-                  lambda: _allgather(buf, comm, stream, recvbuf, algo)).start()
+                  _allgather, buf, comm, stream, recvbuf, algo).start()
 
 
 def allgather_init(buf, comm, stream=None, *, recvbuf=None, algo: str = "automatic") -> Plan:
@@ -51,7 +51,7 @@ def allgatherv(buf, counts, displs, comm, stream=None, *, recvbuf=None,
     block at ``displs[rank]``.  Blocking as ``allgather``.
     """
     recall("allgatherv", (buf, recvbuf), comm, stream, (algo, layout(counts), layout(displs)),
-           lambda: _allgatherv(buf, counts, displs, comm, stream, recvbuf, algo)).run()
+           _allgatherv, buf, counts, displs, comm, stream, recvbuf, algo).run()
 
 
 def nonblocking_allgatherv(buf, counts, displs, comm, stream=None, *, recvbuf=None,
@@ -59,7 +59,7 @@ def nonblocking_allgatherv(buf, counts, displs, comm, stream=None, *, recvbuf=No
     """Start ``allgatherv`` and return a ``Request``."""
     return recall("allgatherv",
                   (buf, recvbuf), comm, stream, (algo, layout(counts), layout(displs)),
-                  lambda: _allgatherv(buf, counts, displs, comm, stream, recvbuf, algo)).start()
+                  _allgatherv, buf, counts, displs, comm, stream, recvbuf, algo).start()
 
 
 def allgatherv_init(buf, counts, displs, comm, stream=None, *, recvbuf=None,

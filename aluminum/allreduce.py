@@ -21,7 +21,7 @@ def allreduce(buf, comm, stream=None, *, op=ReductionOp.SUM, recvbuf=None,
     the result is in place.
     """
     recall("allreduce", (buf, recvbuf), comm, stream, (op, algo),
-           lambda: _allreduce(buf, comm, stream, op, recvbuf, algo)).run()
+           _allreduce, buf, comm, stream, op, recvbuf, algo).run()
 
 
 def nonblocking_allreduce(buf, comm, stream=None, *, op=ReductionOp.SUM, recvbuf=None,
@@ -29,7 +29,7 @@ def nonblocking_allreduce(buf, comm, stream=None, *, op=ReductionOp.SUM, recvbuf
     """Start ``allreduce`` and return a ``Request``; buffers must not be touched until it
     completes (``req.wait()`` or ``req.test()``)."""
     return recall("allreduce", (buf, recvbuf), comm, stream, (op, algo),
-                  lambda: _allreduce(buf, comm, stream, op, recvbuf, algo)).start()
+                  _allreduce, buf, comm, stream, op, recvbuf, algo).start()
 
 
 def allreduce_init(buf, comm, stream=None, *, op=ReductionOp.SUM, recvbuf=None,

@@ -22,14 +22,14 @@ def alltoall(buf, comm, stream=None, *, recvbuf=None, algo: str = "automatic") -
     work is enqueued on ``stream``.
     """
     recall("alltoall", (buf, recvbuf), comm, stream, (algo,),
-           lambda: _alltoall(buf, comm, stream, recvbuf, algo)).run()
+           _alltoall, buf, comm, stream, recvbuf, algo).run()
 
 
 def nonblocking_alltoall(buf, comm, stream=None, *, recvbuf=None, algo: str = "automatic"):
     """Start ``alltoall`` and return a ``Request``; buffers must not be touched until it
     completes."""
     return recall("alltoall", (buf, recvbuf), comm, stream, (algo,),
-                  lambda: _alltoall(buf, comm, stream, recvbuf, algo)).start()
+                  _alltoall, buf, comm, stream, recvbuf, algo).start()
 
 
 def alltoall_init(buf, comm, stream=None, *, recvbuf=None, algo: str = "automatic") -> Plan:
@@ -55,8 +55,8 @@ def alltoallv(buf, send_counts, send_displs, recv_counts, recv_displs, comm, str
     layouts = (layout(send_counts), layout(send_displs), layout(recv_counts),
                layout(recv_displs))
     recall("alltoallv", (buf, recvbuf), comm, stream, (algo, *layouts),
-           lambda: _alltoallv(buf, send_counts, send_displs, recv_counts, recv_displs, comm,
-                              stream, recvbuf, algo)).run()
+           _alltoallv, buf, send_counts, send_displs, recv_counts, recv_displs, comm,
+                              stream, recvbuf, algo).run()
 
 
 def nonblocking_alltoallv(buf, send_counts, send_displs, recv_counts, recv_displs, comm,
@@ -65,8 +65,8 @@ def nonblocking_alltoallv(buf, send_counts, send_displs, recv_counts, recv_displ
     layouts = (layout(send_counts), layout(send_displs), layout(recv_counts),
                layout(recv_displs))
     return recall("alltoallv", (buf, recvbuf), comm, stream, (algo, *layouts),
-                  lambda: _alltoallv(buf, send_counts, send_displs, recv_counts, recv_displs,
-                                     comm, stream, recvbuf, algo)).start()
+                  _alltoallv, buf, send_counts, send_displs, recv_counts, recv_displs,
+                                     comm, stream, recvbuf, algo).start()
 
 
 def alltoallv_init(buf, send_counts, send_displs, recv_counts, recv_displs, comm, stream=None, *,

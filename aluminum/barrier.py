@@ -15,13 +15,13 @@ def barrier(comm, stream=None, *, algo: str = "automatic") -> None:
     ``stream`` (default: the communicator's) and orders that stream's later work after it.
     """
     recall("barrier", (), comm, stream, (algo,),
-           lambda: _barrier(comm, stream, algo)).run()
+           _barrier, comm, stream, algo).run()
 
 
 def nonblocking_barrier(comm, stream=None, *, algo: str = "automatic"):
     """Enter the barrier and return a ``Request`` that completes once every rank entered."""
     return recall("barrier", (), comm, stream, (algo,),
-                  lambda: _barrier(comm, stream, algo)).start()
+                  _barrier, comm, stream, algo).start()
 
 
 def barrier_init(comm, stream=None, *, algo: str = "automatic") -> Plan:

@@ -16,14 +16,14 @@ def bcast(buf, comm, stream=None, *, root: int = 0, algo: str = "automatic") -> 
     rank's part is done; on stream-bound backends, once the work is enqueued on ``stream``.
     """
     recall("bcast", (buf,), comm, stream, (root, algo),
-           lambda: _bcast(buf, comm, stream, root, algo)).run()
+           _bcast, buf, comm, stream, root, algo).run()
 
 
 def nonblocking_bcast(buf, comm, stream=None, *, root: int = 0, algo: str = "automatic"):
     """Start ``bcast`` and return a ``Request``; ``buf`` must not be touched until it
     completes."""
     return recall("bcast", (buf,), comm, stream, (root, algo),
-                  lambda: _bcast(buf, comm, stream, root, algo)).start()
+                  _bcast, buf, comm, stream, root, algo).start()
 
 
 def bcast_init(buf, comm, stream=None, *, root: int = 0, algo: str = "automatic") -> Plan:

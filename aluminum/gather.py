@@ -24,7 +24,7 @@ def gather(buf, comm, stream=None, *, root: int = 0, recvbuf=None,
     work is enqueued on ``stream``.
     """
     recall("gather", (buf, recvbuf), comm, stream, (root, algo),
-           lambda: _gather(buf, comm, stream, root, recvbuf, algo)).run()
+           _gather, buf, comm, stream, root, recvbuf, algo).run()
 
 
 def nonblocking_gather(buf, comm, stream=None, *, root: int = 0, recvbuf=None,
@@ -32,7 +32,7 @@ def nonblocking_gather(buf, comm, stream=None, *, root: int = 0, recvbuf=None,
     """Start ``gather`` and return a ``Request``; buffers must not be touched until it
     completes."""
     return recall("gather", (buf, recvbuf), comm, stream, (root, algo),
-                  lambda: _gather(buf, comm, stream, root, recvbuf, algo)).start()
+                  _gather, buf, comm, stream, root, recvbuf, algo).start()
 
 
 def gather_init(buf, comm, stream=None, *, root: int = 0, recvbuf=None,
@@ -56,7 +56,7 @@ def gatherv(buf, counts, displs, comm, stream=None, *, root: int = 0, recvbuf=No
     untouched.  ``recvbuf`` is ignored on non-root ranks.  Blocking as ``gather``.
     """
     recall("gatherv", (buf, recvbuf), comm, stream, (root, algo, layout(counts), layout(displs)),
-           lambda: _gatherv(buf, counts, displs, comm, stream, root, recvbuf, algo)).run()
+           _gatherv, buf, counts, displs, comm, stream, root, recvbuf, algo).run()
 
 
 def nonblocking_gatherv(buf, counts, displs, comm, stream=None, *, root: int = 0,
@@ -64,7 +64,7 @@ def nonblocking_gatherv(buf, counts, displs, comm, stream=None, *, root: int = 0
     """Start ``gatherv`` and return a ``Request``."""
     return recall("gatherv",
                   (buf, recvbuf), comm, stream, (root, algo, layout(counts), layout(displs)),
-                  lambda: _gatherv(buf, counts, displs, comm, stream, root, recvbuf, algo)).start()
+                  _gatherv, buf, counts, displs, comm, stream, root, recvbuf, algo).start()
 
 
 def gatherv_init(buf, counts, displs, comm, stream=None, *, root: int = 0, recvbuf=None,

@@ -26,14 +26,14 @@ def send(buf, dest: int, comm, stream=None, *, algo: str = "automatic") -> None:
     where two ranks send to each other.  Stream-bound backends enqueue on ``stream``.
     """
     recall("send", (buf,), comm, stream, (dest, algo),
-           lambda: _send(buf, dest, comm, stream, algo)).run()
+           _send, buf, dest, comm, stream, algo).run()
 
 
 def nonblocking_send(buf, dest: int, comm, stream=None, *, algo: str = "automatic"):
     """Start ``send`` and return a ``Request``; ``buf`` must not be touched until it
     completes."""
     return recall("send", (buf,), comm, stream, (dest, algo),
-                  lambda: _send(buf, dest, comm, stream, algo)).start()
+                  _send, buf, dest, comm, stream, algo).start()
 
 
 def send_init(buf, dest: int, comm, stream=None, *, algo: str = "automatic") -> Plan:
@@ -46,13 +46,13 @@ def recv(buf, src: int, comm, stream=None, *, algo: str = "automatic") -> None:
     """Receive into ``buf`` the next message from rank ``src``, which must hold exactly
     ``buf``'s count (else ``al.OperationError``).  Blocking: returns when it has landed."""
     recall("recv", (buf,), comm, stream, (src, algo),
-           lambda: _recv(buf, src, comm, stream, algo)).run()
+           _recv, buf, src, comm, stream, algo).run()
 
 
 def nonblocking_recv(buf, src: int, comm, stream=None, *, algo: str = "automatic"):
     """Start ``recv`` and return a ``Request``."""
     return recall("recv", (buf,), comm, stream, (src, algo),
-                  lambda: _recv(buf, src, comm, stream, algo)).start()
+                  _recv, buf, src, comm, stream, algo).start()
 
 
 def recv_init(buf, src: int, comm, stream=None, *, algo: str = "automatic") -> Plan:
@@ -71,14 +71,14 @@ def sendrecv(sendbuf, dest: int, recvbuf, src: int, comm, stream=None, *,
     done.
     """
     recall("sendrecv", (sendbuf, recvbuf), comm, stream, (dest, src, algo),
-           lambda: _sendrecv(sendbuf, dest, recvbuf, src, comm, stream, algo)).run()
+           _sendrecv, sendbuf, dest, recvbuf, src, comm, stream, algo).run()
 
 
 def nonblocking_sendrecv(sendbuf, dest: int, recvbuf, src: int, comm, stream=None, *,
                          algo: str = "automatic"):
     """Start ``sendrecv`` and return a ``Request``."""
     return recall("sendrecv", (sendbuf, recvbuf), comm, stream, (dest, src, algo),
-                  lambda: _sendrecv(sendbuf, dest, recvbuf, src, comm, stream, algo)).start()
+                  _sendrecv, sendbuf, dest, recvbuf, src, comm, stream, algo).start()
 
 
 def sendrecv_init(sendbuf, dest: int, recvbuf, src: int, comm, stream=None, *,
@@ -160,7 +160,7 @@ def _recall_multisendrecv(sends, recvs, comm, stream, algo):
     except (TypeError, ValueError):
         return _multisendrecv(sends, recvs, comm, stream, algo)
     return recall("multisendrecv", objects, comm, stream, (algo, peers),
-                  lambda: _multisendrecv(sends, recvs, comm, stream, algo))
+                  _multisendrecv, sends, recvs, comm, stream, algo)
 
 
 def _peer_buffers(pairs, comm, name, check, peer_name):

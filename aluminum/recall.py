@@ -40,10 +40,12 @@ class _Entry:
 
 
 def recall(op: str, objects: tuple, comm, stream, options: tuple,
-           make: Callable[[], Plan]) -> Plan:
+           make: Callable[..., Plan], *args) -> Plan:
     """The plan of a call of ``op`` on ``objects`` (its buffer arguments) with ``options``
     (everything else validation depends on, compared by value, and fixing how many
-    objects there are); ``make()`` validates and builds it where no recent call matches.
+    objects there are); ``make(*args)`` validates and builds it where no recent call
+    matches (a function and its arguments rather than a closure: making a closure over
+    every argument costs a fresh cell per argument on every call).
     A matching plan that is still running (a nonblocking call on the same buffers not yet
     waited for) is not reused."""
     entries = _recent.get(op)
@@ -64,7 +66,7 @@ def recall(op: str, objects: tuple, comm, stream, options: tuple,
                     entries.insert(0, entries.pop(index))
                 return plan
             index += 1
-    plan = make()
+    plan = make(*args)
     same = _matcher(objects)
     if same is not None:
         entries = _recent.setdefault(op, [])

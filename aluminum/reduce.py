@@ -21,7 +21,7 @@ def reduce(buf, comm, stream=None, *, root: int = 0, op=ReductionOp.SUM, recvbuf
     on stream-bound backends, once the work is enqueued on ``stream``.
     """
     recall("reduce", (buf, recvbuf), comm, stream, (root, op, algo),
-           lambda: _reduce(buf, comm, stream, root, op, recvbuf, algo)).run()
+           _reduce, buf, comm, stream, root, op, recvbuf, algo).run()
 
 
 def nonblocking_reduce(buf, comm, stream=None, *, root: int = 0, op=ReductionOp.SUM,
@@ -29,7 +29,7 @@ def nonblocking_reduce(buf, comm, stream=None, *, root: int = 0, op=ReductionOp.
     """Start ``reduce`` and return a ``Request``; buffers must not be touched until it
     completes."""
     return recall("reduce", (buf, recvbuf), comm, stream, (root, op, algo),
-                  lambda: _reduce(buf, comm, stream, root, op, recvbuf, algo)).start()
+                  _reduce, buf, comm, stream, root, op, recvbuf, algo).start()
 
 
 def reduce_init(buf, comm, stream=None, *, root: int = 0, op=ReductionOp.SUM, recvbuf=None,

@@ -22,7 +22,7 @@ def reduce_scatter(buf, comm, stream=None, *, op=ReductionOp.SUM, recvbuf=None,
     result is in place; on stream-bound backends, once the work is enqueued on ``stream``.
     """
     recall("reduce_scatter", (buf, recvbuf), comm, stream, (op, algo),
-           lambda: _reduce_scatter(buf, comm, stream, op, recvbuf, algo)).run()
+           _reduce_scatter, buf, comm, stream, op, recvbuf, algo).run()
 
 
 def nonblocking_reduce_scatter(buf, comm, stream=None, *, op=ReductionOp.SUM, recvbuf=None,
@@ -30,7 +30,7 @@ def nonblocking_reduce_scatter(buf, comm, stream=None, *, op=ReductionOp.SUM, re
     """Start ``reduce_scatter`` and return a ``Request``; buffers must not be touched until
     it completes."""
     return recall("reduce_scatter", (buf, recvbuf), comm, stream, (op, algo),
-                  lambda: _reduce_scatter(buf, comm, stream, op, recvbuf, algo)).start()
+                  _reduce_scatter, buf, comm, stream, op, recvbuf, algo).start()
 
 
 def reduce_scatter_init(buf, comm, stream=None, *, op=ReductionOp.SUM, recvbuf=None,
@@ -51,14 +51,14 @@ def reduce_scatterv(buf, counts, comm, stream=None, *, op=ReductionOp.SUM, recvb
     Blocking as ``reduce_scatter``.
     """
     recall("reduce_scatterv", (buf, recvbuf), comm, stream, (op, algo, layout(counts)),
-           lambda: _reduce_scatterv(buf, counts, comm, stream, op, recvbuf, algo)).run()
+           _reduce_scatterv, buf, counts, comm, stream, op, recvbuf, algo).run()
 
 
 def nonblocking_reduce_scatterv(buf, counts, comm, stream=None, *, op=ReductionOp.SUM,
                                 recvbuf=None, algo: str = "automatic"):
     """Start ``reduce_scatterv`` and return a ``Request``."""
     return recall("reduce_scatterv", (buf, recvbuf), comm, stream, (op, algo, layout(counts)),
-                  lambda: _reduce_scatterv(buf, counts, comm, stream, op, recvbuf, algo)).start()
+                  _reduce_scatterv, buf, counts, comm, stream, op, recvbuf, algo).start()
 
 
 def reduce_scatterv_init(buf, counts, comm, stream=None, *, op=ReductionOp.SUM, recvbuf=None,

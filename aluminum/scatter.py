@@ -23,7 +23,7 @@ def scatter(buf, comm, stream=None, *, root: int = 0, recvbuf=None,
     stream-bound backends, once the work is enqueued on ``stream``.
     """
     recall("scatter", (buf, recvbuf), comm, stream, (root, algo),
-           lambda: _scatter(buf, comm, stream, root, recvbuf, algo)).run()
+           _scatter, buf, comm, stream, root, recvbuf, algo).run()
 
 
 def nonblocking_scatter(buf, comm, stream=None, *, root: int = 0, recvbuf=None,
@@ -31,7 +31,7 @@ def nonblocking_scatter(buf, comm, stream=None, *, root: int = 0, recvbuf=None,
     """Start ``scatter`` and return a ``Request``; buffers must not be touched until it
     completes."""
     return recall("scatter", (buf, recvbuf), comm, stream, (root, algo),
-                  lambda: _scatter(buf, comm, stream, root, recvbuf, algo)).start()
+                  _scatter, buf, comm, stream, root, recvbuf, algo).start()
 
 
 def scatter_init(buf, comm, stream=None, *, root: int = 0, recvbuf=None,
@@ -54,7 +54,7 @@ def scatterv(buf, counts, displs, comm, stream=None, *, root: int = 0, recvbuf=N
     ``scatter``.
     """
     recall("scatterv", (buf, recvbuf), comm, stream, (root, algo, layout(counts), layout(displs)),
-           lambda: _scatterv(buf, counts, displs, comm, stream, root, recvbuf, algo)).run()
+           _scatterv, buf, counts, displs, comm, stream, root, recvbuf, algo).run()
 
 
 def nonblocking_scatterv(buf, counts, displs, comm, stream=None, *, root: int = 0,
@@ -62,8 +62,8 @@ def nonblocking_scatterv(buf, counts, displs, comm, stream=None, *, root: int = 
     """Start ``scatterv`` and return a ``Request``."""
     return recall("scatterv",
                   (buf, recvbuf), comm, stream, (root, algo, layout(counts), layout(displs)),
-                  lambda: _scatterv(buf, counts, displs, comm, stream, root, recvbuf,
-                                    algo)).start()
+                  _scatterv, buf, counts, displs, comm, stream, root, recvbuf,
+                                    algo).start()
 
 
 def scatterv_init(buf, counts, displs, comm, stream=None, *, root: int = 0, recvbuf=None,
