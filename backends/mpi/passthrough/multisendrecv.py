@@ -9,9 +9,10 @@ from __future__ import annotations
 from mpi4py import MPI
 
 from ....engine.state import Action, RunType, State
+from ..datatypes import mpi_datatype
 from .mpi_request import POINT_TO_POINT_TAG, spec
 from .persistent import PersistentRequests
-from .recv import check_received, message_errors
+from .recv import check_received, message_error, message_errors
 
 
 class PassthroughMultiSendRecv(State):
@@ -58,8 +59,14 @@ def persistent_pairs(comm, name: str, sends, recvs) -> PersistentRequests:
     mpi = comm.mpi_comm
     requests = ([mpi.Recv_init(spec(buf), peer, POINT_TO_POINT_TAG) for buf, peer in recvs]
                 + [mpi.Send_init(spec(buf), peer, POINT_TO_POINT_TAG) for buf, peer in sends])
-    return PersistentRequests(comm, name, requests, lambda statuses: _check(statuses, recvs),
-                              lambda: message_errors(_sources(recvs)))
+    expected = [(mpi_datatype(buf.dtype), buf.count) for buf, _ in recvs]
+
+    def check(statuses):
+        for status, (datatype, count) in zip(statuses, expected):
+            if status.Get_count(datatype) != count:
+                _check(statuses, recvs)      # raises, saying what came from whom
+    return PersistentRequests(comm, name, requests, check,
+                              lambda exc: message_error(exc, _sources(recvs)))
 
 
 def _check(statuses, recvs) -> None:

@@ -37,9 +37,13 @@ class PassthroughRecv(MPIRequestState):
     def persistent(cls, comm, stream, buf, src) -> PersistentRequests:
         """``MPI_Recv_init`` on the plan's buffer; each run checks the received count."""
         request = comm.mpi_comm.Recv_init(spec(buf), src, POINT_TO_POINT_TAG)
-        return PersistentRequests(comm, cls.name, [request],
-                                  lambda statuses: check_received(statuses[0], buf, src),
-                                  lambda: message_errors(src))
+        datatype = mpi_datatype(buf.dtype)
+
+        def check(statuses):
+            if statuses[0].Get_count(datatype) != buf.count:
+                check_received(statuses[0], buf, src)    # raises, saying what came
+        return PersistentRequests(comm, cls.name, [request], check,
+                                  lambda exc: message_error(exc, src))
 
     def post(self):
         return self.comm._mpi.Irecv(spec(self.buf), self.src, POINT_TO_POINT_TAG)
@@ -67,5 +71,10 @@ def message_errors(src):
     try:
         yield
     except MPI.Exception as exc:
-        raise OperationError(f"recv from rank {src}: {exc.Get_error_string()}; a receive "
-                             f"must match a send of the same count") from exc
+        raise message_error(exc, src) from exc
+
+
+def message_error(exc: MPI.Exception, src) -> OperationError:
+    """The ``al.OperationError`` for MPI's receive error ``exc`` on a receive from ``src``."""
+    return OperationError(f"recv from rank {src}: {exc.Get_error_string()}; a receive must "
+                          f"match a send of the same count")
