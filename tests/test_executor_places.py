@@ -1,22 +1,10 @@
-"""Several places in one process (aluminum/executor/places.py): training on P places equals
-the sequential executor on the whole batch, for every model and gradient scale."""
-import importlib.util
-from pathlib import Path
-
+"""Several places in one process (aluminum/executor/places.py) and parallel_do, which lowers
+onto them: training on P places equals the sequential executor on the whole batch."""
 import numpy as np
 import pytest
 
 import aluminum.executor as ex
 from aluminum.executor import layers
-
-EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
-
-
-def _example(name):
-    spec = importlib.util.spec_from_file_location(name, EXAMPLES / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def _mlp(batch_norm=False):
@@ -41,31 +29,32 @@ def _params(main, scope):
             if v.is_parameter}
 
 
-def _sequential(steps):
-    main, startup, loss, feed = _mlp()
+def _train(main, startup, loss, feed, steps=3, threads=None, places=1):
+    """(parameters, last fetched loss) after ``steps`` runs: sequential when ``threads`` is
+    None, else a ParallelExecutor on ``places`` places."""
     scope = ex.Scope()
     ex.Executor().run(startup, scope=scope)
+    if threads is None:
+        run = lambda: ex.Executor().run(main, feed, [loss], scope)   # noqa: E731
+    else:
+        runner = ex.ParallelExecutor(main, loss_name=loss.name, scope=scope,
+                                     places=[f"cpu:{i}" for i in range(places)],
+                                     exec_strategy=ex.ExecutionStrategy(threads))
+        run = lambda: runner.run([loss], feed)   # noqa: E731
     for _ in range(steps):
-        ex.Executor().run(main, feed, [loss], scope)
-    return _params(main, scope)
+        value, = run()
+    if threads is not None:
+        runner.close()
+    return _params(main, scope), value
 
 
 @pytest.mark.parametrize("places", [1, 2, 3])
 @pytest.mark.parametrize("threads", [1, 3])
 def test_places_train_like_one_device_on_the_whole_batch(places, threads):
-    main, startup, loss, feed = _mlp()
-    scope = ex.Scope()
-    ex.Executor().run(startup, scope=scope)
-    runner = ex.ParallelExecutor(main, loss_name=loss.name, scope=scope,
-                                 places=[f"cpu:{i}" for i in range(places)],
-                                 exec_strategy=ex.ExecutionStrategy(threads))
-    for _ in range(3):
-        value, = runner.run([loss], feed)
-    runner.close()
+    params, value = _train(*_mlp(), threads=threads, places=places)
     assert value.shape == (places,)
-    for name, expected in _sequential(3).items():
-        np.testing.assert_allclose(_params(main, scope)[name], expected, rtol=1e-10,
-                                   err_msg=name)
+    for name, expected in _train(*_mlp())[0].items():
+        np.testing.assert_allclose(params[name], expected, rtol=1e-10, err_msg=name)
 
 
 def test_batch_norm_statistics_come_from_place_zero_only():
@@ -86,31 +75,6 @@ def test_batch_norm_statistics_come_from_place_zero_only():
         last, = runner.run([loss], feed)
     runner.close()
     assert last.mean() < first.mean() and all(np.isfinite(v).all() for v in scope.values())
-
-
-def test_without_batch_norm_every_parameter_matches():
-    mnist = _example("mnist_mlp")
-    images, labels = mnist.dataset(24, "float64")
-    feed = {"image": images, "label": labels}
-    results = []
-    for places in (None, 2, 4):
-        main, startup, loss, _ = mnist.build("float64")
-        scope = ex.Scope()
-        ex.Executor().run(startup, scope=scope)
-        if places is None:
-            for _ in range(3):
-                ex.Executor().run(main, feed, [loss], scope)
-        else:
-            runner = ex.ParallelExecutor(main, loss_name=loss.name, scope=scope,
-                                         places=[f"cpu:{i}" for i in range(places)])
-            for _ in range(3):
-                runner.run([loss], feed)
-            runner.close()
-        results.append(_params(main, scope))
-    for name, expected in results[0].items():
-        for other in results[1:]:
-            np.testing.assert_allclose(other[name], expected, rtol=1e-10, atol=1e-13,
-                                       err_msg=name)
 
 
 def test_replicas_run_on_place_local_variables_and_gradients_are_summed_in_place_order():
@@ -160,23 +124,11 @@ def test_parallel_do_trains_like_one_device_on_the_whole_batch(places):
     assert sum(op.type == "mul" or op.type == "matmul" for op in main.global_block().ops) \
         == 2 * places
     feed = _mlp()[3]
-    results = []
-    for threads in (None, 3):
-        scope = ex.Scope()
-        ex.Executor().run(startup, scope=scope)
-        if threads is None:
-            for _ in range(3):
-                ex.Executor().run(main, feed, [loss], scope)
-        else:
-            runner = ex.ParallelExecutor(main, loss_name=loss.name, scope=scope,
-                                         exec_strategy=ex.ExecutionStrategy(threads))
-            for _ in range(3):
-                runner.run([loss], feed)
-            runner.close()
-        results.append(_params(main, scope))
-    for name, expected in _sequential(3).items():
-        np.testing.assert_allclose(results[0][name], expected, rtol=1e-10, err_msg=name)
-        np.testing.assert_array_equal(results[1][name], results[0][name], err_msg=name)
+    sequential, _ = _train(main, startup, loss, feed)
+    out_of_order, _ = _train(main, startup, loss, feed, threads=3)
+    for name, expected in _train(*_mlp())[0].items():
+        np.testing.assert_allclose(sequential[name], expected, rtol=1e-10, err_msg=name)
+        np.testing.assert_array_equal(out_of_order[name], sequential[name], err_msg=name)
 
 
 def test_parallel_do_misuse_is_a_clear_error():

@@ -90,6 +90,17 @@ class _Context:
             found = self._buckets[index] = (memory, plan)
         return found
 
+    def release(self, scope: Scope) -> None:
+        """Let the buckets go: variables of ``scope`` that are views of one (the reduced
+        gradients of the last step) become copies, and the plans are freed, so that the
+        communicator can give the buckets' shared memory back when it is freed."""
+        buckets, self._buckets = self._buckets, {}
+        for memory, plan in buckets.values():
+            plan.free()
+            for name, value in list(scope.items()):
+                if isinstance(value, np.ndarray) and np.may_share_memory(value, memory):
+                    scope[name] = value.copy()
+
 
 class ParallelExecutor:
     """Run ``main_program`` out of order; ``run(fetch_list, feed)`` as Paddle's."""
@@ -207,10 +218,12 @@ class ParallelExecutor:
                         self._caller_wakes.notify_all()
 
     def close(self) -> None:
-        """Stop the pool's workers (idempotent)."""
+        """Stop the pool's workers and let go of the communication buckets (idempotent);
+        the executor cannot run afterwards."""
         with self._lock:
             self._closing = True
             self._pool_wakes.notify_all()
+        self._context.release(self.scope)
 
     def __del__(self) -> None:
         if hasattr(self, "_lock"):

@@ -19,7 +19,6 @@ class PersistentRequest:
 
     def __init__(self, comm, name: str, request, finish: Callable[[], None] | None) -> None:
         self.comm, self.name, self.request, self.finish = comm, name, request, finish
-        self._state = PersistentStart(self)
 
     def run(self) -> None:
         request = self.request
@@ -29,9 +28,10 @@ class PersistentRequest:
             self.finish()
 
     def state(self) -> State:
-        """The State of a nonblocking run (one object for every run: it holds nothing of
-        its own, and a plan runs one start at a time)."""
-        return self._state
+        """A State running this request on the engine; it holds nothing of its own, so a
+        plan may keep one for every start (this object must not keep it: the cycle would
+        keep the MPI request, and with it the buffers, alive until a garbage collection)."""
+        return PersistentStart(self)
 
     def start(self) -> None:
         self.request.Start()
