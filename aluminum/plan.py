@@ -30,8 +30,7 @@ class Plan:
 
     __slots__ = ("comm", "op", "algo", "nbytes", "args", "inplace", "_classes",
                  "_prepare", "_persistent", "_run_prepared", "_start_prepared", "_request",
-                 "_freed",
-                 "__weakref__")
+                 "_freed", "__weakref__")
 
     def __init__(self, comm, op: str, algo: str, nbytes: int, args: tuple,
                  inplace: bool | None = None) -> None:
