@@ -23,11 +23,26 @@ def run_op(op: Operator, scope: Scope, place: str = "cpu", stream: str = "comput
     if al.trace.ENABLED:
         start = al.trace.now_us()
         _run_op(op, scope, place, context)
-        al.trace.span(op.type, "executor", start, al.trace.now_us(),
-                      {"place": place, "stream": stream,
-                       "thread": threading.current_thread().name})
+        _span(op.type, start, place, stream)
     else:
         _run_op(op, scope, place, context)
+
+
+def fetch_value(name: str, scope: Scope, place: str = "cpu", stream: str = "fetch"):
+    """A numpy copy of ``scope[name]``: a cupy array is copied to the host on the current
+    cupy stream.  Traced like an op (``fetch``) under ``AL_TRACE``."""
+    start = al.trace.now_us() if al.trace.ENABLED else None
+    value = scope[name]
+    copy = value.get() if type(value).__module__.startswith("cupy") else np.array(value)
+    if start is not None:
+        _span("fetch", start, place, stream)
+    return copy
+
+
+def _span(name: str, start: float, place: str, stream: str) -> None:
+    al.trace.span(name, "executor", start, al.trace.now_us(),
+                  {"place": place, "stream": stream,
+                   "thread": threading.current_thread().name})
 
 
 def _run_op(op: Operator, scope: Scope, place: str, context) -> None:
@@ -52,7 +67,8 @@ def check_feed(program: Program, feed: dict) -> None:
         if name not in block.vars:
             raise ProgramError(f"feed {name!r}: no such variable in the program")
         var = block.vars[name]
-        value = np.asarray(value)
+        if not (hasattr(value, "shape") and hasattr(value, "dtype")):   # cupy arrays have both
+            value = np.asarray(value)
         if len(value.shape) != len(var.shape) or any(
                 d != -1 and d != v for d, v in zip(var.shape, value.shape)):
             raise ProgramError(f"feed {name!r}: expected shape {list(var.shape)}, got "
@@ -101,4 +117,4 @@ class Executor:
         scope.update({name: np.asarray(value) for name, value in feed.items()})
         for op in program.global_block().ops:
             run_op(op, scope, self.place)
-        return [np.array(scope[name]) for name in names]
+        return [fetch_value(name, scope, self.place) for name in names]

@@ -1,25 +1,16 @@
 """``ParallelExecutor``: a program's SSA graph run out of order on a thread pool.
 
-Scheduling follows Paddle's fast threaded SSA executor: dependency counts (built once with
-the graph) are copied each run; ops whose inputs are ready wait in a ready queue, taken by
-``num_threads`` workers (the calling thread is one of them); a worker that finishes an op
-continues with the first op it made ready, without a round trip through the queue, and
-queues the rest; communication ops go to the front of the queue.  The first error is kept,
-ops in flight finish, nothing new starts, and the error is raised naming the op and place.
-numpy releases the GIL in large kernels, so independent branches of large ops overlap.
-The calling thread takes any ready op; the pool's workers take (and are woken for) only
-ops that took at least ``LARGE_OP_S`` in the previous run, and communication ops: handing a
-few-microsecond op to another thread costs a 20-50 µs wake-up and a fight for the GIL, so a
-graph of small ops runs on the caller alone while large independent ops overlap.
+The graph is built once; each fetch list gets its plan (the graph plus its fetch ops, each
+op's stream and cross-stream waits) on its first run, reused after.  Scheduling, the pool's
+policy and the error rules are in scheduler.py; streams and their waits in streams.py.
 
 Out-of-order execution never changes a result: every op reads the versions the program
-order gives it (the SSA graph's edges), and accumulations (``sum``) add in a fixed order.
+order gives it (the SSA graph's edges, and the events between streams), and accumulations
+(``sum``) add in a fixed order.
 """
 from __future__ import annotations
 
-import collections
 import threading
-import time
 from dataclasses import dataclass
 from typing import Callable
 
@@ -29,22 +20,32 @@ import aluminum as al
 
 from .data_parallel import broadcast_parameters, data_parallel_program
 from .errors import ExecutionError, ProgramError
-from .executor import check_feed, check_fetch, check_readable, fetch_names, run_op
+from .executor import check_feed, check_fetch, check_readable, fetch_names
 from .ir import Program
+from .scheduler import Run, RunPlan
 from .scope import Scope, global_scope
-from .ssa_graph import COMMUNICATION, OpHandle, SSAGraph, build_graph
-
-LARGE_OP_S = 200e-6
-_clock = time.perf_counter
+from .ssa_graph import OpHandle, SSAGraph, build_graph
+from .streams import SYNC_MODES, make_streams, uses_cupy
 
 
 @dataclass
 class ExecutionStrategy:
-    """``num_threads``: workers, the caller included.  ``before_op``: called with each op
-    handle just before it runs, on its worker (tests inject random delays with it)."""
+    """How a graph runs.  ``num_threads``: workers, the caller included.  ``sync``: how an
+    op waits for a producer on another stream: ``"event"`` (its stream waits for the
+    producer's event, the host goes on) or ``"wait"`` (the host blocks until the producer's
+    stream has run it); see streams.py.  ``before_op``: called with each op handle just
+    before it runs, on its worker (tests inject random delays with it)."""
 
     num_threads: int = 2
+    sync: str = "event"
     before_op: Callable[[OpHandle], None] | None = None
+
+    def __post_init__(self) -> None:
+        if self.sync not in SYNC_MODES:
+            raise ProgramError(f"sync: expected one of {', '.join(SYNC_MODES)}, got "
+                               f"{self.sync!r}")
+        if self.num_threads < 1:
+            raise ProgramError(f"num_threads: expected at least 1, got {self.num_threads}")
 
 
 @dataclass
@@ -113,20 +114,23 @@ class ParallelExecutor:
         if build.debug_graphviz_path:
             with open(build.debug_graphviz_path, "w", encoding="utf-8") as out:
                 out.write(self.graph.to_dot())
-        self._seconds = [LARGE_OP_S] * len(self.graph.ops)   # each op's last run time
+        self._plans: dict[tuple, RunPlan] = {}
+        self._streams: dict | None = None          # made on the first run
         self._lock = threading.Lock()
         self._caller_wakes = threading.Condition(self._lock)
         self._pool_wakes = threading.Condition(self._lock)
-        self._current: _Run | None = None
+        self._current: Run | None = None
         self._closing = False
         self._workers = [threading.Thread(target=self._serve, name=f"al-executor-{i}",
                                           daemon=True)
-                         for i in range(max(1, self.exec_strategy.num_threads) - 1)]
+                         for i in range(self.exec_strategy.num_threads - 1)]
         for worker in self._workers:
             worker.start()
 
     def run(self, fetch_list=None, feed: dict | None = None) -> list[np.ndarray]:
-        """Run the graph once; return copies of the fetched values (checked first)."""
+        """Run the graph once; return numpy copies of the fetched values (everything is
+        checked before the first op runs).  Returns once the work every stream was given
+        has run, so the scope holds this run's values."""
         feed = dict(feed or {})
         names = fetch_names(fetch_list)
         check_feed(self.program, feed)
@@ -135,13 +139,14 @@ class ParallelExecutor:
         for name in self.graph.external_inputs:
             if name not in feed and name not in scope:
                 check_readable(self.program, feed, scope)   # raises, naming the reader
-        self.scope.update({name: np.asarray(value) for name, value in feed.items()})
-        run = _Run(self.graph, self.scope, self.exec_strategy.before_op, self._seconds,
-                   self._caller_wakes, self._pool_wakes, self._context)
+        for name, value in feed.items():
+            scope[name] = value if uses_cupy((value,)) else np.asarray(value)
+        run = Run(self._plan(names, feed), scope, self.exec_strategy.before_op,
+                  self.exec_strategy.sync, self._context, self._lock, self._caller_wakes,
+                  self._pool_wakes)
         with self._lock:
             self._current = run
-            if any(h.kind == COMMUNICATION or self._seconds[h.index] >= LARGE_OP_S
-                   for h in run.ready):
+            if any(run.wants_pool(handle) for handle in run.ready):
                 self._pool_wakes.notify_all()
         try:
             run.work()
@@ -150,16 +155,29 @@ class ParallelExecutor:
                 while run.helpers_busy:           # ops in flight on the pool finish first
                     self._caller_wakes.wait()
                 self._current = None
+            run.finish()
         if run.error is not None:
             handle, exc = run.error
             if isinstance(exc, ExecutionError):
                 raise exc
             raise ExecutionError(f"op {handle.op.type} on {handle.place} failed: "
                                  f"{type(exc).__name__}: {exc}") from exc
-        return [np.array(self.scope[name]) for name in names]
+        return run.fetched
+
+    def _plan(self, names: list[str], feed: dict) -> RunPlan:
+        """The plan of this fetch list (made on its first run; streams on the first run of
+        all, cupy ones when the fed or scope arrays are cupy arrays)."""
+        plan = self._plans.get(tuple(names))
+        if plan is None:
+            if self._streams is None:
+                on_gpu = uses_cupy(feed.values()) or uses_cupy(self.scope.values())
+                self._streams = make_streams(self._context.comm, on_gpu)
+            graph = self.graph.with_fetches(names) if names else self.graph
+            plan = self._plans[tuple(names)] = RunPlan(graph, self._streams)
+        return plan
 
     def _serve(self) -> None:
-        """A pool worker: run the large ops of whichever run is current."""
+        """A pool worker: run the ops the pool may take of whichever run is current."""
         while True:
             with self._lock:
                 while True:
@@ -180,98 +198,14 @@ class ParallelExecutor:
                         self._caller_wakes.notify_all()
 
     def close(self) -> None:
-        """Stop the pool's workers (idempotent)."""
+        """Stop the pool's workers and close the executor's own streams (idempotent)."""
         with self._lock:
             self._closing = True
             self._pool_wakes.notify_all()
+        for stream in (self._streams or {}).values():
+            if hasattr(stream, "close"):
+                stream.close()
 
     def __del__(self) -> None:
         if hasattr(self, "_lock"):
             self.close()
-
-
-class _Run:
-    """One run's state, shared by the caller and the pool's workers under one lock."""
-
-    def __init__(self, graph: SSAGraph, scope: Scope, before_op, seconds: list,
-                 caller_wakes: threading.Condition, pool_wakes: threading.Condition,
-                 context) -> None:
-        self.graph, self.scope, self.before_op = graph, scope, before_op
-        self.context = context
-        self.seconds = seconds
-        self.pending = list(graph.dependency_counts)
-        self.ready = collections.deque(graph.ops[i] for i, c in enumerate(self.pending)
-                                       if c == 0)
-        self.remaining = len(graph.ops)
-        self.error: tuple[OpHandle, BaseException] | None = None
-        self.helpers_busy = 0
-        self.caller_wakes, self.pool_wakes = caller_wakes, pool_wakes
-
-    def take(self, caller: bool) -> OpHandle | None:
-        """The next ready op this worker may run (under the lock), or None: the caller
-        takes any, the pool only communication ops and ops large last time."""
-        ready = self.ready
-        if not ready or self.error is not None:
-            return None
-        if caller:
-            return ready.popleft()
-        for index, handle in enumerate(ready):
-            if handle.kind == COMMUNICATION or self.seconds[handle.index] >= LARGE_OP_S:
-                del ready[index]
-                return handle
-        return None
-
-    def work(self) -> None:
-        """The caller's loop: take and run ready ops until the graph is done or failed."""
-        wakes = self.caller_wakes
-        while True:
-            with wakes:
-                while True:
-                    if not self.remaining or self.error is not None:
-                        return
-                    handle = self.take(caller=True)
-                    if handle is not None:
-                        break
-                    wakes.wait()
-            self.chain(handle, caller=True)
-
-    def chain(self, handle: OpHandle, caller: bool) -> None:
-        """Run ``handle``, then the first op each run makes ready, queueing the others."""
-        ops, successors, seconds = self.graph.ops, self.graph.successors, self.seconds
-        while handle is not None:
-            try:
-                if self.before_op is not None:
-                    self.before_op(handle)
-                started = _clock()
-                run_op(handle.op, self.scope, handle.place, handle.stream, self.context)
-                seconds[handle.index] = _clock() - started
-                failed = None
-            except BaseException as exc:  # noqa: BLE001 - kept and re-raised by run()
-                failed = exc
-            with self.caller_wakes:
-                self.remaining -= 1
-                if failed is not None:
-                    if self.error is None:
-                        self.error = (handle, failed)
-                    self.caller_wakes.notify_all()
-                    return
-                following, queued, large = None, False, False
-                for index in successors[handle.index]:
-                    self.pending[index] -= 1
-                    if self.pending[index]:
-                        continue
-                    ready = ops[index]
-                    if ready.kind == COMMUNICATION:
-                        self.ready.appendleft(ready)
-                        queued = large = True
-                    elif following is None:
-                        following = ready
-                    else:
-                        self.ready.append(ready)
-                        queued = True
-                        large = large or seconds[index] >= LARGE_OP_S
-                if not self.remaining or (queued and not caller):
-                    self.caller_wakes.notify_all()
-                if large:
-                    self.pool_wakes.notify_all()
-                handle = following
