@@ -20,12 +20,38 @@ def run_op(op: Operator, scope: Scope, place: str = "cpu", stream: str = "comput
     gives kernels what they need beyond their inputs (the communicator of communication
     ops).  With ``AL_TRACE`` set, its span goes to the Chrome trace (op type, place, stream,
     thread)."""
+    kind = registry.get(op.type)
     if al.trace.ENABLED:
         start = al.trace.now_us()
-        _run_op(op, scope, place, context)
+        _execute(kind, op, op.inputs.items(), op.outputs.items(), scope, place, context)
         _span(op.type, start, place, stream)
     else:
-        _run_op(op, scope, place, context)
+        _execute(kind, op, op.inputs.items(), op.outputs.items(), scope, place, context)
+
+
+class PreparedOp:
+    """``run_op`` for an op run many times: its kind is looked up and its slots listed once,
+    and it is bound to its scope, place, stream name and context (the program must not
+    change after)."""
+
+    __slots__ = ("op", "kind", "inputs", "outputs", "scope", "place", "stream", "context")
+
+    def __init__(self, op: Operator, scope: Scope, place: str, stream: str, context) -> None:
+        self.op, self.kind = op, registry.get(op.type)
+        self.inputs = tuple((slot, tuple(names)) for slot, names in op.inputs.items())
+        self.outputs = tuple((slot, tuple(names)) for slot, names in op.outputs.items())
+        self.scope, self.place, self.stream, self.context = scope, place, stream, context
+
+    def run(self) -> None:
+        """Run the op once, as ``run_op`` does."""
+        if al.trace.ENABLED:
+            start = al.trace.now_us()
+            _execute(self.kind, self.op, self.inputs, self.outputs, self.scope, self.place,
+                     self.context)
+            _span(self.op.type, start, self.place, self.stream)
+        else:
+            _execute(self.kind, self.op, self.inputs, self.outputs, self.scope, self.place,
+                     self.context)
 
 
 def fetch_value(name: str, scope: Scope, place: str = "cpu", stream: str = "fetch"):
@@ -45,16 +71,15 @@ def _span(name: str, start: float, place: str, stream: str) -> None:
                    "thread": threading.current_thread().name})
 
 
-def _run_op(op: Operator, scope: Scope, place: str, context) -> None:
-    kind = registry.get(op.type)
-    ins = {slot: [scope[name] if name else None for name in names]
-           for slot, names in op.inputs.items()}
+def _execute(kind, op: Operator, inputs, outputs, scope: Scope, place: str, context) -> None:
+    """Read ``inputs`` ((slot, names) pairs) from ``scope``, compute, write ``outputs``."""
+    ins = {slot: [scope[name] if name else None for name in names] for slot, names in inputs}
     try:
         outs = kind.compute(ins, op.attrs, context)
     except Exception as exc:  # noqa: BLE001 - any kernel failure names its op
         raise ExecutionError(f"op {op.type} on {place} failed: {type(exc).__name__}: "
                              f"{exc}") from exc
-    for slot, names in op.outputs.items():
+    for slot, names in outputs:
         for name, value in zip(names, outs.get(slot, ())):
             if name and value is not None:
                 scope[name] = value

@@ -141,9 +141,8 @@ class ParallelExecutor:
                 check_readable(self.program, feed, scope)   # raises, naming the reader
         for name, value in feed.items():
             scope[name] = value if uses_cupy((value,)) else np.asarray(value)
-        run = Run(self._plan(names, feed), scope, self.exec_strategy.before_op,
-                  self.exec_strategy.sync, self._context, self._lock, self._caller_wakes,
-                  self._pool_wakes)
+        run = Run(self._plan(names, feed), self.exec_strategy.before_op,
+                  self.exec_strategy.sync, self._lock, self._caller_wakes, self._pool_wakes)
         with self._lock:
             self._current = run
             if any(run.wants_pool(handle) for handle in run.ready):
@@ -168,12 +167,13 @@ class ParallelExecutor:
         """The plan of this fetch list (made on its first run; streams on the first run of
         all, cupy ones when the fed or scope arrays are cupy arrays)."""
         plan = self._plans.get(tuple(names))
-        if plan is None:
+        if plan is None or plan.scope is not self.scope:
             if self._streams is None:
                 on_gpu = uses_cupy(feed.values()) or uses_cupy(self.scope.values())
                 self._streams = make_streams(self._context.comm, on_gpu)
             graph = self.graph.with_fetches(names) if names else self.graph
-            plan = self._plans[tuple(names)] = RunPlan(graph, self._streams)
+            plan = self._plans[tuple(names)] = RunPlan(graph, self._streams, self.scope,
+                                                        self._context)
         return plan
 
     def _serve(self) -> None:

@@ -23,7 +23,7 @@ import threading
 import time
 
 from .errors import ExecutionError
-from .executor import fetch_value, run_op
+from .executor import PreparedOp, fetch_value
 from .ssa_graph import COMMUNICATION, FETCH, OpHandle, SSAGraph
 from .streams import wait_for
 
@@ -33,13 +33,17 @@ _clock = time.perf_counter
 
 class RunPlan:
     """What every run of one fetch list needs, made on its first run: the graph with its
-    fetch ops, each op's stream, the producers on other streams it waits for, whether it
-    records an event for such consumers, and how long it took last time."""
+    fetch ops, each op's stream and prepared kernel, the producers on other streams it
+    waits for, whether it records an event for such consumers, and how long it took last
+    time."""
 
-    def __init__(self, graph: SSAGraph, streams: dict) -> None:
+    def __init__(self, graph: SSAGraph, streams: dict, scope, context) -> None:
         ops = graph.ops
-        self.graph = graph
+        self.graph, self.scope = graph, scope
         self.streams = [streams[handle.stream] for handle in ops]
+        self.prepared = [None if handle.kind == FETCH else
+                         PreparedOp(handle.op, scope, handle.place, streams[handle.stream].name,
+                                    context) for handle in ops]
         self.waits: list[tuple[int, ...]] = []
         self.records = [False] * len(ops)
         for handle in ops:
@@ -51,6 +55,9 @@ class RunPlan:
             self.waits.append(crossing)
             for producer in crossing:
                 self.records[producer] = True
+        # an op on the launching thread that neither waits nor records: the fast path
+        self.plain = [self.streams[i].inline and not self.waits[i] and not self.records[i]
+                      for i in range(len(ops))]
         self.fetches = sum(handle.kind == FETCH for handle in ops)
         self.queued_streams = list({id(s): s for s in self.streams if not s.inline}.values())
         self.seconds = [LARGE_OP_S] * len(ops)    # each op's last run time
@@ -59,11 +66,9 @@ class RunPlan:
 class Run:
     """One run's state, shared by the caller and the pool's workers under ``lock``."""
 
-    def __init__(self, plan: RunPlan, scope, before_op, sync: str, context,
-                 lock: threading.Lock, caller_wakes: threading.Condition,
+    def __init__(self, plan: RunPlan, before_op, sync: str, lock: threading.Lock, caller_wakes: threading.Condition,
                  pool_wakes: threading.Condition) -> None:
-        self.plan, self.scope, self.before_op, self.sync = plan, scope, before_op, sync
-        self.context = context
+        self.plan, self.scope, self.before_op, self.sync = plan, plan.scope, before_op, sync
         self.lock, self.caller_wakes, self.pool_wakes = lock, caller_wakes, pool_wakes
         graph = plan.graph
         self.pending = list(graph.dependency_counts)
@@ -93,42 +98,42 @@ class Run:
         return None
 
     def work(self) -> None:
-        """The caller's loop: take and run ready ops until the graph is done or failed."""
-        lock, wakes = self.lock, self.caller_wakes
-        while True:
-            with lock:
-                while True:
-                    if not self.remaining or self.error is not None:
-                        return
-                    handle = self.take(caller=True)
-                    if handle is not None:
-                        break
-                    wakes.wait()
+        """The caller's part: run ops until the graph is done or failed."""
+        with self.lock:
+            handle = self._next(caller=True)
+        if handle is not None:
             self.chain(handle, caller=True)
+
+    def _next(self, caller: bool) -> OpHandle | None:
+        """Under the lock: the next op for this thread, or None.  The caller waits for one
+        while ops remain and nothing failed; a pool worker does not wait."""
+        if not caller:
+            return self.take(caller=False)
+        while self.remaining and self.error is None:
+            handle = self.take(caller=True)
+            if handle is not None:
+                return handle
+            self.caller_wakes.wait()
+        return None
 
     def chain(self, handle: OpHandle, caller: bool) -> None:
         """Run ``handle``, then the first op each run makes ready, queueing the others."""
-        plan, ops, scope, context = self.plan, self.plan.graph.ops, self.scope, self.context
-        successors, seconds = plan.graph.successors, plan.seconds
-        streams, waits, records, events = plan.streams, plan.waits, plan.records, self.events
+        plan, ops = self.plan, self.plan.graph.ops
+        successors, seconds, plain, prepared = plan.graph.successors, plan.seconds, \
+            plan.plain, plan.prepared
         before_op, pending, ready_queue, lock = self.before_op, self.pending, self.ready, \
             self.lock
         while handle is not None:
             index = handle.index
-            stream = streams[index]
             try:
                 if before_op is not None:
                     before_op(handle)
-                if waits[index]:
-                    self._wait_for_producers(handle, stream)
                 started = _clock()
-                if stream.inline:
-                    run_op(handle.op, scope, handle.place, stream.name, context)
+                if plain[index]:
+                    prepared[index].run()
                 else:
-                    stream.launch(self._run_launched, handle, stream.name)
+                    self._launch(handle)
                 seconds[index] = _clock() - started
-                if records[index]:
-                    events[index] = stream.record_event()
                 failed = None
             except BaseException as exc:  # noqa: BLE001 - kept and re-raised by the caller
                 failed = exc
@@ -158,9 +163,25 @@ class Run:
                     self.caller_wakes.notify_all()
                 if large:
                     self.pool_wakes.notify_all()
+                if following is None:       # next from the queue, without leaving the lock
+                    following = self._next(caller)
                 if self.error is not None:
                     return
             handle = following
+
+    def _launch(self, handle: OpHandle) -> None:
+        """Run or launch an op that is not on the fast path: wait for its producers on
+        other streams, launch it on its stream, record its event if others wait for it."""
+        index, plan = handle.index, self.plan
+        stream = plan.streams[index]
+        if plan.waits[index]:
+            self._wait_for_producers(handle, stream)
+        if stream.inline:
+            plan.prepared[index].run()
+        else:
+            stream.launch(self._run_launched, handle)
+        if plan.records[index]:
+            self.events[index] = stream.record_event()
 
     def _wait_for_producers(self, handle: OpHandle, stream) -> None:
         """Order ``handle`` after its producers on other streams (``sync``: by event or by
@@ -173,15 +194,15 @@ class Run:
                 raise ExecutionError(f"op {ops[producer].op.type} on {handle.place} failed: "
                                      f"{type(exc).__name__}: {exc}") from exc
 
-    def _run_launched(self, handle: OpHandle, stream_name: str) -> None:
+    def _run_launched(self, handle: OpHandle) -> None:
         """The work of an op launched on a stream, wherever the stream runs it; a failure is
         kept as the run's error."""
         try:
             if handle.kind == FETCH:
                 self.fetched[handle.op.attrs["column"]] = fetch_value(
-                    handle.op.inputs["X"][0], self.scope, handle.place, stream_name)
+                    handle.op.inputs["X"][0], self.scope, handle.place, FETCH)
             else:
-                run_op(handle.op, self.scope, handle.place, stream_name, self.context)
+                self.plan.prepared[handle.index].run()
         except BaseException as exc:  # noqa: BLE001 - kept and re-raised by the caller
             with self.lock:
                 if self.error is None:
