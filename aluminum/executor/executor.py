@@ -59,7 +59,7 @@ def fetch_value(name: str, scope: Scope, place: str = "cpu", stream: str = "fetc
     cupy stream.  Traced like an op (``fetch``) under ``AL_TRACE``."""
     start = al.trace.now_us() if al.trace.ENABLED else None
     value = scope[name]
-    copy = value.get() if type(value).__module__.startswith("cupy") else np.array(value)
+    copy = value.get() if is_cupy(value) else np.array(value)
     if start is not None:
         _span("fetch", start, place, stream)
     return copy
@@ -92,8 +92,7 @@ def check_feed(program: Program, feed: dict) -> None:
         if name not in block.vars:
             raise ProgramError(f"feed {name!r}: no such variable in the program")
         var = block.vars[name]
-        if not (hasattr(value, "shape") and hasattr(value, "dtype")):   # cupy arrays have both
-            value = np.asarray(value)
+        value = as_array(value)
         if len(value.shape) != len(var.shape) or any(
                 d != -1 and d != v for d, v in zip(var.shape, value.shape)):
             raise ProgramError(f"feed {name!r}: expected shape {list(var.shape)}, got "
@@ -111,6 +110,22 @@ def check_readable(program: Program, feed: dict, scope: Scope) -> None:
                 raise ProgramError(f"op {op.type}: reads variable {name!r}, which nothing "
                                    "writes before it (not fed, not in the scope)")
         available.update(op.output_names())
+
+
+def is_cupy(value) -> bool:
+    return type(value).__module__.startswith("cupy")
+
+
+def as_array(value):
+    """``value`` itself if it is a cupy array (it stays on the device), else
+    ``numpy.asarray(value)``."""
+    return value if is_cupy(value) else np.asarray(value)
+
+
+def store_feed(scope: Scope, feed: dict) -> None:
+    """Write the (checked) feed into ``scope`` (see ``as_array``)."""
+    for name, value in feed.items():
+        scope[name] = as_array(value)
 
 
 def fetch_names(fetch_list) -> list[str]:
@@ -139,7 +154,7 @@ class Executor:
         check_feed(program, feed)
         check_fetch(program, names)
         check_readable(program, feed, scope)
-        scope.update({name: np.asarray(value) for name, value in feed.items()})
+        store_feed(scope, feed)
         for op in program.global_block().ops:
             run_op(op, scope, self.place)
         return [fetch_value(name, scope, self.place) for name in names]

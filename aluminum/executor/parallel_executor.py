@@ -11,7 +11,7 @@ order gives it (the SSA graph's edges, and the events between streams), and accu
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass
+from dataclasses import KW_ONLY, dataclass
 from typing import Callable
 
 import numpy as np
@@ -20,7 +20,7 @@ import aluminum as al
 
 from .data_parallel import broadcast_parameters, data_parallel_program
 from .errors import ExecutionError, ProgramError
-from .executor import check_feed, check_fetch, check_readable, fetch_names
+from .executor import check_feed, check_fetch, check_readable, fetch_names, store_feed
 from .ir import Program
 from .scheduler import Run, RunPlan
 from .scope import Scope, global_scope
@@ -37,6 +37,7 @@ class ExecutionStrategy:
     before it runs, on its worker (tests inject random delays with it)."""
 
     num_threads: int = 2
+    _: KW_ONLY
     sync: str = "event"
     before_op: Callable[[OpHandle], None] | None = None
 
@@ -68,7 +69,8 @@ class BuildStrategy:
 
 class _Context:
     """What kernels get beyond their inputs: the communicator, and the fusion buckets
-    (memory and persistent allreduce plan, made once per bucket)."""
+    (memory and persistent allreduce plan, made once per bucket; the memory is node-shared
+    when an MPI communicator's ranks all share the node)."""
 
     def __init__(self, comm) -> None:
         self.comm = comm
@@ -77,8 +79,10 @@ class _Context:
     def bucket(self, index: int, count: int, dtype) -> tuple:
         found = self._buckets.get(index)
         if found is None or found[0].size != count or found[0].dtype != dtype:
-            memory = al.shared_empty(count, dtype, self.comm) \
-                if self.comm.local_size == self.comm.size else np.empty(count, dtype)
+            shared = isinstance(self.comm, al.MPICommunicator) and \
+                self.comm.local_size == self.comm.size
+            memory = al.shared_empty(count, dtype, self.comm) if shared \
+                else np.empty(count, dtype)
             found = self._buckets[index] = (memory, al.allreduce_init(memory, self.comm))
         return found
 
@@ -139,8 +143,7 @@ class ParallelExecutor:
         for name in self.graph.external_inputs:
             if name not in feed and name not in scope:
                 check_readable(self.program, feed, scope)   # raises, naming the reader
-        for name, value in feed.items():
-            scope[name] = value if uses_cupy((value,)) else np.asarray(value)
+        store_feed(scope, feed)
         run = Run(self._plan(names, feed), self.exec_strategy.before_op,
                   self.exec_strategy.sync, self._lock, self._caller_wakes, self._pool_wakes)
         with self._lock:

@@ -128,7 +128,7 @@ class CupyStream:
 def uses_cupy(values) -> bool:
     """True if any of ``values`` is a cupy array (cupy is not imported to find out)."""
     cupy = sys.modules.get("cupy")
-    return cupy is not None and any(isinstance(v, cupy.ndarray) for v in values)
+    return cupy is not None and any(isinstance(value, cupy.ndarray) for value in values)
 
 
 def make_streams(comm, on_gpu: bool) -> dict:

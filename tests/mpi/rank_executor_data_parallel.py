@@ -61,7 +61,7 @@ def data_parallel(comm, steps, scale="coeff_num_device", threads=2, before_op=No
     runner = ex.ParallelExecutor(main, loss_name=loss.name, scope=scope, comm=comm,
                                  build_strategy=ex.BuildStrategy(gradient_scale=scale,
                                                                  **build_options),
-                                 exec_strategy=ex.ExecutionStrategy(threads, before_op))
+                                 exec_strategy=ex.ExecutionStrategy(threads, before_op=before_op))
     for _ in range(steps):
         runner.run([loss], feed)
     runner.close()

@@ -36,7 +36,10 @@ class FusedAllreduce(OpKind):
     rank shares the node, so the zero-copy shared-memory allreduce applies), copied out.
     Gradients keep their order in the bucket, so the sum of each element is the same as
     reducing it alone; the algorithm the selector picks for the bucket's size may differ
-    from the one it picks per gradient, which can change the last bits of a float sum."""
+    from the one it picks per gradient, which can change the last bits of a float sum.
+    On a stream-bound communicator the kernel waits for the stream before copying out, so
+    the op is finished when it returns (unlike ``allreduce``, which the executor orders by
+    event)."""
 
     type = "fused_allreduce"
     differentiable = False
@@ -58,6 +61,8 @@ class FusedAllreduce(OpKind):
             bucket[offset:offset + grad.size] = grad.reshape(-1)
             offset += grad.size
         plan.run()
+        if comm.stream is not None:   # a stream-ordered plan has only been enqueued
+            comm.stream.synchronize()
         offset = 0
         for grad in grads:
             outs.append(bucket[offset:offset + grad.size].reshape(grad.shape).copy())
