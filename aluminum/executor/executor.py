@@ -2,6 +2,7 @@
 correctness reference the parallel executors are compared with."""
 from __future__ import annotations
 
+import functools
 import threading
 
 import numpy as np
@@ -31,27 +32,25 @@ def run_op(op: Operator, scope: Scope, place: str = "cpu", stream: str = "comput
 
 class PreparedOp:
     """``run_op`` for an op run many times: its kind is looked up and its slots listed once,
-    and it is bound to its scope, place, stream name and context (the program must not
-    change after)."""
+    and it is bound to its scope, place, stream name and context; ``run()`` runs it.  The
+    program must not change after, and whether spans are traced is decided here."""
 
-    __slots__ = ("op", "kind", "inputs", "outputs", "scope", "place", "stream", "context")
+    __slots__ = ("op", "run")
 
     def __init__(self, op: Operator, scope: Scope, place: str, stream: str, context) -> None:
-        self.op, self.kind = op, registry.get(op.type)
-        self.inputs = tuple((slot, tuple(names)) for slot, names in op.inputs.items())
-        self.outputs = tuple((slot, tuple(names)) for slot, names in op.outputs.items())
-        self.scope, self.place, self.stream, self.context = scope, place, stream, context
-
-    def run(self) -> None:
-        """Run the op once, as ``run_op`` does."""
+        self.op = op
+        inputs = tuple((slot, tuple(names)) for slot, names in op.inputs.items())
+        outputs = tuple((slot, tuple(names)) for slot, names in op.outputs.items())
+        execute = functools.partial(_execute, registry.get(op.type), op, inputs, outputs,
+                                    scope, place, context)
         if al.trace.ENABLED:
-            start = al.trace.now_us()
-            _execute(self.kind, self.op, self.inputs, self.outputs, self.scope, self.place,
-                     self.context)
-            _span(self.op.type, start, self.place, self.stream)
+            def traced() -> None:
+                start = al.trace.now_us()
+                execute()
+                _span(op.type, start, place, stream)
+            self.run = traced
         else:
-            _execute(self.kind, self.op, self.inputs, self.outputs, self.scope, self.place,
-                     self.context)
+            self.run = execute
 
 
 def fetch_value(name: str, scope: Scope, place: str = "cpu", stream: str = "fetch"):

@@ -10,7 +10,6 @@ order gives it (the SSA graph's edges, and the events between streams), and accu
 """
 from __future__ import annotations
 
-import threading
 from dataclasses import KW_ONLY, dataclass
 from typing import Callable
 
@@ -22,7 +21,8 @@ from .data_parallel import broadcast_parameters, data_parallel_program
 from .errors import ExecutionError, ProgramError
 from .executor import check_feed, check_fetch, check_readable, fetch_names, store_feed
 from .ir import Program
-from .scheduler import Run, RunPlan
+from .run_plan import RunPlan
+from .scheduler import Run, WorkerPool
 from .scope import Scope, global_scope
 from .ssa_graph import OpHandle, SSAGraph, build_graph
 from .streams import SYNC_MODES, make_streams, uses_cupy
@@ -120,16 +120,7 @@ class ParallelExecutor:
                 out.write(self.graph.to_dot())
         self._plans: dict[tuple, RunPlan] = {}
         self._streams: dict | None = None          # made on the first run
-        self._lock = threading.Lock()
-        self._caller_wakes = threading.Condition(self._lock)
-        self._pool_wakes = threading.Condition(self._lock)
-        self._current: Run | None = None
-        self._closing = False
-        self._workers = [threading.Thread(target=self._serve, name=f"al-executor-{i}",
-                                          daemon=True)
-                         for i in range(self.exec_strategy.num_threads - 1)]
-        for worker in self._workers:
-            worker.start()
+        self._pool = WorkerPool(self.exec_strategy.num_threads - 1)
 
     def run(self, fetch_list=None, feed: dict | None = None) -> list[np.ndarray]:
         """Run the graph once; return numpy copies of the fetched values (everything is
@@ -145,19 +136,13 @@ class ParallelExecutor:
                 check_readable(self.program, feed, scope)   # raises, naming the reader
         store_feed(scope, feed)
         run = Run(self._plan(names, feed), self.exec_strategy.before_op,
-                  self.exec_strategy.sync, self._lock, self._caller_wakes, self._pool_wakes)
-        with self._lock:
-            self._current = run
-            if any(run.wants_pool(handle) for handle in run.ready):
-                self._pool_wakes.notify_all()
+                  self.exec_strategy.sync, self._pool)
+        self._pool.current = run        # a worker that missed it is woken for its first op
         try:
             run.work()
         finally:
-            with self._lock:
-                while run.helpers_busy:           # ops in flight on the pool finish first
-                    self._caller_wakes.wait()
-                self._current = None
             run.finish()
+            self._pool.current = None
         if run.error is not None:
             handle, exc = run.error
             if isinstance(exc, ExecutionError):
@@ -179,36 +164,13 @@ class ParallelExecutor:
                                                         self._context)
         return plan
 
-    def _serve(self) -> None:
-        """A pool worker: run the ops the pool may take of whichever run is current."""
-        while True:
-            with self._lock:
-                while True:
-                    if self._closing:
-                        return
-                    run = self._current
-                    handle = None if run is None else run.take(caller=False)
-                    if handle is not None:
-                        run.helpers_busy += 1
-                        break
-                    self._pool_wakes.wait()
-            try:
-                run.chain(handle, caller=False)
-            finally:
-                with self._lock:
-                    run.helpers_busy -= 1
-                    if not run.helpers_busy:
-                        self._caller_wakes.notify_all()
-
     def close(self) -> None:
         """Stop the pool's workers and close the executor's own streams (idempotent)."""
-        with self._lock:
-            self._closing = True
-            self._pool_wakes.notify_all()
+        self._pool.close()
         for stream in (self._streams or {}).values():
             if hasattr(stream, "close"):
                 stream.close()
 
     def __del__(self) -> None:
-        if hasattr(self, "_lock"):
+        if hasattr(self, "_pool"):
             self.close()

@@ -1,16 +1,25 @@
-"""One run of an SSA graph, out of order, shared by the calling thread and a pool.
+"""Running an SSA graph out of order: one ``Run`` per call, shared by the calling thread and
+a ``WorkerPool``.
 
-Scheduling follows Paddle's fast threaded SSA executor: dependency counts (built once with
-the graph) are copied each run; ops whose inputs are ready wait in a ready queue; a thread
-that finishes an op continues with the first op it made ready, without a round trip through
-the queue, and queues the rest; communication ops go to the front of the queue.  The first
-error is kept, ops in flight finish, nothing new starts.
+Scheduling follows Paddle's fast threaded SSA executor: per-op dependency counts (built
+once with the graph) are set up each run; a thread that finishes an op continues with the
+first op it made ready, without a round trip through a queue, and queues the rest;
+communication ops go to the front.  The first error is kept, ops in flight finish, nothing
+new starts.
 
-The calling thread takes any ready op; the pool's workers take only communication ops and
-ops that took at least ``LARGE_OP_S`` in the previous run: handing a few-microsecond op to
-another thread costs a 20-50 µs wake-up and a fight for the GIL, so a graph of small ops
-runs on the caller alone while large independent ops (numpy releases the GIL in them)
-overlap.
+Two queues: ``pool_ready`` holds communication ops and ops that were large when last
+timed (``LARGE_OP_S``), which the pool's workers take (and are woken for); ``ready`` holds
+the small ones, which only the caller takes.  Handing a few-microsecond op to another
+thread costs a 20-50 µs wake-up and a fight for the GIL, so a graph of small ops runs on
+the caller alone while large independent ops (numpy releases the GIL in them) overlap.
+The caller takes ``pool_ready`` first, then ``ready``.
+
+The hot path takes no lock: the queues are deques, an op with several producers counts
+them down by popping tokens off a list (``list.pop`` is atomic: whoever pops the last
+token made it ready), and so is the count of unfinished ops.  A thread sleeps only under
+the pool's lock after saying so (``caller_sleeping``, ``WorkerPool.sleepers``) and
+checking the queues again, and whoever queues an op reads that flag after queueing, so no
+wake-up is lost.
 
 Every op runs on its stream (see streams.py).  An op launched on a stream that is not the
 launching thread has finished, for the scheduler, once it is launched; its consumers on
@@ -23,151 +32,192 @@ import threading
 import time
 
 from .errors import ExecutionError
-from .executor import PreparedOp, fetch_value
-from .ssa_graph import COMMUNICATION, FETCH, OpHandle, SSAGraph
+from .executor import fetch_value
+from .run_plan import LARGE_OP_S, RunPlan
+from .ssa_graph import COMMUNICATION, FETCH, OpHandle
 from .streams import wait_for
 
-LARGE_OP_S = 200e-6
 _clock = time.perf_counter
 
 
-class RunPlan:
-    """What every run of one fetch list needs, made on its first run: the graph with its
-    fetch ops, each op's stream and prepared kernel, the producers on other streams it
-    waits for, whether it records an event for such consumers, and how long it took last
-    time."""
+class WorkerPool:
+    """``size`` daemon threads that run the pool's ops of whichever run is current."""
 
-    def __init__(self, graph: SSAGraph, streams: dict, scope, context) -> None:
-        ops = graph.ops
-        self.graph, self.scope = graph, scope
-        self.streams = [streams[handle.stream] for handle in ops]
-        self.prepared = [None if handle.kind == FETCH else
-                         PreparedOp(handle.op, scope, handle.place, streams[handle.stream].name,
-                                    context) for handle in ops]
-        self.waits: list[tuple[int, ...]] = []
-        self.records = [False] * len(ops)
-        for handle in ops:
-            mine = self.streams[handle.index]
-            producers = sorted({v.generated_op.index for v in handle.inputs
-                                if v.generated_op is not None})
-            crossing = tuple(p for p in producers
-                             if self.streams[p] is not mine and not self.streams[p].inline)
-            self.waits.append(crossing)
-            for producer in crossing:
-                self.records[producer] = True
-        # an op on the launching thread that neither waits nor records: the fast path
-        self.plain = [self.streams[i].inline and not self.waits[i] and not self.records[i]
-                      for i in range(len(ops))]
-        self.fetches = sum(handle.kind == FETCH for handle in ops)
-        self.queued_streams = list({id(s): s for s in self.streams if not s.inline}.values())
-        self.seconds = [LARGE_OP_S] * len(ops)    # each op's last run time
+    def __init__(self, size: int) -> None:
+        self.lock = threading.Lock()
+        self.wakes = threading.Condition(self.lock)        # workers wait here
+        self.caller_wakes = threading.Condition(self.lock) # the caller waits here
+        self.sleepers = 0
+        self.current: Run | None = None
+        self.closing = False
+        self.threads = [threading.Thread(target=self._serve, name=f"al-executor-{i}",
+                                         daemon=True) for i in range(size)]
+        for thread in self.threads:
+            thread.start()
+
+    def wake(self) -> None:
+        """Wake one sleeping worker, if any sleeps (call after queueing a pool op)."""
+        if self.sleepers:
+            with self.lock:
+                self.wakes.notify()
+
+    def _serve(self) -> None:
+        while True:
+            with self.lock:
+                while True:
+                    if self.closing:
+                        return
+                    self.sleepers += 1      # before looking: see the module docstring
+                    run = self.current
+                    handle = None if run is None or run.error is not None \
+                        else run.take_for_pool()
+                    if handle is not None:
+                        self.sleepers -= 1
+                        run.helpers_busy += 1
+                        break
+                    self.wakes.wait()
+                    self.sleepers -= 1
+            try:
+                run.chain(handle, caller=False)
+            finally:
+                with self.lock:
+                    run.helpers_busy -= 1
+                    if not run.helpers_busy:
+                        run.caller_wakes.notify_all()
+
+    def close(self) -> None:
+        """Stop the workers (idempotent)."""
+        with self.lock:
+            self.closing = True
+            self.wakes.notify_all()
 
 
 class Run:
-    """One run's state, shared by the caller and the pool's workers under ``lock``."""
+    """One run of a plan: the caller calls ``work()``, then ``finish()``."""
 
-    def __init__(self, plan: RunPlan, before_op, sync: str, lock: threading.Lock, caller_wakes: threading.Condition,
-                 pool_wakes: threading.Condition) -> None:
+    def __init__(self, plan: RunPlan, before_op, sync: str, pool: WorkerPool) -> None:
         self.plan, self.scope, self.before_op, self.sync = plan, plan.scope, before_op, sync
-        self.lock, self.caller_wakes, self.pool_wakes = lock, caller_wakes, pool_wakes
-        graph = plan.graph
-        self.pending = list(graph.dependency_counts)
-        self.ready = collections.deque(graph.ops[i] for i, c in enumerate(self.pending)
-                                       if c == 0)
-        self.remaining = len(graph.ops)
-        self.events: list = [None] * len(graph.ops)
+        self.pool, self.lock, self.caller_wakes = pool, pool.lock, pool.caller_wakes
+        self.caller_sleeping = False
+        self.timed = plan.next_run_is_timed()
+        ops = plan.graph.ops
+        self.countdowns: list = [None] * len(ops)
+        for index, count in plan.joins:
+            self.countdowns[index] = [True] + [False] * (count - 1)
+        self.unfinished = [False] * len(ops)
+        if ops:
+            self.unfinished[0] = True
+        self.done = not ops
+        self.ready: collections.deque = collections.deque()
+        self.pool_ready: collections.deque = collections.deque()
+        for handle in plan.starts:
+            self._queue(handle)
+        self.events: list = [None] * len(ops)
         self.fetched: list = [None] * plan.fetches
-        self.error: tuple[OpHandle, BaseException] | None = None
+        self.error: tuple[OpHandle | None, BaseException] | None = None
         self.helpers_busy = 0
 
-    def wants_pool(self, handle: OpHandle) -> bool:
-        """Whether a pool worker may take ``handle``: communication, or large last time."""
-        return handle.kind == COMMUNICATION or self.plan.seconds[handle.index] >= LARGE_OP_S
+    def _queue(self, handle: OpHandle) -> bool:
+        """Queue a ready op; True if it went to ``pool_ready``."""
+        if handle.kind == COMMUNICATION:
+            self.pool_ready.appendleft(handle)
+        elif self.plan.seconds[handle.index] >= LARGE_OP_S:
+            self.pool_ready.append(handle)
+        else:
+            self.ready.append(handle)
+            return False
+        return True
 
-    def take(self, caller: bool) -> OpHandle | None:
-        """The next ready op this thread may run (under the lock), or None."""
-        ready = self.ready
-        if not ready or self.error is not None:
+    def take_for_pool(self) -> OpHandle | None:
+        try:
+            return self.pool_ready.popleft()
+        except IndexError:
             return None
-        if caller:
-            return ready.popleft()
-        for index, handle in enumerate(ready):
-            if self.wants_pool(handle):
-                del ready[index]
-                return handle
-        return None
 
     def work(self) -> None:
         """The caller's part: run ops until the graph is done or failed."""
-        with self.lock:
-            handle = self._next(caller=True)
+        for _ in range(len(self.pool_ready)):
+            self.pool.wake()
+        handle = self._next_for_caller()
         if handle is not None:
             self.chain(handle, caller=True)
 
-    def _next(self, caller: bool) -> OpHandle | None:
-        """Under the lock: the next op for this thread, or None.  The caller waits for one
-        while ops remain and nothing failed; a pool worker does not wait."""
-        if not caller:
-            return self.take(caller=False)
-        while self.remaining and self.error is None:
-            handle = self.take(caller=True)
-            if handle is not None:
-                return handle
-            self.caller_wakes.wait()
-        return None
+    def _next_for_caller(self) -> OpHandle | None:
+        """The caller's next op (``pool_ready`` first), waiting for one while ops remain and
+        nothing failed; None when the run is over."""
+        while True:
+            queue = self.pool_ready or self.ready
+            if queue:
+                try:
+                    return queue.popleft()
+                except IndexError:   # a pool worker took it
+                    continue
+            if self.done or self.error is not None:
+                return None
+            with self.lock:
+                self.caller_sleeping = True
+                if not (self.pool_ready or self.ready or self.done or self.error):
+                    self.caller_wakes.wait()
+                self.caller_sleeping = False
+
+    def _wake_caller(self) -> None:
+        if self.caller_sleeping:
+            with self.lock:
+                self.caller_wakes.notify_all()
 
     def chain(self, handle: OpHandle, caller: bool) -> None:
         """Run ``handle``, then the first op each run makes ready, queueing the others."""
         plan, ops = self.plan, self.plan.graph.ops
         successors, seconds, plain, prepared = plan.graph.successors, plan.seconds, \
             plan.plain, plan.prepared
-        before_op, pending, ready_queue, lock = self.before_op, self.pending, self.ready, \
-            self.lock
+        before_op, countdowns, unfinished, timed = self.before_op, self.countdowns, \
+            self.unfinished, self.timed
         while handle is not None:
             index = handle.index
             try:
                 if before_op is not None:
                     before_op(handle)
-                started = _clock()
+                if timed:
+                    started = _clock()
                 if plain[index]:
                     prepared[index].run()
                 else:
                     self._launch(handle)
-                seconds[index] = _clock() - started
-                failed = None
+                if timed:
+                    seconds[index] = _clock() - started
             except BaseException as exc:  # noqa: BLE001 - kept and re-raised by the caller
-                failed = exc
-            with lock:
-                self.remaining -= 1
-                if failed is not None:
-                    if self.error is None:
-                        self.error = (handle, failed)
-                    self.caller_wakes.notify_all()
-                    return
-                following, queued, large = None, False, False
-                for successor in successors[index]:
-                    pending[successor] -= 1
-                    if pending[successor]:
-                        continue
-                    ready = ops[successor]
-                    if ready.kind == COMMUNICATION:
-                        ready_queue.appendleft(ready)
-                        queued = large = True
-                    elif following is None:
-                        following = ready
-                    else:
-                        ready_queue.append(ready)
-                        queued = True
-                        large = large or seconds[successor] >= LARGE_OP_S
-                if not self.remaining or (queued and not caller):
-                    self.caller_wakes.notify_all()
-                if large:
-                    self.pool_wakes.notify_all()
-                if following is None:       # next from the queue, without leaving the lock
-                    following = self._next(caller)
-                if self.error is not None:
-                    return
+                self._fail(handle, exc)
+                return
+            following, queued = None, False
+            for successor in successors[index]:
+                tokens = countdowns[successor]
+                if tokens is not None and not tokens.pop():
+                    continue                     # other producers still to finish
+                ready = ops[successor]
+                if following is None and ready.kind != COMMUNICATION:
+                    following = ready
+                else:
+                    queued = True
+                    if self._queue(ready):
+                        self.pool.wake()
+            if unfinished.pop():                 # the run's last op
+                self.done = True
+                self._wake_caller()
+                return
+            if queued and not caller:
+                self._wake_caller()
+            if self.error is not None:
+                return
+            if following is None:
+                following = self._next_for_caller() if caller else self.take_for_pool()
             handle = following
+
+    def _fail(self, handle: OpHandle | None, exc: BaseException) -> None:
+        """Keep the first error and wake the caller."""
+        with self.lock:
+            if self.error is None:
+                self.error = (handle, exc)
+            self.caller_wakes.notify_all()
 
     def _launch(self, handle: OpHandle) -> None:
         """Run or launch an op that is not on the fast path: wait for its producers on
@@ -204,14 +254,15 @@ class Run:
             else:
                 self.plan.prepared[handle.index].run()
         except BaseException as exc:  # noqa: BLE001 - kept and re-raised by the caller
-            with self.lock:
-                if self.error is None:
-                    self.error = (handle, exc)
-                self.caller_wakes.notify_all()
+            self._fail(handle, exc)
 
     def finish(self) -> None:
-        """Wait for the stream work the run launched (called once no op is left to start);
-        a stream's own error becomes the run's error if it has none."""
+        """Wait for the pool's ops in flight, then for the stream work the run launched; a
+        stream's own error becomes the run's error if it has none."""
+        if self.helpers_busy:   # once done or failed, no worker takes another op
+            with self.lock:
+                while self.helpers_busy:
+                    self.caller_wakes.wait()
         for stream in self.plan.queued_streams:
             try:
                 stream.synchronize()
