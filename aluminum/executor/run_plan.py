@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from .executor import PreparedOp
-from .ssa_graph import COMMUNICATION, FETCH, SSAGraph
+from .ssa_graph import FETCH, SSAGraph
 
 LARGE_OP_S = 200e-6
 TIMING_EVERY = 8    # runs between two timings of every op (the first two runs are timed)
@@ -42,11 +42,6 @@ class RunPlan:
         self.queued_streams = list({id(s): s for s in self.streams if not s.inline}.values())
         self.seconds = [LARGE_OP_S] * len(ops)
         self.runs = 0
-
-    def for_pool(self, handle) -> bool:
-        """Whether the pool's workers may take ``handle``: communication, or large when
-        last timed."""
-        return handle.kind == COMMUNICATION or self.seconds[handle.index] >= LARGE_OP_S
 
     def next_run_is_timed(self) -> bool:
         """Count a run; True if it should time every op."""

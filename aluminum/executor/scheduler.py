@@ -45,8 +45,8 @@ class WorkerPool:
 
     def __init__(self, size: int) -> None:
         self.lock = threading.Lock()
-        self.wakes = threading.Condition(self.lock)        # workers wait here
-        self.caller_wakes = threading.Condition(self.lock) # the caller waits here
+        self.wakes = threading.Condition(self.lock)          # workers wait here
+        self.caller_wakes = threading.Condition(self.lock)   # the caller waits here
         self.sleepers = 0
         self.current: Run | None = None
         self.closing = False
