@@ -8,6 +8,7 @@ from .allgather import (allgather, allgather_init, allgatherv, allgatherv_init,
 from .allreduce import allreduce, allreduce_init, nonblocking_allreduce
 from .alltoall import (alltoall, alltoall_init, alltoallv, alltoallv_init, nonblocking_alltoall,
                        nonblocking_alltoallv)
+from .backends.runtime.host import HostStream
 from .barrier import barrier, barrier_init, nonblocking_barrier
 from .bcast import bcast, bcast_init, nonblocking_bcast
 from .communicator import (Communicator, HostTransferCommunicator, MPICommunicator,

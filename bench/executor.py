@@ -8,8 +8,10 @@
    with 2 threads against 1 thread.
 3. A graph of only small ops (the MLP of examples/mnist_mlp.py on 8 samples): 4 threads
    against the sequential executor.
-Medians of ``--repeats`` runs, after one warm-up run each; BLAS runs single-threaded (the
-script restarts itself with ``OPENBLAS_NUM_THREADS=1`` and friends when they are not set).
+Medians of ``--repeats`` runs (the small-op step: ``4 * repeats`` samples of 20 runs), after
+one warm-up run each, the compared configurations taking turns sample by sample; BLAS runs
+single-threaded (the script restarts itself with ``OPENBLAS_NUM_THREADS=1`` and friends
+when they are not set).
 """
 from __future__ import annotations
 
@@ -27,14 +29,20 @@ from aluminum.executor import layers
 BLAS_THREADS = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
 
 
-def _median_seconds(run, repeats: int) -> float:
-    run()
-    samples = []
-    for _ in range(repeats):
-        start = time.perf_counter()
+def _interleaved_medians(runs: dict, repeats: int, batch: int = 1) -> dict:
+    """Label -> median seconds of one call, over ``repeats`` samples of ``batch`` calls,
+    after one warm-up call each.  The labels take turns sample by sample, so a change in
+    the machine's load hits every configuration alike and their ratios stay comparable."""
+    for run in runs.values():
         run()
-        samples.append(time.perf_counter() - start)
-    return statistics.median(samples)
+    samples: dict = {label: [] for label in runs}
+    for _ in range(repeats):
+        for label, run in runs.items():
+            start = time.perf_counter()
+            for _ in range(batch):
+                run()
+            samples[label].append((time.perf_counter() - start) / batch)
+    return {label: statistics.median(values) for label, values in samples.items()}
 
 
 def _runner(program, scope, threads):
@@ -100,21 +108,24 @@ def main(argv: list[str] | None = None) -> None:
     program, scope = chain()
     ops = len(program.global_block().ops)
     print(f"# chain of {ops} trivial ops: µs per op (median of {args.repeats})")
-    for label, threads in (("sequential", None), ("1 thread", 1), ("2 threads", 2),
-                           ("4 threads", 4)):
-        seconds = _median_seconds(_runner(program, scope, threads), args.repeats)
-        print(f"{label:12s} {seconds / ops * 1e6:8.2f}")
+    seconds = _interleaved_medians(
+        {label: _runner(program, scope, threads) for label, threads in
+         (("sequential", None), ("1 thread", 1), ("2 threads", 2), ("4 threads", 4))},
+        args.repeats)
+    for label, value in seconds.items():
+        print(f"{label:12s} {value / ops * 1e6:8.2f}")
     program, scope = branches()
-    one = _median_seconds(_runner(program, scope, 1), args.repeats)
-    two = _median_seconds(_runner(program, scope, 2), args.repeats)
+    seconds = _interleaved_medians({threads: _runner(program, scope, threads)
+                                    for threads in (1, 2)}, args.repeats)
+    one, two = seconds[1], seconds[2]
     print(f"# two branches of 4 matmuls 1024x1024: 1 thread {one * 1e3:.1f} ms, "
           f"2 threads {two * 1e3:.1f} ms, speed-up {one / two:.2f}x")
     program, scope = small_ops()
-    sequential = _median_seconds(_runner(program, scope, None), args.repeats * 20)
-    four = _median_seconds(_runner(program, scope, 4), args.repeats * 20)
+    seconds = _interleaved_medians({threads: _runner(program, scope, threads)
+                                    for threads in (None, 4)}, args.repeats * 4, batch=20)
+    sequential, four = seconds[None], seconds[4]
     print(f"# small-op MLP step: sequential {sequential * 1e6:.0f} µs, 4 threads "
           f"{four * 1e6:.0f} µs ({four / sequential:.2f}x)")
-
 
 if __name__ == "__main__":
     main()

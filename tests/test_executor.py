@@ -26,7 +26,8 @@ def _example(name):
 fit_a_line, mnist_mlp = _example("fit_a_line"), _example("mnist_mlp")
 
 
-def _train(build, feed, fetch, steps, threads=None, before_op=None, program_json=None):
+def _train(build, feed, fetch, steps, threads=None, before_op=None, program_json=None,
+           sync="event"):
     """Parameters and fetched values after ``steps`` runs (sequential when threads is
     None)."""
     main, startup, loss, *_ = build()
@@ -38,7 +39,7 @@ def _train(build, feed, fetch, steps, threads=None, before_op=None, program_json
         runner = ex.Executor()
         run = lambda: runner.run(main, feed, fetch(loss), scope)   # noqa: E731
     else:
-        strategy = ex.ExecutionStrategy(num_threads=threads, before_op=before_op)
+        strategy = ex.ExecutionStrategy(num_threads=threads, sync=sync, before_op=before_op)
         runner = ex.ParallelExecutor(main, loss_name=loss.name, scope=scope,
                                      exec_strategy=strategy)
         run = lambda: runner.run(fetch(loss), feed)   # noqa: E731
@@ -72,16 +73,18 @@ def _assert_identical(a, b):
 @pytest.mark.parametrize("model", [_mnist, _line], ids=["mnist_mlp", "fit_a_line"])
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 @pytest.mark.parametrize("threads", [1, 2, 4])
-def test_parallel_executor_equals_sequential_bit_for_bit(model, dtype, threads):
+@pytest.mark.parametrize("sync", ["event", "wait"])
+def test_parallel_executor_equals_sequential_bit_for_bit(model, dtype, threads, sync):
     build, feed = model(dtype)
     fetch = lambda loss: [loss]   # noqa: E731
     reference = _train(build, feed, fetch, 4)
-    _assert_identical(reference, _train(build, feed, fetch, 4, threads))
+    _assert_identical(reference, _train(build, feed, fetch, 4, threads, sync=sync))
 
 
-@settings(max_examples=6, deadline=None, derandomize=True, database=None)
-@given(seed=st.integers(0, 2 ** 16), threads=st.sampled_from([2, 4]))
-def test_random_thread_timing_never_changes_a_result(seed, threads):
+@settings(max_examples=8, deadline=None, derandomize=True, database=None)
+@given(seed=st.integers(0, 2 ** 16), threads=st.sampled_from([2, 4]),
+       sync=st.sampled_from(["event", "wait"]))
+def test_random_thread_timing_never_changes_a_result(seed, threads, sync):
     build, feed = _mnist("float32")
     rng = np.random.default_rng(seed)
     delays = iter(rng.exponential(2e-4, 100000))
@@ -90,7 +93,7 @@ def test_random_thread_timing_never_changes_a_result(seed, threads):
         time.sleep(next(delays))
     fetch = lambda loss: [loss]   # noqa: E731
     _assert_identical(_train(build, feed, fetch, 2),
-                      _train(build, feed, fetch, 2, threads, before_op=jitter))
+                      _train(build, feed, fetch, 2, threads, before_op=jitter, sync=sync))
 
 
 def test_json_round_trip_is_lossless_and_trains_identically():
@@ -246,7 +249,7 @@ for branch in "ab":
 runner = ex.ParallelExecutor(program, scope=scope,
                              exec_strategy=ex.ExecutionStrategy(num_threads=2))
 for _ in range(3):
-    runner.run([], {})
+    runner.run(["a6"], {})
 print(al.trace.write())
 """
 
@@ -264,10 +267,12 @@ def test_timeline_is_valid_chrome_json_and_shows_both_threads(tmp_path):
     assert run.returncode == 0, run.stderr
     events = json.loads(Path(run.stdout.strip().splitlines()[-1]).read_text())
     spans = [e for e in events if e.get("cat") == "executor"]
-    assert len(spans) == 36 and all(e["ph"] == "X" and e["dur"] >= 0 for e in spans)
-    assert {e["name"] for e in spans} == {"matmul"}
+    assert len(spans) == 39 and all(e["ph"] == "X" and e["dur"] >= 0 for e in spans)
+    assert {e["name"] for e in spans} == {"matmul", "fetch"}
     assert all({"place", "stream", "thread"} <= set(e["args"]) for e in spans)
-    assert len({e["tid"] for e in spans}) == 2     # both workers ran ops
+    assert {e["args"]["stream"] for e in spans if e["name"] == "matmul"} == {"compute"}
+    assert {e["args"]["stream"] for e in spans if e["name"] == "fetch"} == {"fetch"}
+    assert len({e["tid"] for e in spans if e["name"] == "matmul"}) == 2   # both workers
 
 
 def test_a_loss_with_a_batch_dimension_is_rejected_at_build_time():

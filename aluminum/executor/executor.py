@@ -2,6 +2,7 @@
 correctness reference the parallel executors are compared with."""
 from __future__ import annotations
 
+import functools
 import threading
 
 import numpy as np
@@ -20,26 +21,64 @@ def run_op(op: Operator, scope: Scope, place: str = "cpu", stream: str = "comput
     gives kernels what they need beyond their inputs (the communicator of communication
     ops).  With ``AL_TRACE`` set, its span goes to the Chrome trace (op type, place, stream,
     thread)."""
+    kind = registry.get(op.type)
     if al.trace.ENABLED:
         start = al.trace.now_us()
-        _run_op(op, scope, place, context)
-        al.trace.span(op.type, "executor", start, al.trace.now_us(),
-                      {"place": place, "stream": stream,
-                       "thread": threading.current_thread().name})
+        _execute(kind, op, op.inputs.items(), op.outputs.items(), scope, place, context)
+        _span(op.type, start, place, stream)
     else:
-        _run_op(op, scope, place, context)
+        _execute(kind, op, op.inputs.items(), op.outputs.items(), scope, place, context)
 
 
-def _run_op(op: Operator, scope: Scope, place: str, context) -> None:
-    kind = registry.get(op.type)
-    ins = {slot: [scope[name] if name else None for name in names]
-           for slot, names in op.inputs.items()}
+class PreparedOp:
+    """``run_op`` for an op run many times: its kind is looked up and its slots listed once,
+    and it is bound to its scope, place, stream name and context; ``run()`` runs it.  The
+    program must not change after, and whether spans are traced is decided here."""
+
+    __slots__ = ("op", "run")
+
+    def __init__(self, op: Operator, scope: Scope, place: str, stream: str, context) -> None:
+        self.op = op
+        inputs = tuple((slot, tuple(names)) for slot, names in op.inputs.items())
+        outputs = tuple((slot, tuple(names)) for slot, names in op.outputs.items())
+        execute = functools.partial(_execute, registry.get(op.type), op, inputs, outputs,
+                                    scope, place, context)
+        if al.trace.ENABLED:
+            def traced() -> None:
+                start = al.trace.now_us()
+                execute()
+                _span(op.type, start, place, stream)
+            self.run = traced
+        else:
+            self.run = execute
+
+
+def fetch_value(name: str, scope: Scope, place: str = "cpu", stream: str = "fetch"):
+    """A numpy copy of ``scope[name]``: a cupy array is copied to the host on the current
+    cupy stream.  Traced like an op (``fetch``) under ``AL_TRACE``."""
+    start = al.trace.now_us() if al.trace.ENABLED else None
+    value = scope[name]
+    copy = value.get() if is_cupy(value) else np.array(value)
+    if start is not None:
+        _span("fetch", start, place, stream)
+    return copy
+
+
+def _span(name: str, start: float, place: str, stream: str) -> None:
+    al.trace.span(name, "executor", start, al.trace.now_us(),
+                  {"place": place, "stream": stream,
+                   "thread": threading.current_thread().name})
+
+
+def _execute(kind, op: Operator, inputs, outputs, scope: Scope, place: str, context) -> None:
+    """Read ``inputs`` ((slot, names) pairs) from ``scope``, compute, write ``outputs``."""
+    ins = {slot: [scope[name] if name else None for name in names] for slot, names in inputs}
     try:
         outs = kind.compute(ins, op.attrs, context)
     except Exception as exc:  # noqa: BLE001 - any kernel failure names its op
         raise ExecutionError(f"op {op.type} on {place} failed: {type(exc).__name__}: "
                              f"{exc}") from exc
-    for slot, names in op.outputs.items():
+    for slot, names in outputs:
         for name, value in zip(names, outs.get(slot, ())):
             if name and value is not None:
                 scope[name] = value
@@ -52,7 +91,7 @@ def check_feed(program: Program, feed: dict) -> None:
         if name not in block.vars:
             raise ProgramError(f"feed {name!r}: no such variable in the program")
         var = block.vars[name]
-        value = np.asarray(value)
+        value = as_array(value)
         if len(value.shape) != len(var.shape) or any(
                 d != -1 and d != v for d, v in zip(var.shape, value.shape)):
             raise ProgramError(f"feed {name!r}: expected shape {list(var.shape)}, got "
@@ -70,6 +109,22 @@ def check_readable(program: Program, feed: dict, scope: Scope) -> None:
                 raise ProgramError(f"op {op.type}: reads variable {name!r}, which nothing "
                                    "writes before it (not fed, not in the scope)")
         available.update(op.output_names())
+
+
+def is_cupy(value) -> bool:
+    return type(value).__module__.startswith("cupy")
+
+
+def as_array(value):
+    """``value`` itself if it is a cupy array (it stays on the device), else
+    ``numpy.asarray(value)``."""
+    return value if is_cupy(value) else np.asarray(value)
+
+
+def store_feed(scope: Scope, feed: dict) -> None:
+    """Write the (checked) feed into ``scope`` (see ``as_array``)."""
+    for name, value in feed.items():
+        scope[name] = as_array(value)
 
 
 def fetch_names(fetch_list) -> list[str]:
@@ -98,7 +153,7 @@ class Executor:
         check_feed(program, feed)
         check_fetch(program, names)
         check_readable(program, feed, scope)
-        scope.update({name: np.asarray(value) for name, value in feed.items()})
+        store_feed(scope, feed)
         for op in program.global_block().ops:
             run_op(op, scope, self.place)
-        return [np.array(scope[name]) for name in names]
+        return [fetch_value(name, scope, self.place) for name in names]

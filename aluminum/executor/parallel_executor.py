@@ -1,26 +1,16 @@
 """``ParallelExecutor``: a program's SSA graph run out of order on a thread pool.
 
-Scheduling follows Paddle's fast threaded SSA executor: dependency counts (built once with
-the graph) are copied each run; ops whose inputs are ready wait in a ready queue, taken by
-``num_threads`` workers (the calling thread is one of them); a worker that finishes an op
-continues with the first op it made ready, without a round trip through the queue, and
-queues the rest; communication ops go to the front of the queue.  The first error is kept,
-ops in flight finish, nothing new starts, and the error is raised naming the op and place.
-numpy releases the GIL in large kernels, so independent branches of large ops overlap.
-The calling thread takes any ready op; the pool's workers take (and are woken for) only
-ops that took at least ``LARGE_OP_S`` in the previous run, and communication ops: handing a
-few-microsecond op to another thread costs a 20-50 µs wake-up and a fight for the GIL, so a
-graph of small ops runs on the caller alone while large independent ops overlap.
+The graph is built once; each fetch list gets its plan (the graph plus its fetch ops, each
+op's stream and cross-stream waits) on its first run, reused after.  Scheduling, the pool's
+policy and the error rules are in scheduler.py; streams and their waits in streams.py.
 
 Out-of-order execution never changes a result: every op reads the versions the program
-order gives it (the SSA graph's edges), and accumulations (``sum``) add in a fixed order.
+order gives it (the SSA graph's edges, and the events between streams), and accumulations
+(``sum``) add in a fixed order.
 """
 from __future__ import annotations
 
-import collections
-import threading
-import time
-from dataclasses import dataclass
+from dataclasses import KW_ONLY, dataclass
 from typing import Callable
 
 import numpy as np
@@ -29,24 +19,36 @@ import aluminum as al
 
 from .data_parallel import broadcast_parameters, check_ranks_agree, data_parallel_program
 from .errors import ExecutionError, ProgramError
-from .executor import check_feed, check_fetch, check_readable, fetch_names, run_op
+from .executor import check_feed, check_fetch, check_readable, fetch_names, store_feed
 from .ir import Program
 from .parallel_context import get_parallel_context
-from .places import merge_fetch, split_feed
+from .places import fetch_on_places, merge_fetched, split_feed
+from .run_plan import RunPlan
+from .scheduler import Run, WorkerPool
 from .scope import Scope, global_scope
-from .ssa_graph import COMMUNICATION, OpHandle, SSAGraph, build_graph
-
-LARGE_OP_S = 200e-6
-_clock = time.perf_counter
+from .ssa_graph import OpHandle, SSAGraph, build_graph
+from .streams import SYNC_MODES, make_streams, uses_cupy
 
 
 @dataclass
 class ExecutionStrategy:
-    """``num_threads``: workers, the caller included.  ``before_op``: called with each op
-    handle just before it runs, on its worker (tests inject random delays with it)."""
+    """How a graph runs.  ``num_threads``: workers, the caller included.  ``sync``: how an
+    op waits for a producer on another stream: ``"event"`` (its stream waits for the
+    producer's event, the host goes on) or ``"wait"`` (the host blocks until the producer's
+    stream has run it); see streams.py.  ``before_op``: called with each op handle just
+    before it runs, on its worker (tests inject random delays with it)."""
 
     num_threads: int = 2
+    _: KW_ONLY
+    sync: str = "event"
     before_op: Callable[[OpHandle], None] | None = None
+
+    def __post_init__(self) -> None:
+        if self.sync not in SYNC_MODES:
+            raise ProgramError(f"sync: expected one of {', '.join(SYNC_MODES)}, got "
+                               f"{self.sync!r}")
+        if self.num_threads < 1:
+            raise ProgramError(f"num_threads: expected at least 1, got {self.num_threads}")
 
 
 @dataclass
@@ -72,7 +74,8 @@ class BuildStrategy:
 
 class _Context:
     """What kernels get beyond their inputs: the communicator, and the fusion buckets
-    (memory and persistent allreduce plan, made once per bucket)."""
+    (memory and persistent allreduce plan, made once per bucket; the memory is node-shared
+    when an MPI communicator's ranks all share the node)."""
 
     def __init__(self, comm) -> None:
         self.comm = comm
@@ -83,8 +86,10 @@ class _Context:
         to that rank."""
         found = self._buckets.get(index)
         if found is None or found[0].size != count or found[0].dtype != dtype:
-            memory = al.shared_empty(count, dtype, self.comm) \
-                if self.comm.local_size == self.comm.size else np.empty(count, dtype)
+            shared = isinstance(self.comm, al.MPICommunicator) and \
+                self.comm.local_size == self.comm.size
+            memory = al.shared_empty(count, dtype, self.comm) if shared \
+                else np.empty(count, dtype)
             plan = al.allreduce_init(memory, self.comm) if root is None else \
                 al.reduce_init(memory, self.comm, root=root)
             found = self._buckets[index] = (memory, plan)
@@ -150,168 +155,63 @@ class ParallelExecutor:
         if build.debug_graphviz_path:
             with open(build.debug_graphviz_path, "w", encoding="utf-8") as out:
                 out.write(self.graph.to_dot())
-        self._seconds = [LARGE_OP_S] * len(self.graph.ops)   # each op's last run time
-        self._lock = threading.Lock()
-        self._caller_wakes = threading.Condition(self._lock)
-        self._pool_wakes = threading.Condition(self._lock)
-        self._current: _Run | None = None
-        self._closing = False
-        self._workers = [threading.Thread(target=self._serve, name=f"al-executor-{i}",
-                                          daemon=True)
-                         for i in range(max(1, self.exec_strategy.num_threads) - 1)]
-        for worker in self._workers:
-            worker.start()
+        self._plans: dict[tuple, RunPlan] = {}
+        self._streams: dict | None = None          # made on the first run
+        self._pool = WorkerPool(self.exec_strategy.num_threads - 1)
 
     def run(self, fetch_list=None, feed: dict | None = None) -> list[np.ndarray]:
-        """Run the graph once; return copies of the fetched values (checked first)."""
+        """Run the graph once; return numpy copies of the fetched values (everything is
+        checked before the first op runs; per-place values concatenated).  Returns once the
+        work every stream was given has run, so the scope holds this run's values."""
         feed = split_feed(self.program, dict(feed or {}), len(self.places))
         names = fetch_names(fetch_list)
+        groups = fetch_on_places(self.program, names, len(self.places))
         check_feed(self.program, feed)
         check_fetch(self.program, names)
         scope = self.scope
         for name in self.graph.external_inputs:
             if name not in feed and name not in scope:
                 check_readable(self.program, feed, scope)   # raises, naming the reader
-        self.scope.update({name: np.asarray(value) for name, value in feed.items()})
-        run = _Run(self.graph, self.scope, self.exec_strategy.before_op, self._seconds,
-                   self._caller_wakes, self._pool_wakes, self._context)
-        with self._lock:
-            self._current = run
-            if any(h.kind == COMMUNICATION or self._seconds[h.index] >= LARGE_OP_S
-                   for h in run.ready):
-                self._pool_wakes.notify_all()
+        store_feed(scope, feed)
+        run = Run(self._plan([name for group in groups for name in group], feed),
+                  self.exec_strategy.before_op,
+                  self.exec_strategy.sync, self._pool)
+        self._pool.current = run        # a worker that missed it is woken for its first op
         try:
             run.work()
         finally:
-            with self._lock:
-                while run.helpers_busy:           # ops in flight on the pool finish first
-                    self._caller_wakes.wait()
-                self._current = None
+            run.finish()
+            self._pool.current = None
         if run.error is not None:
             handle, exc = run.error
             if isinstance(exc, ExecutionError):
                 raise exc
             raise ExecutionError(f"op {handle.op.type} on {handle.place} failed: "
                                  f"{type(exc).__name__}: {exc}") from exc
-        return [merge_fetch(self.program, self.scope, name, len(self.places))
-                for name in names]
+        return merge_fetched(groups, run.fetched)
 
-    def _serve(self) -> None:
-        """A pool worker: run the large ops of whichever run is current."""
-        while True:
-            with self._lock:
-                while True:
-                    if self._closing:
-                        return
-                    run = self._current
-                    handle = None if run is None else run.take(caller=False)
-                    if handle is not None:
-                        run.helpers_busy += 1
-                        break
-                    self._pool_wakes.wait()
-            try:
-                run.chain(handle, caller=False)
-            finally:
-                with self._lock:
-                    run.helpers_busy -= 1
-                    if not run.helpers_busy:
-                        self._caller_wakes.notify_all()
+    def _plan(self, names: list[str], feed: dict) -> RunPlan:
+        """The plan of this fetch list (made on its first run; streams on the first run of
+        all, cupy ones when the fed or scope arrays are cupy arrays)."""
+        plan = self._plans.get(tuple(names))
+        if plan is None or plan.scope is not self.scope:
+            if self._streams is None:
+                on_gpu = uses_cupy(feed.values()) or uses_cupy(self.scope.values())
+                self._streams = make_streams(self._context.comm, on_gpu)
+            graph = self.graph.with_fetches(names) if names else self.graph
+            plan = self._plans[tuple(names)] = RunPlan(graph, self._streams, self.scope,
+                                                        self._context)
+        return plan
 
     def close(self) -> None:
-        """Stop the pool's workers and let go of the communication buckets (idempotent);
-        the executor cannot run afterwards."""
-        with self._lock:
-            self._closing = True
-            self._pool_wakes.notify_all()
+        """Stop the pool's workers, close the executor's own streams and let go of the
+        communication buckets (idempotent); the executor cannot run afterwards."""
+        self._pool.close()
+        for stream in (self._streams or {}).values():
+            if hasattr(stream, "close"):
+                stream.close()
         self._context.release(self.scope)
 
     def __del__(self) -> None:
-        if hasattr(self, "_lock"):
+        if hasattr(self, "_pool"):
             self.close()
-
-
-class _Run:
-    """One run's state, shared by the caller and the pool's workers under one lock."""
-
-    def __init__(self, graph: SSAGraph, scope: Scope, before_op, seconds: list,
-                 caller_wakes: threading.Condition, pool_wakes: threading.Condition,
-                 context) -> None:
-        self.graph, self.scope, self.before_op = graph, scope, before_op
-        self.context = context
-        self.seconds = seconds
-        self.pending = list(graph.dependency_counts)
-        self.ready = collections.deque(graph.ops[i] for i, c in enumerate(self.pending)
-                                       if c == 0)
-        self.remaining = len(graph.ops)
-        self.error: tuple[OpHandle, BaseException] | None = None
-        self.helpers_busy = 0
-        self.caller_wakes, self.pool_wakes = caller_wakes, pool_wakes
-
-    def take(self, caller: bool) -> OpHandle | None:
-        """The next ready op this worker may run (under the lock), or None: the caller
-        takes any, the pool only communication ops and ops large last time."""
-        ready = self.ready
-        if not ready or self.error is not None:
-            return None
-        if caller:
-            return ready.popleft()
-        for index, handle in enumerate(ready):
-            if handle.kind == COMMUNICATION or self.seconds[handle.index] >= LARGE_OP_S:
-                del ready[index]
-                return handle
-        return None
-
-    def work(self) -> None:
-        """The caller's loop: take and run ready ops until the graph is done or failed."""
-        wakes = self.caller_wakes
-        while True:
-            with wakes:
-                while True:
-                    if not self.remaining or self.error is not None:
-                        return
-                    handle = self.take(caller=True)
-                    if handle is not None:
-                        break
-                    wakes.wait()
-            self.chain(handle, caller=True)
-
-    def chain(self, handle: OpHandle, caller: bool) -> None:
-        """Run ``handle``, then the first op each run makes ready, queueing the others."""
-        ops, successors, seconds = self.graph.ops, self.graph.successors, self.seconds
-        while handle is not None:
-            try:
-                if self.before_op is not None:
-                    self.before_op(handle)
-                started = _clock()
-                run_op(handle.op, self.scope, handle.place, handle.stream, self.context)
-                seconds[handle.index] = _clock() - started
-                failed = None
-            except BaseException as exc:  # noqa: BLE001 - kept and re-raised by run()
-                failed = exc
-            with self.caller_wakes:
-                self.remaining -= 1
-                if failed is not None:
-                    if self.error is None:
-                        self.error = (handle, failed)
-                    self.caller_wakes.notify_all()
-                    return
-                following, queued, large = None, False, False
-                for index in successors[handle.index]:
-                    self.pending[index] -= 1
-                    if self.pending[index]:
-                        continue
-                    ready = ops[index]
-                    if ready.kind == COMMUNICATION:
-                        self.ready.appendleft(ready)
-                        queued = large = True
-                    elif following is None:
-                        following = ready
-                    else:
-                        self.ready.append(ready)
-                        queued = True
-                        large = large or seconds[index] >= LARGE_OP_S
-                if not self.remaining or (queued and not caller):
-                    self.caller_wakes.notify_all()
-                if large:
-                    self.pool_wakes.notify_all()
-                handle = following

@@ -11,7 +11,7 @@ independent chains, so the thread pool runs the places side by side.
 
 ``split_feed`` deals a fed batch out to the places (the batch dimension split in order, as
 ``np.array_split`` does; a variable without a batch dimension goes to every place whole)
-and ``merge_fetch`` concatenates a fetched per-place variable along its first axis, as
+and ``merge_fetched`` concatenates a fetched per-place variable along its first axis, as
 Paddle's fetch does.  With the gradient scale 1/(places x ranks), training on P places
 equals training on one with the whole batch when the batch splits evenly; what surprises
 people: as in Paddle, an uneven split weights each place's mean loss equally, so the rows
@@ -81,13 +81,27 @@ def split_feed(program: Program, feed: dict, num_places: int) -> dict:
     return result
 
 
-def merge_fetch(program: Program, scope, name: str, num_places: int) -> np.ndarray:
-    """The fetched value of ``name``: per-place values concatenated along the first axis
-    (a scalar-shaped loss becomes one value per place); shared variables as they are."""
-    names = [place_name(name, place) for place in range(num_places)]
-    if num_places == 1 or names[-1] not in program.global_block().vars:
-        return np.array(scope[name])
-    return np.concatenate([np.atleast_1d(scope[n]) for n in names])
+def fetch_on_places(program: Program, names: list[str], num_places: int) -> list[tuple]:
+    """For each fetched name, the variables holding its value: one per place for a
+    per-place variable, else the name alone."""
+    block = program.global_block()
+    groups = []
+    for name in names:
+        copies = tuple(place_name(name, place) for place in range(num_places))
+        groups.append(copies if copies[-1] in block.vars else (name,))
+    return groups
+
+
+def merge_fetched(groups: list[tuple], values: list) -> list[np.ndarray]:
+    """The fetched values of ``fetch_on_places``'s groups, in order: a per-place variable's
+    values concatenated along the first axis (a loss: one value per place)."""
+    merged, index = [], 0
+    for group in groups:
+        part = values[index:index + len(group)]
+        index += len(group)
+        merged.append(part[0] if len(part) == 1 else
+                      np.concatenate([np.atleast_1d(value) for value in part]))
+    return merged
 
 
 def _per_place(op: Operator, shared: set) -> bool:

@@ -6,7 +6,9 @@ of the previous version (write after read) and for the previous writer (write af
 communication ops run one after the other in program order (Paddle's all_reduce_deps_pass:
 every rank then issues its collectives in one order), and every op without consumers gets
 one as its output, so each op has at least one output.
-Built once per program and reused: the dependency counts are copied per run.
+Built once per program and reused: the dependency counts are copied per run.  A run that
+fetches variables adds one fetch op per variable (``with_fetches``, Paddle's
+FetchOpHandle), built once per fetch list.
 """
 from __future__ import annotations
 
@@ -16,7 +18,7 @@ from .errors import ProgramError
 from .ir import Operator, Program
 from .ops import registry
 
-COMPUTE, COMMUNICATION = "compute", "communication"
+COMPUTE, COMMUNICATION, FETCH = "compute", "communication", "fetch"
 
 
 @dataclass(eq=False)
@@ -34,6 +36,9 @@ class VarHandle:
 
 @dataclass(eq=False)
 class OpHandle:
+    """One op of the graph; ``kind`` (compute, communication or fetch) is also the name of
+    the stream it runs on, unless ``stream`` says otherwise."""
+
     kind: str
     op: Operator
     place: str
@@ -84,6 +89,22 @@ class SSAGraph:
         if seen != len(self.ops):
             stuck = [repr(self.ops[i]) for i, c in enumerate(counts) if c > 0]
             raise ProgramError(f"graph: a cycle through {', '.join(stuck[:5])}")
+
+    def with_fetches(self, names: list[str]) -> SSAGraph:
+        """This graph plus one ``fetch`` op per name, reading the variable's last version
+        (so it runs after the last write) on the fetch stream; column ``i`` of the result is
+        ``names[i]``.  This graph's handles are shared, not changed: a fetch op is in no
+        variable's ``pending_ops``."""
+        place = self.ops[0].place if self.ops else "cpu"
+        handles = list(self.ops)
+        for column, name in enumerate(names):
+            versions = self.versions.get(name)
+            var = versions[-1] if versions else VarHandle(name, 0, place)
+            op = Operator("fetch", {"X": [name]}, {}, {"column": column})
+            handle = OpHandle(FETCH, op, place, len(handles), [var], stream=FETCH)
+            handle.outputs.append(VarHandle(f"fetch@{column}", 0, place, handle, dummy=True))
+            handles.append(handle)
+        return SSAGraph(handles, self.versions)
 
     def to_dot(self) -> str:
         lines = ["digraph ssa {"]

@@ -73,7 +73,7 @@ def data_parallel(comm, steps, scale="coeff_num_device", threads=2, before_op=No
                                  places=[f"cpu:{i}" for i in range(places)],
                                  build_strategy=ex.BuildStrategy(gradient_scale=scale,
                                                                  **build_options),
-                                 exec_strategy=ex.ExecutionStrategy(threads, before_op))
+                                 exec_strategy=ex.ExecutionStrategy(threads, before_op=before_op))
     for _ in range(steps):
         runner.run([loss], feed)
     runner.close()

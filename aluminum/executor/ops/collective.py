@@ -18,9 +18,11 @@ class Allreduce(OpKind):
 
     The gradients are copied into the op's bucket (``attrs["bucket"]``): memory and a
     persistent allreduce plan made on first use and kept for every later step, in
-    ``al.shared_empty`` memory when every rank shares the node, so the zero-copy
-    shared-memory allreduce applies.  The outputs are views of the bucket, valid until the
-    op runs again in the next step (``run`` returns copies of what it fetches).  Gradients
+    ``al.shared_empty`` memory when every rank of an MPI communicator shares the node, so
+    the zero-copy shared-memory allreduce applies.  On a stream-bound communicator the
+    kernel waits for the stream after the plan, so the op is finished when it returns.
+    The outputs are views of the bucket, valid until the op runs again in the next step
+    (``run`` returns copies of what it fetches).  Gradients
     keep their order in a bucket, so each element's sum is the same as reducing it alone;
     the algorithm the selector picks for a bucket's size may differ from the one it picks
     per gradient, which can change the last bits of a float sum."""
@@ -35,7 +37,7 @@ class Allreduce(OpKind):
             out.shape, out.dtype = x.shape, x.dtype
 
     def compute(self, ins, attrs, ctx):
-        _comm(ctx, self.type)
+        comm = _comm(ctx, self.type)
         grads = ins["X"]
         bucket, plan = ctx.bucket(attrs.get("bucket", id(attrs)),
                                   sum(g.size for g in grads), grads[0].dtype,
@@ -45,6 +47,8 @@ class Allreduce(OpKind):
             bucket[offset:offset + grad.size] = grad.reshape(-1)
             offset += grad.size
         plan.run()
+        if comm.stream is not None:   # a stream-ordered plan has only been enqueued
+            comm.stream.synchronize()
         outs, offset = [], 0
         for grad in grads:
             outs.append(bucket[offset:offset + grad.size].reshape(grad.shape))
