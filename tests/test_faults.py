@@ -21,7 +21,8 @@ from aluminum.launcher import launch
 
 TIMEOUT_S = 2.0        # AL_TIMEOUT in the injected cases
 SLACK_S = 5.0          # the issue's bound: AL_TIMEOUT + 5 s from the fault to the error
-JOB_LIMIT_S = 90       # a hung job is killed after this and fails its case
+# a hung job is killed after this and fails its case (lower it to try an old library)
+JOB_LIMIT_S = float(os.environ.get("AL_FAULT_JOB_LIMIT_S", "90"))
 
 PRELUDE = textwrap.dedent('''
     import os, signal, sys, time
@@ -75,6 +76,9 @@ def run_case(nprocs, body, env=None, tmp_path=None):
     except subprocess.TimeoutExpired as exc:
         pytest.fail(f"the job hung (killed after {JOB_LIMIT_S} s):\n{exc.output}")
     wall = time.monotonic() - start
+    if os.environ.get("AL_FAULT_SHOW"):      # (pytest -s: see what every case printed)
+        print(f"\n--- {nprocs} ranks, rc {result.returncode}, {wall:.1f} s ---\n"
+              f"{result.stdout}", flush=True)
     reports = {}
     for line in result.stdout.splitlines():
         found = _REPORT.search(line)
@@ -223,7 +227,7 @@ def test_frozen_peer_ends_in_timeout_and_the_job_ends(nprocs, tmp_path):
         if comm.rank == comm.size - 1:
             os.kill(os.getpid(), signal.SIGSTOP)
         attempt(comm.rank, "frozen", lambda: al.allreduce(buf, comm))
-    ''', env={"AL_FINALIZE_TIMEOUT": "2", "AL_TRACE": str(tmp_path / "t.json")},
+    ''', env={"AL_FINALIZE_TIMEOUT": "1", "AL_TRACE": str(tmp_path / "t.json")},
         tmp_path=tmp_path)
     expect(reports, out, range(nprocs - 1), "frozen", "TimeoutError",
            match=rf"never arrived.*\[{nprocs - 1}\].*flight record: ")
@@ -402,7 +406,7 @@ def test_hostile_tuning_file_warns_and_falls_back(nprocs, content, tmp_path):
 def test_dropped_communicators_are_released_at_garbage_collection(nprocs, tmp_path):
     # Open MPI hands out the lowest free slot of its communicator table (the Fortran handle):
     # a communicator made after many were dropped gets a low handle only if they were freed.
-    dropped = 200
+    dropped = 120
     code, reports, out, _ = run_case(nprocs, f'''
         def rss_kib():
             with open("/proc/self/statm") as statm:
@@ -427,7 +431,7 @@ def test_dropped_communicators_are_released_at_garbage_collection(nprocs, tmp_pa
         _, first, last, _, grown_kib = line.split()
         # (leaked, each dropped communicator would hold two table slots and ~27 KiB)
         assert int(last) <= int(first) + 4, f"MPI communicators leaked: {line}"
-        assert int(grown_kib) < 2048, f"RSS grew {grown_kib} KiB over {dropped} drops"
+        assert int(grown_kib) < 1536, f"RSS grew {grown_kib} KiB over {dropped} drops"
     assert out.count("HANDLES") == nprocs, out
 
 
