@@ -12,12 +12,15 @@ Any deviation prints ``FAIL ...`` and aborts the whole job at once, so a rank ou
 never leaves its peers waiting.
 """
 import json
+import os
 import sys
+import time
 
 import numpy as np
 
 import aluminum as al
 
+VERBOSE = bool(os.environ.get("AL_PROGRAM_VERBOSE"))   # print each step before it runs
 WORLD_RANK = -1   # set by main() (importing this module starts no MPI: the model uses it)
 SLOTS = {0: (16, np.float64), 1: (1000, np.float32), 2: (70_000, np.int32)}
 OPS = {"sum": (al.SUM, np.sum), "max": (al.MAX, np.max)}
@@ -49,7 +52,7 @@ class Program:
         self.plans: dict[int, PlanEntry] = {}
 
     def adopt(self, handle: int, comm, members: dict) -> None:
-        mine = members[str(WORLD_RANK)]
+        mine = members.get(str(WORLD_RANK))    # (none at all: a step meant to fail)
         if (comm is None) != (mine is None):
             raise Failure(f"membership: got {comm!r}, the model says {mine}")
         if comm is not None and (comm.size, comm.rank) != (len(mine), mine.index(WORLD_RANK)):
@@ -224,6 +227,10 @@ def main(path: str) -> None:
     for number, steps in enumerate(programs):
         program = Program()
         for index, step in enumerate(steps):
+            if VERBOSE:
+                print(f"{time.monotonic():.3f} rank {WORLD_RANK} program {number} step {index}: "
+                      f"{json.dumps(step)}",
+                      flush=True)
             try:
                 program.run(index, step)
             except Exception as exc:
