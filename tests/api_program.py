@@ -33,11 +33,12 @@ def data(world_rank: int, step: int, slot: int) -> np.ndarray:
 
 
 def reference(members: list[int], step: int, slot: int, op: str) -> np.ndarray:
+    """The allreduce of what ``members`` contribute at ``step``, by numpy."""
     return OPS[op][1]([data(rank, step, slot) for rank in members], axis=0)
 
 
 class Failure(Exception):
-    pass
+    """The library did something the model did not expect: the job is aborted."""
 
 
 class Program:
