@@ -1,7 +1,8 @@
 """Communicators: a process group bound to a backend (and, for GPU backends, a stream).
 
 Each communicator duplicates its MPI communicator, so aluminum's traffic never mixes with the
-user's, and splits a node-local one for ``local_rank``/``local_size``.  Custom algorithms tag
+user's, twice (the second carries only ``split``/``copy``, never operations in flight), and
+splits a node-local one for ``local_rank``/``local_size``.  Custom algorithms tag
 their messages with a per-communicator sequence number (``next_tag``): every rank issues
 collectives in the same order, so concurrent operations never match each other's messages.
 """
@@ -43,6 +44,11 @@ class Communicator:
 
         self._mpi = rendezvous.dup(parent, f"{type(self).__name__}() (MPI_Comm_idup)")
         self.freed = False   # an attribute, not a property: plans read it on every run
+        # split() and copy() make their MPI collectives here, never on _mpi: the engine
+        # starts the operations' nonblocking collectives on _mpi from its own thread, at
+        # times that differ between ranks, and a blocking collective among them would be
+        # matched out of order (MPI_ERR_TRUNCATE, corrupted operations in flight).
+        self._admin = self._mpi.Dup()
         local = self._mpi.Split_type(MPI.COMM_TYPE_SHARED)
         self.local_rank, self.local_size = local.Get_rank(), local.Get_size()
         self._local = local
@@ -55,8 +61,8 @@ class Communicator:
         self._index = runtime.register_communicator(self)
         # A communicator dropped without free() releases its MPI communicators when
         # collected; its collective resources (shared windows) wait for al.finalize().
-        self._finalizer = weakref.finalize(self, _release_dropped, self._index, self._mpi,
-                                           local, self._scratch)
+        self._finalizer = weakref.finalize(self, _release_dropped, self._index,
+                                           (self._mpi, self._admin, local), self._scratch)
         self._finalizer.atexit = False
         try:
             watchdog.attach(self)
@@ -105,15 +111,18 @@ class Communicator:
         return CommunicatorError(f"comm: this {type(self).__name__} was freed")
 
     def copy(self, stream=None) -> "Communicator":
-        """A communicator over the same group bound to ``stream``."""
-        return type(self)(self.mpi_comm, stream=stream)
+        """A communicator over the same group bound to ``stream``; collective.  Operations
+        in flight on this one may go on meanwhile."""
+        self.mpi_comm   # (raises once freed)
+        return type(self)(self._admin, stream=stream)
 
     def split(self, color: int | None, key: int = 0) -> "Communicator | None":
         """Split into sub-communicators of the same backend (``MPI_Comm_split``); collective.
 
         Ranks passing the same ``color`` (an int >= 0) form one communicator, ranked by
         ``key``, ties broken by rank in this one; ``color=None`` (``MPI_UNDEFINED``) takes
-        part without joining any and returns None.  A GPU backend's sub-communicator binds
+        part without joining any and returns None.  Operations in flight on this
+        communicator may go on meanwhile.  A GPU backend's sub-communicator binds
         that backend's default stream and bootstraps over the split MPI communicator (the
         NCCL unique id goes over it).
         """
@@ -123,7 +132,8 @@ class Communicator:
             raise ArgumentError(f"color: expected an int >= 0 or None, got {color!r}")
         if type(key) is not int:
             raise ArgumentError(f"key: expected an int, got {key!r}")
-        part = self.mpi_comm.Split(MPI.UNDEFINED if color is None else color, key)
+        self.mpi_comm   # (raises once freed)
+        part = self._admin.Split(MPI.UNDEFINED if color is None else color, key)
         if part == MPI.COMM_NULL:
             return None
         try:
@@ -185,7 +195,7 @@ class Communicator:
         from .backends.mpi import rendezvous
 
         if keep or rendezvous.stranded(mpi) or rendezvous.stranded(self._local):
-            _kept.append((mpi, self._local, dict(self._scratch)))
+            _kept.append((mpi, self._admin, self._local, dict(self._scratch)))
             self._scratch.clear()
             return
         if collective:
@@ -197,6 +207,7 @@ class Communicator:
 
         if not MPI.Is_finalized():
             self._local.Free()
+            self._admin.Free()
             mpi.Free()
 
     def __enter__(self):
@@ -220,7 +231,7 @@ def _close_scratch(scratch: dict) -> None:
             close()
 
 
-def _release_dropped(index: int, mpi, local, scratch: dict) -> None:
+def _release_dropped(index: int, mpi_comms: tuple, scratch: dict) -> None:
     """Garbage collection of a communicator never freed: free its MPI communicators now
     (local in Open MPI) and hand its scratch resources to ``al.finalize()``, which closes them
     in creation order on every rank (closing a window is collective, and ranks collect
@@ -231,8 +242,8 @@ def _release_dropped(index: int, mpi, local, scratch: dict) -> None:
         return
     if scratch:
         runtime.defer_close(index, lambda: _close_scratch(scratch))
-    local.Free()
-    mpi.Free()
+    for mpi_comm in mpi_comms:
+        mpi_comm.Free()
 
 
 class MPICommunicator(Communicator):

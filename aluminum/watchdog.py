@@ -1,7 +1,7 @@
 """``AL_TIMEOUT``'s watchdog: a stuck collective raises ``al.TimeoutError`` naming the ranks
 that never arrived, instead of hanging.
 
-With ``AL_TIMEOUT`` set (on every rank), every collective on the host backends runs through
+With ``AL_TIMEOUT`` or ``AL_STALL_WARN_S`` set (on every rank), every collective on the host backends runs through
 the progress engine, blocking calls included (started, then waited for with the timeout):
 an ``MPI_Allreduce`` stuck in C could never time out.  Each communicator whose ranks share
 one node also keeps an arrival counter per rank in a small MPI-3 shared window, made with the
@@ -10,7 +10,12 @@ times out reads every rank's counter straight from shared memory (no MPI call, s
 peer cannot block the diagnosis): ranks whose count is below the operation's own never
 arrived.  A communicator spanning nodes says so instead.
 
-Without ``AL_TIMEOUT`` none of this runs: no window, no counting, blocking calls stay direct.
+``AL_STALL_WARN_S`` alone turns the same machinery on without cutting anything off: a wait
+that lasts that long warns once, naming the operation and the ranks that never arrived
+(Horovod's stall inspector); blocking calls included, since they go through the engine.
+
+With neither set none of this runs: no window, no counting, blocking calls stay direct (a
+nonblocking ``wait()`` still warns after the default 60 s, naming only the operation).
 """
 from __future__ import annotations
 
@@ -21,7 +26,9 @@ import numpy as np
 
 __all__ = ["ENABLED", "ArrivalCounters", "arrive"]
 
-ENABLED = bool(os.environ.get("AL_TIMEOUT", "").strip())
+# (AL_STALL_WARN_S set explicitly asks for the stall warning's rank names, which need the
+# counters, and for blocking calls to warn too, which needs them to go through the engine)
+ENABLED = any(os.environ.get(name, "").strip() for name in ("AL_TIMEOUT", "AL_STALL_WARN_S"))
 
 _KEY = "arrivals"   # comm.scratch
 _SLOT_BYTES = 64    # one cache line per rank's counter
@@ -81,11 +88,11 @@ class ArrivalCounters:
 
 
 def attach(comm) -> None:
-    """Give a new communicator its counters when every rank runs with ``AL_TIMEOUT``
-    (collective: decided together, so ranks that disagree cannot deadlock on the window)."""
+    """Give a new communicator its counters when every rank runs with ``AL_TIMEOUT`` or
+    ``AL_STALL_WARN_S`` (collective: decided together, so ranks that disagree cannot deadlock on the window)."""
     from .backends.mpi import rendezvous
 
-    if rendezvous.agree(comm.mpi_comm, f"{type(comm).__name__}() (agreeing on AL_TIMEOUT)",
+    if rendezvous.agree(comm.mpi_comm, f"{type(comm).__name__}() (agreeing on AL_TIMEOUT/AL_STALL_WARN_S)",
                         int(ENABLED)):
         comm.scratch(_KEY, lambda: ArrivalCounters(comm))
 

@@ -21,7 +21,8 @@ from aluminum.launcher import launch
 
 TIMEOUT_S = 2.0        # AL_TIMEOUT in the injected cases
 SLACK_S = 5.0          # the issue's bound: AL_TIMEOUT + 5 s from the fault to the error
-JOB_LIMIT_S = 90       # a hung job is killed after this and fails its case
+# a hung job is killed after this and fails its case (lower it to try an old library)
+JOB_LIMIT_S = float(os.environ.get("AL_FAULT_JOB_LIMIT_S", "90"))
 
 PRELUDE = textwrap.dedent('''
     import os, signal, sys, time
@@ -75,6 +76,9 @@ def run_case(nprocs, body, env=None, tmp_path=None):
     except subprocess.TimeoutExpired as exc:
         pytest.fail(f"the job hung (killed after {JOB_LIMIT_S} s):\n{exc.output}")
     wall = time.monotonic() - start
+    if os.environ.get("AL_FAULT_SHOW"):      # (pytest -s: see what every case printed)
+        print(f"\n--- {nprocs} ranks, rc {result.returncode}, {wall:.1f} s ---\n"
+              f"{result.stdout}", flush=True)
     reports = {}
     for line in result.stdout.splitlines():
         found = _REPORT.search(line)
@@ -223,7 +227,7 @@ def test_frozen_peer_ends_in_timeout_and_the_job_ends(nprocs, tmp_path):
         if comm.rank == comm.size - 1:
             os.kill(os.getpid(), signal.SIGSTOP)
         attempt(comm.rank, "frozen", lambda: al.allreduce(buf, comm))
-    ''', env={"AL_FINALIZE_TIMEOUT": "2", "AL_TRACE": str(tmp_path / "t.json")},
+    ''', env={"AL_FINALIZE_TIMEOUT": "1", "AL_TRACE": str(tmp_path / "t.json")},
         tmp_path=tmp_path)
     expect(reports, out, range(nprocs - 1), "frozen", "TimeoutError",
            match=rf"never arrived.*\[{nprocs - 1}\].*flight record: ")
@@ -366,8 +370,9 @@ def test_count_mismatch_without_al_debug_raises_aluminum_errors(nprocs, timeout,
 
 # -- 7, 8. unwritable trace, hostile tuning files --------------------------------------------
 
-def test_unwritable_trace_is_a_warning(tmp_path):
-    code, reports, out, _ = run_case(2, '''
+@NPROCS
+def test_unwritable_trace_is_a_warning(nprocs, tmp_path):
+    code, reports, out, _ = run_case(nprocs, '''
         comm = al.MPICommunicator()
         attempt(comm.rank, "op", lambda: al.allreduce(np.ones(4), comm))
         al.finalize()
@@ -375,15 +380,16 @@ def test_unwritable_trace_is_a_warning(tmp_path):
     ''', env={"AL_TRACE": "/proc/no/such/dir/t.json"}, tmp_path=tmp_path)
     assert code == 0, out
     assert "AL_TRACE: cannot write" in out and "Traceback" not in out, out
-    assert all((rank, "exit") in reports for rank in range(2)), out
+    assert all((rank, "exit") in reports for rank in range(nprocs)), out
 
 
+@NPROCS
 @pytest.mark.parametrize("content", ["[" * 5000 + "]" * 5000, '{"a": "' + "x" * (5 << 20) + '"}',
                                      '{"format": "aluminum-tuning/1", "rules": [[[[[]]]]]}'])
-def test_hostile_tuning_file_warns_and_falls_back(content, tmp_path):
+def test_hostile_tuning_file_warns_and_falls_back(nprocs, content, tmp_path):
     table = tmp_path / "tuning.json"
     table.write_text(content)
-    code, reports, out, _ = run_case(2, '''
+    code, reports, out, _ = run_case(nprocs, '''
         comm = al.MPICommunicator()
         buf = np.ones(4)
         attempt(comm.rank, "op", lambda: al.allreduce(buf, comm))
@@ -391,7 +397,126 @@ def test_hostile_tuning_file_warns_and_falls_back(content, tmp_path):
     ''', env={"AL_TUNING_FILE": str(table)}, tmp_path=tmp_path)
     assert code == 0, out
     assert "ignoring tuning table" in out and "RecursionError" not in out, out
-    assert all(reports[(rank, "op")][0] == "ok" for rank in range(2)), out
+    assert all(reports[(rank, "op")][0] == "ok" for rank in range(nprocs)), out
+
+
+# -- 9. communicators dropped without free() -------------------------------------------------
+
+@NPROCS
+def test_dropped_communicators_are_released_at_garbage_collection(nprocs, tmp_path):
+    # Open MPI hands out the lowest free slot of its communicator table (the Fortran handle):
+    # a communicator made after many were dropped gets a low handle only if they were freed.
+    dropped = 120
+    code, reports, out, _ = run_case(nprocs, f'''
+        def rss_kib():
+            with open("/proc/self/statm") as statm:
+                return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") // 1024
+
+        def make_use_and_drop():
+            comm = al.MPICommunicator()
+            al.allreduce(np.ones(4), comm)
+            return comm.mpi_comm.py2f()
+
+        for _ in range(20):
+            make_use_and_drop()
+        first, start = make_use_and_drop(), rss_kib()
+        for _ in range({dropped}):
+            make_use_and_drop()
+        print(f"HANDLES {{first}} {{make_use_and_drop()}} RSS_KIB {{rss_kib() - start}}",
+              flush=True)
+        al.finalize()
+    ''', env={"AL_TIMEOUT": None}, tmp_path=tmp_path)
+    assert code == 0, out
+    for line in (l for l in out.splitlines() if l.startswith("HANDLES")):
+        _, first, last, _, grown_kib = line.split()
+        # (leaked, each dropped communicator would hold two table slots and ~27 KiB)
+        assert int(last) <= int(first) + 4, f"MPI communicators leaked: {line}"
+        assert int(grown_kib) < 1536, f"RSS grew {grown_kib} KiB over {dropped} drops"
+    assert out.count("HANDLES") == nprocs, out
+
+
+# -- the flight recorder on SIGUSR1, the stall warning ----------------------------------------
+
+@NPROCS
+def test_sigusr1_dumps_each_ranks_flight_record_even_inside_mpi(nprocs, tmp_path):
+    # Without AL_TIMEOUT, rank 0's blocking allreduce is a plain MPI_Allreduce in C: only the
+    # recorder's own thread can answer the signal while the rank is stuck there.
+    code, reports, out, _ = run_case(nprocs, '''
+        from mpi4py import MPI
+        comm = al.MPICommunicator()
+        pids = MPI.COMM_WORLD.allgather(os.getpid())
+        buf = np.ones(64, np.float32)
+        al.allreduce(buf, comm)
+        al.nonblocking_allreduce(buf, comm, algo="ring").wait()
+        al.barrier(comm)
+        entering = os.environ["AL_TRACE"] + ".entering"
+        if comm.rank == 0:
+            open(entering, "w").close()
+        else:
+            while not os.path.exists(entering):
+                time.sleep(0.01)
+            time.sleep(0.3)                        # rank 0 is inside MPI_Allreduce now
+            for pid in pids:
+                os.kill(pid, signal.SIGUSR1)
+            dump = os.environ["AL_TRACE"].replace(".json", ".flight.rank0.json")
+            deadline = time.monotonic() + 10
+            while not os.path.exists(dump) and time.monotonic() < deadline:
+                time.sleep(0.05)
+            time.sleep(0.3)                        # (written whole: let it finish)
+            report(comm.rank, f"rank0-dumped-{os.path.exists(dump)}")
+        al.allreduce(buf, comm)
+        al.finalize()
+        report(comm.rank, "exit")
+    ''', env={"AL_TIMEOUT": None, "AL_TRACE": str(tmp_path / "t.json")}, tmp_path=tmp_path)
+    assert code == 0, out
+    for rank in range(1, nprocs):
+        assert (rank, "rank0-dumped-True") in reports, out
+    for rank in range(nprocs):
+        path = tmp_path / f"t.flight.rank{rank}.json"
+        assert path.stat().st_mode & 0o777 == 0o600
+        record = json.loads(path.read_text())
+        assert record["reason"] == "SIGUSR1" and record["rank"] == rank, record
+        ops = [(op["op"], op["algo"].split("/")[-1]) for op in record["operations"]]
+        assert ops[:3] == [("allreduce", "mpi_passthrough"), ("allreduce", "ring"),
+                           ("barrier", ops[2][1])], record
+        assert record["operations"][1]["state"] == "complete", record
+    # rank 0 was inside its fourth operation, a blocking allreduce, when it dumped
+    stuck = json.loads((tmp_path / "t.flight.rank0.json").read_text())["operations"]
+    assert len(stuck) == 4 and stuck[3]["op"] == "allreduce" \
+        and stuck[3]["state"] == "called" and stuck[3]["bytes"] == 64 * 4, stuck
+
+
+@NPROCS
+def test_stall_warning_names_the_op_and_the_late_ranks_once(nprocs, tmp_path):
+    code, reports, out, _ = run_case(nprocs, '''
+        import warnings
+        warnings.simplefilter("always")            # a repeated warning must show
+        comm = al.MPICommunicator()
+        buf = np.ones(16, np.float32)
+        al.allreduce(buf, comm)                                      # collective #1
+        late = comm.rank == comm.size - 1
+        if late:
+            time.sleep(1)
+        al.allreduce(buf, comm, algo="ring")                         # #2: blocking
+        if late:
+            time.sleep(1)
+        request = al.nonblocking_allreduce(buf, comm, algo="mpi_passthrough")   # #3
+        request.wait()
+        request.wait()
+        assert np.all(buf == comm.size ** 3), buf[:4]
+        al.finalize()
+        report(comm.rank, "exit")
+    ''', env={"AL_TIMEOUT": None, "AL_STALL_WARN_S": "0.3"}, tmp_path=tmp_path)
+    assert code == 0, out
+    late = nprocs - 1
+    for rank in range(nprocs):
+        assert (rank, "exit") in reports, out
+        for number, algo in ((2, "ring"), (3, "mpi_passthrough")):
+            found = re.findall(rf"allreduce/{algo} \(request #\d+, rank {rank} of {nprocs}\) "
+                               rf"has been waited for 0.3 s \(AL_STALL_WARN_S\).*?"
+                               rf"ranks that never arrived at collective #{number} on this "
+                               rf"communicator: \[{late}\]", out)
+            assert len(found) == (rank != late), f"rank {rank}, #{number}: {found}\n{out}"
 
 
 # -- traces stream: memory stays bounded ------------------------------------------------------
@@ -416,87 +541,13 @@ def _soak(ops, tmp_path):
 
 
 def test_traced_operations_keep_memory_bounded(tmp_path):
+    """The issue's soak (under 20 MB over 100,000 traced operations) at a fifth of the
+    length, with a fifth of the bound; bench/soak_trace.py runs the whole one."""
     from aluminum.core import trace
 
-    grown_kib = _soak(5000, tmp_path)
-    assert grown_kib < 8 * 1024, f"RSS grew {grown_kib} KiB over 5,000 traced operations"
+    grown_kib = _soak(20_000, tmp_path)
+    assert grown_kib < 4 * 1024, f"RSS grew {grown_kib} KiB over 20,000 traced operations"
     path = tmp_path / "soak.rank0.json"
     assert path.stat().st_mode & 0o777 == 0o600
     events = trace.read(str(path))
-    assert sum(e.get("cat") == "api" for e in events) == 5500
-
-
-# -- stall warning, SIGUSR1 flight record, dropped communicators --------------------------------
-
-def test_a_stalled_wait_warns_once_naming_the_operation(tmp_path):
-    """Without AL_TIMEOUT, a wait that has not completed after AL_STALL_WARN_S warns once
-    (Horovod's stall inspector), then goes on and completes when the late rank arrives."""
-    code, reports, out, _ = run_case(2, '''
-        import warnings
-        comm = al.MPICommunicator()
-        buf = np.ones(4)
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            if comm.rank == 1:
-                time.sleep(2.5)          # the late rank
-            al.nonblocking_allreduce(buf, comm).wait()
-        stalls = [str(w.message) for w in caught if "AL_STALL_WARN_S" in str(w.message)]
-        print(f"STALLS rank={comm.rank} n={len(stalls)} first={stalls[:1]}", flush=True)
-        assert np.all(buf == 2)
-    ''', env={"AL_TIMEOUT": None, "AL_STALL_WARN_S": "0.5"}, tmp_path=tmp_path)
-    assert code == 0, out
-    assert "STALLS rank=0 n=1 " in out and "allreduce" in out.split("STALLS rank=0")[1], out
-    assert "STALLS rank=1 n=0 " in out, out
-
-
-def test_sigusr1_dumps_each_ranks_last_operations(tmp_path):
-    """kill -USR1 makes a rank write its flight record next to its AL_TRACE file, naming
-    the operations it ran and how far each got."""
-    trace_path = tmp_path / "t.json"
-    code, reports, out, _ = run_case(2, '''
-        import json
-        from aluminum.core import trace
-        comm = al.MPICommunicator()
-        for count in (3, 5, 7):
-            al.nonblocking_allreduce(np.ones(count), comm).wait()
-        os.kill(os.getpid(), signal.SIGUSR1)
-        path = trace.flight_path(comm.rank)
-        deadline = time.monotonic() + 10
-        while not os.path.exists(path) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        time.sleep(0.2)                  # let the dump finish writing
-        record = json.load(open(path))
-        ops = [(o["op"], o["bytes"], o["state"]) for o in record["operations"]]
-        print(f"FLIGHT rank={comm.rank} reason={record['reason']} ops={ops}", flush=True)
-        comm.mpi_comm.Barrier()
-    ''', env={"AL_TRACE": str(trace_path)}, tmp_path=tmp_path)
-    assert code == 0, out
-    for rank in range(2):
-        line = out.split(f"FLIGHT rank={rank} ")[1].splitlines()[0]
-        assert "reason=SIGUSR1" in line, out
-        for nbytes in (24, 40, 56):
-            assert f"('allreduce', {nbytes}, 'complete')" in line, line
-
-
-def test_dropped_communicators_are_released(tmp_path):
-    """Communicators dropped without free() give their MPI communicators back when
-    collected: making and dropping 400 keeps memory flat (27 KiB each when they leaked).
-    (With AL_TIMEOUT each also has a watchdog window, which waits for al.finalize(): closing
-    a window is collective, and ranks collect garbage at different times.)"""
-    code, reports, out, _ = run_case(2, '''
-        import gc, resource
-        def churn(n):
-            for _ in range(n):
-                comm = al.MPICommunicator()
-                al.allreduce(np.ones(2), comm)
-                del comm
-            gc.collect()
-        churn(100)
-        start = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-        churn(400)
-        grown = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - start
-        print(f"GROWN_KIB {grown}", flush=True)
-    ''', env={"AL_TIMEOUT": None}, tmp_path=tmp_path)
-    assert code == 0, out
-    grown = max(int(part.split()[0]) for part in out.split("GROWN_KIB")[1:])
-    assert grown < 4 * 1024, f"RSS grew {grown} KiB over 400 dropped communicators"
+    assert sum(e.get("cat") == "api" for e in events) == 20_500

@@ -52,7 +52,7 @@ def test_blocking_collective_names_the_rank_that_never_arrived():
     assert all(f"rank {r} done" in out for r in range(3))
 
 
-@pytest.mark.skipif(watchdog.ENABLED, reason="this process runs with AL_TIMEOUT set")
+@pytest.mark.skipif(watchdog.ENABLED, reason="this process runs with AL_TIMEOUT or AL_STALL_WARN_S set")
 def test_without_al_timeout_blocking_calls_stay_direct(monkeypatch):
     """No watchdog, no cost: blocking calls never go through the engine, nothing is counted."""
     def through_the_engine(*args, **kwargs):
