@@ -58,6 +58,7 @@ class Communicator:
         self._stream = stream
         self._tags = itertools.count(1)
         self._scratch: dict = {}
+        self.arrivals = None   # watchdog.ArrivalCounters, made below
         self._index = runtime.register_communicator(self)
         # A communicator dropped without free() releases its MPI communicators when
         # collected; its collective resources (shared windows) wait for al.finalize().
@@ -65,7 +66,7 @@ class Communicator:
                                            (self._mpi, self._admin, local), self._scratch)
         self._finalizer.atexit = False
         try:
-            watchdog.attach(self)
+            self.arrivals = watchdog.attach(self)   # (gives its slot back when collected)
             if self.backend.setup is not None:
                 self.backend.setup(self)
         except BaseException:
@@ -192,6 +193,8 @@ class Communicator:
 
         recall.forget(self)   # remembered plans hold buffers (al.shared_empty's among them)
         self._finalizer.detach()
+        if self.arrivals is not None:
+            self.arrivals.release()
         from .backends.mpi import rendezvous
 
         if keep or rendezvous.stranded(mpi) or rendezvous.stranded(self._local):

@@ -3,26 +3,24 @@ from __future__ import annotations
 
 from . import debug, watchdog
 from .core import trace
-from .debug import POINT_TO_POINT
 from .engine.progress import submit
 
 
-def run(comm, op: str, state_class: type, nbytes: int, blocking: bool, args: tuple):
+def run(comm, op: str, state_class: type, nbytes: int, blocking: bool, args: tuple,
+        detail: tuple | None = None):
     """Run ``op`` with ``state_class``; return a Request when nonblocking.
 
-    ``args`` are the State constructor's arguments after ``comm``: ``(stream, ...)``.
+    ``args`` are the State constructor's arguments after ``comm``: ``(stream, ...)``;
+    ``detail`` is the request's ``(function, argument)`` naming late ranks (the caller
+    counted its arrival).
     """
     if trace.ENABLED:
         trace.api_call(op, comm, nbytes, state_class.name, blocking)
     if debug.ENABLED:
         debug.check(comm, op, state_class.name, args)
-    watched = watchdog.ENABLED and not comm.backend.uses_streams
-    if blocking and not watched:
+    if blocking and not (watchdog.ENABLED and not comm.backend.uses_streams):
         state_class.run_blocking(comm, *args)
         return None
-    # Counted before the state is built: building it may wait for the other ranks (a shared
-    # window's first use), and a timeout there names the ranks that never arrived.
-    detail = watchdog.arrive(comm) if watched and op not in POINT_TO_POINT else None
     request = submit(state_class(comm, *args))
     request.detail = detail
     if blocking:   # through the engine, so that AL_TIMEOUT can end a stuck collective

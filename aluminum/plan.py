@@ -13,6 +13,7 @@ import functools
 from . import dispatch, selector
 from .core import trace
 from .core.errors import ArgumentError, CommunicatorError
+from .debug import POINT_TO_POINT
 from .engine.progress import submit
 
 __all__ = ["Plan"]
@@ -26,11 +27,15 @@ class Plan:
     ``start()`` while the previous start is still in flight raises ``al.ArgumentError``
     (wait for it first), and any use after ``free()`` or after the communicator was freed
     raises ``al.CommunicatorError``.  Plans are context managers (``free()`` on exit).
+
+    Each run of a collective counts this rank's arrival on the communicator first (its
+    ``watchdog.ArrivalCounters``), so a timeout or stall warning can name the ranks that
+    never arrived.
     """
 
     __slots__ = ("comm", "op", "algo", "nbytes", "args", "inplace", "_classes",
                  "_prepare", "_persistent", "_run_prepared", "_start_prepared", "_request",
-                 "_freed", "__weakref__")
+                 "_freed", "_arrivals", "__weakref__")
 
     def __init__(self, comm, op: str, algo: str, nbytes: int, args: tuple,
                  inplace: bool | None = None) -> None:
@@ -43,6 +48,7 @@ class Plan:
         self._start_prepared = None  # likewise, the prepared start
         self._request = None
         self._freed = False
+        self._arrivals = None if op in POINT_TO_POINT else comm.arrivals
 
     def state_class(self, nonblocking: bool) -> type:
         """The State class runs in this mode use (chosen on first use, then kept)."""
@@ -92,17 +98,26 @@ class Plan:
         if start_prepared is not None and not self.comm.freed:
             request = self._request
             if request is None or request._done:
-                request = self._request = start_prepared()
+                arrivals = self._arrivals
+                if arrivals is None:
+                    request = self._request = start_prepared()
+                else:
+                    number = arrivals.arrive()
+                    request = self._request = start_prepared()
+                    request.detail = (arrivals.missing, number)
                 return request
         self._check_usable("starting the plan again")
+        arrivals = self._arrivals
+        detail = None if arrivals is None else (arrivals.missing, arrivals.arrive())
         state_class = self.state_class(True)
         prepared = self._prepared(state_class)
         if prepared is not None:
             self._start_prepared = functools.partial(submit, prepared.state())
             request = self._request = self._start_prepared()
+            request.detail = detail
         else:
             request = self._request = dispatch.run(self.comm, self.op, state_class,
-                                                   self.nbytes, False, self.args)
+                                                   self.nbytes, False, self.args, detail)
         return request
 
     def run(self) -> None:
@@ -110,17 +125,35 @@ class Plan:
         run_prepared = self._run_prepared
         if run_prepared is not None and self._request is None \
                 and not self.comm.freed:
-            run_prepared()      # the common repeat: everything below was checked before
+            arrivals = self._arrivals
+            if arrivals is None:
+                run_prepared()      # the common repeat: everything below was checked before
+                return
+            arrivals.inside = (arrivals.arrive(), self)   # (for the stall monitor)
+            try:
+                run_prepared()
+            finally:
+                arrivals.inside = None
             return
         self._check_usable("running the plan")
         self._request = None
-        state_class = self.state_class(False)
-        prepared = self._prepared(state_class)
-        if prepared is not None:
-            self._run_prepared = prepared.run
-            prepared.run()
-        else:
-            dispatch.run(self.comm, self.op, state_class, self.nbytes, True, self.args)
+        arrivals = self._arrivals
+        detail = None
+        if arrivals is not None:
+            detail = (arrivals.missing, arrivals.arrive())
+            arrivals.inside = (detail[1], self)
+        try:
+            state_class = self.state_class(False)
+            prepared = self._prepared(state_class)
+            if prepared is not None:
+                self._run_prepared = prepared.run
+                prepared.run()
+            else:
+                dispatch.run(self.comm, self.op, state_class, self.nbytes, True, self.args,
+                             detail)
+        finally:
+            if arrivals is not None:
+                arrivals.inside = None
 
     __call__ = run
 

@@ -24,7 +24,7 @@ import threading
 import warnings
 import weakref
 
-from . import debug
+from . import debug, watchdog
 from .core import trace
 from .core.errors import CommunicatorError, TimeoutError
 
@@ -68,6 +68,7 @@ def init(mpi_comm=None) -> None:
 
         _private = rendezvous.dup(_world, "al.init() (MPI_Comm_idup of the default group)")
         debug.agree(_private)
+        watchdog.open_board(_private)
         trace.install_signal_handler()
         _state = "initialized"
         atexit.register(finalize)
@@ -153,3 +154,4 @@ def finalize() -> None:
     _deferred.clear()
     for index in sorted(closers):
         closers[index]()
+    watchdog.close_board(collective)

@@ -1,107 +1,236 @@
-"""``AL_TIMEOUT``'s watchdog: a stuck collective raises ``al.TimeoutError`` naming the ranks
-that never arrived, instead of hanging.
+"""Who has not arrived: per-rank counts of the collectives each rank entered, read by the
+timeouts and stall warnings that name the ranks holding everyone up.
 
-With ``AL_TIMEOUT`` or ``AL_STALL_WARN_S`` set (on every rank), every collective on the host backends runs through
-the progress engine, blocking calls included (started, then waited for with the timeout):
-an ``MPI_Allreduce`` stuck in C could never time out.  Each communicator whose ranks share
-one node also keeps an arrival counter per rank in a small MPI-3 shared window, made with the
-communicator: a rank bumps its own counter as it enters a collective there.  A wait that
-times out reads every rank's counter straight from shared memory (no MPI call, so a stuck
-peer cannot block the diagnosis): ranks whose count is below the operation's own never
-arrived.  A communicator spanning nodes says so instead.
+Every rank keeps, per communicator, the number of collectives it has entered, in shared
+memory its peers on the node can read without any MPI call (so a stuck peer cannot block
+the diagnosis): ranks whose count is below an operation's own number never arrived at it.
+The counts live on the *arrival board*, one small node-wide MPI-3 shared window made at
+``al.init()`` (``SLOTS`` counters per process); each communicator takes a slot, the lowest
+free on all its ranks, agreed with one allreduce when it is made, and gives it back when
+freed or garbage-collected (no collective needed: a slot is only reused once free on every
+rank of the new communicator).  A communicator spanning nodes, or one made when a rank has
+no free slot left, has no counters: messages say the late ranks are unknown.
 
-``AL_STALL_WARN_S`` alone turns the same machinery on without cutting anything off: a wait
-that lasts that long warns once, naming the operation and the ranks that never arrived
-(Horovod's stall inspector); blocking calls included, since they go through the engine.
+Counting is on always: a plan bumps its counter before each run (a store into shared
+memory).  Who reads it:
 
-With neither set none of this runs: no window, no counting, blocking calls stay direct (a
-nonblocking ``wait()`` still warns after the default 60 s, naming only the operation).
+- ``AL_TIMEOUT``: an operation that times out, blocking ones included (they go through the
+  engine, see ``ENABLED``), names the ranks that never arrived.
+- Without ``AL_TIMEOUT``, Horovod's stall inspector: a nonblocking ``wait()`` warns once
+  after ``AL_STALL_WARN_S`` (60 s), and so does a blocking call stuck that long - watched by
+  a monitor thread, since the caller is inside MPI - naming the operation and the ranks that
+  never arrived, once per operation.
 """
 from __future__ import annotations
 
 import os
-from typing import Callable
+import threading
+import time
+import warnings
+import weakref
 
 import numpy as np
 
-__all__ = ["ENABLED", "ArrivalCounters", "arrive"]
+__all__ = ["ENABLED", "ArrivalCounters", "open_board", "close_board", "attach"]
 
-# (AL_STALL_WARN_S set explicitly asks for the stall warning's rank names, which need the
-# counters, and for blocking calls to warn too, which needs them to go through the engine)
-ENABLED = any(os.environ.get(name, "").strip() for name in ("AL_TIMEOUT", "AL_STALL_WARN_S"))
+# AL_TIMEOUT set: blocking calls go through the engine, so that a stuck one can be ended.
+ENABLED = bool(os.environ.get("AL_TIMEOUT", "").strip())
 
-_KEY = "arrivals"   # comm.scratch
-_SLOT_BYTES = 64    # one cache line per rank's counter
+SLOTS = 1024               # communicators per process the board counts for at once (x 64)
+_board: _Board | None = None
+
+
+class _Board:
+    """The node's shared counters: ``SLOTS`` int64 per process of the default group."""
+
+    def __init__(self, world) -> None:
+        from mpi4py import MPI
+
+        from .backends.mpi import rendezvous
+
+        self.local = world.Split_type(MPI.COMM_TYPE_SHARED)
+        rendezvous.enter(self.local, "al.init() (the arrival board's shared window)")
+        self.window = MPI.Win.Allocate_shared(SLOTS * 8, 8, comm=self.local)
+        self.group = self.local.Get_group()
+        self.counters = [memoryview(self.window.Shared_query(peer)[0]).cast("B").cast("q")
+                         for peer in range(self.local.Get_size())]
+        self.mine = self.counters[self.local.Get_rank()]
+        for slot in range(SLOTS):
+            self.mine[slot] = 0
+        self.free = np.full(SLOTS // 64, np.uint64(2**64 - 1), np.uint64)   # bit set: free
+
+    def peers_of(self, comm) -> list[int] | None:
+        """Board indices of ``comm``'s ranks in rank order; None unless all are here."""
+        from mpi4py import MPI
+
+        group = comm.mpi_comm.Get_group()
+        try:
+            found = group.Translate_ranks(list(range(comm.size)), self.group)
+        finally:
+            group.Free()
+        return None if MPI.UNDEFINED in found else list(found)
+
+    def take(self, slot: int) -> None:
+        self.free[slot // 64] &= ~np.uint64(1 << (slot % 64))
+
+    def give_back(self, slot: int) -> None:
+        self.mine[slot] = 0          # before the slot can be agreed on again
+        self.free[slot // 64] |= np.uint64(1 << (slot % 64))
+
+    def close(self) -> None:
+        from mpi4py import MPI
+
+        self.counters = []
+        self.mine = None
+        if not MPI.Is_finalized():
+            self.window.Free()
+            self.group.Free()
+            self.local.Free()
+
+
+def open_board(world) -> None:
+    """Make the node's arrival board (collective over ``world``, at ``al.init()``); none
+    for a single process, which has no peer to wait for."""
+    global _board
+    if world.Get_size() > 1:
+        _board = _Board(world)
+
+
+def close_board(collective: bool) -> None:
+    """Free the board at ``al.finalize()`` (collective), or leave it when not ``collective``."""
+    global _board
+    board, _board = _board, None
+    if board is not None and collective:
+        board.close()
 
 
 class ArrivalCounters:
-    """Per-rank counts of collectives entered on one communicator, in shared memory."""
+    """The collectives entered on one communicator: this rank's count and its peers'.
 
-    def __init__(self, comm) -> None:
-        self.rank, self.size = comm.rank, comm.size
+    ``arrive()`` counts one more (a plan calls it before each run); ``inside`` is set by a
+    blocking run while it lasts, for the monitor thread's stall warning."""
+
+    __slots__ = ("count", "inside", "_mine", "_slot", "_peers", "_warned", "describe",
+                 "__weakref__")
+
+    def __init__(self, board: _Board, slot: int, peers: list[int], describe: str) -> None:
         self.count = 0
-        self.window = None
-        self.views: list[np.ndarray] = []
-        if comm.local_size != comm.size:   # shared memory cannot see other nodes
-            return
-        from mpi4py import MPI
-
-        self.window = MPI.Win.Allocate_shared(_SLOT_BYTES, 1, comm=comm.local_comm)
-        for peer in range(comm.size):
-            memory, _ = self.window.Shared_query(peer)
-            self.views.append(np.frombuffer(memory, np.int64, count=1))
-        self.views[self.rank][0] = 0
-
-    @staticmethod
-    def of(comm) -> ArrivalCounters | None:
-        """The communicator's counters (None when the watchdog is off for it)."""
-        return comm.scratch(_KEY)
+        self.inside = None        # (number, plan) while a blocking run is in progress
+        self._mine, self._slot = board.mine, slot
+        self._peers = [board.counters[peer] for peer in peers]
+        self._warned = None
+        self.describe = describe  # "rank R of N", for the monitor's message
 
     def arrive(self) -> int:
         """Count one more collective entered by this rank; its number on this communicator."""
-        self.count += 1
-        if self.views:
-            self.views[self.rank][0] = self.count
-        return self.count
+        count = self.count = self.count + 1
+        self._mine[self._slot] = count
+        return count
 
     def missing(self, number: int) -> str:
         """Which ranks had not entered collective ``number`` yet, in words."""
-        if not self.views:
-            return ("the ranks that never arrived are unknown: this communicator spans nodes, "
-                    "and only ranks sharing memory can be watched")
-        late = [peer for peer in range(self.size) if int(self.views[peer][0]) < number]
+        if self._mine is None:
+            return "the ranks that never arrived are unknown: the communicator was freed"
+        slot = self._slot
+        late = [rank for rank, counters in enumerate(self._peers) if counters[slot] < number]
         if not late:
             return (f"every rank entered it (collective #{number} on this communicator): "
                     f"they are all inside it, e.g. with mismatched arguments")
         return (f"ranks that never arrived at collective #{number} on this communicator: "
                 f"{late}")
 
-    def close(self) -> None:
-        window, self.window = self.window, None
-        self.views = []
-        if window is None:
-            return
-        from mpi4py import MPI
+    def release(self) -> None:
+        """Give the slot back (idempotent; no MPI call, so also at garbage collection)."""
+        _live.discard(self)
+        self._give_back()
 
-        if not MPI.Is_finalized():
-            window.Free()
+    def _give_back(self) -> None:
+        mine, self._mine = self._mine, None
+        self._peers = []
+        if mine is not None and _board is not None and _board.mine is mine:
+            _board.give_back(self._slot)
+
+    __del__ = _give_back   # a communicator dropped without free() gives its slot back too
 
 
-def attach(comm) -> None:
-    """Give a new communicator its counters when every rank runs with ``AL_TIMEOUT`` or
-    ``AL_STALL_WARN_S`` (collective: decided together, so ranks that disagree cannot deadlock on the window)."""
+def attach(comm) -> ArrivalCounters | None:
+    """Give a new communicator its counters (collective over ``comm``: one allreduce
+    agreeing on a slot free on every rank); None where its ranks cannot be watched."""
+    from mpi4py import MPI
+
     from .backends.mpi import rendezvous
 
-    if rendezvous.agree(comm.mpi_comm, f"{type(comm).__name__}() (agreeing on AL_TIMEOUT/AL_STALL_WARN_S)",
-                        int(ENABLED)):
-        comm.scratch(_KEY, lambda: ArrivalCounters(comm))
-
-
-def arrive(comm) -> Callable[[], str] | None:
-    """Record that this rank entered a collective on ``comm``; returns what to add to a
-    timeout's message about it (None when the watchdog is off for ``comm``)."""
-    counters = ArrivalCounters.of(comm)
-    if counters is None:
+    board = _board
+    peers = None if board is None or comm.backend.uses_streams else board.peers_of(comm)
+    words = SLOTS // 64 if board is None else len(board.free)   # (alike on every rank)
+    mine = board.free if peers is not None else np.zeros(words, np.uint64)
+    common = np.zeros(words, np.uint64)
+    what = f"{type(comm).__name__}() (agreeing on an arrival-board slot)"
+    rendezvous.wait(comm.mpi_comm, comm.mpi_comm.Iallreduce(mine, common, MPI.BAND), what)
+    nonzero = np.flatnonzero(common)
+    if peers is None or not len(nonzero):
         return None
-    number = counters.arrive()
-    return lambda: counters.missing(number)
+    word = int(nonzero[0])
+    bits = int(common[word])
+    slot = word * 64 + (bits & -bits).bit_length() - 1
+    board.take(slot)
+    counters = ArrivalCounters(board, slot, peers, f"rank {comm.rank} of {comm.size}")
+    _watch(counters)
+    return counters
+
+
+# -- the stall monitor: blocking calls stuck in MPI -------------------------------------------
+
+_live: weakref.WeakSet = weakref.WeakSet()
+_monitor: threading.Thread | None = None
+_monitor_lock = threading.Lock()
+
+
+def _watch(counters: ArrivalCounters) -> None:
+    global _monitor
+    from .engine.progress import get_engine
+
+    config = get_engine().config
+    if config.timeout_s is not None:   # AL_TIMEOUT ends stuck calls itself
+        return
+    _live.add(counters)
+    with _monitor_lock:
+        if _monitor is None:
+            _monitor = threading.Thread(target=_monitor_loop, args=(config.stall_warn_s,),
+                                        name="aluminum-stall-monitor", daemon=True)
+            _monitor.start()
+
+
+def _monitor_loop(stall_s: float) -> None:
+    """Every quarter of ``stall_s`` (at most 1 s), look at each communicator's blocking run
+    in progress; one seen in progress for ``stall_s`` is warned of, once."""
+    period = min(1.0, stall_s / 4)
+    first_seen: dict = {}
+    while True:
+        time.sleep(period)
+        now = time.monotonic()
+        seen = {}
+        for counters in list(_live):
+            inside = counters.inside
+            if inside is None or counters._warned is inside:
+                continue
+            since = seen[id(counters)] = first_seen.get(id(counters), (inside, now))
+            if since[0] is not inside:
+                since = seen[id(counters)] = (inside, now)
+            if now - since[1] >= stall_s:
+                counters._warned = inside
+                _warn_blocking(counters, inside, stall_s)
+        first_seen = seen
+
+
+def _warn_blocking(counters: ArrivalCounters, inside: tuple, stall_s: float) -> None:
+    number, plan = inside
+    try:
+        name = plan.algorithm
+    except Exception:   # noqa: BLE001 - a warning must never fail
+        name = plan.op
+    warnings.warn_explicit(
+        f"aluminum: {name} (blocking call, {counters.describe}) has been waited for "
+        f"{stall_s:g} s (AL_STALL_WARN_S) without completing; {counters.missing(number)}; "
+        f"set AL_TIMEOUT to make this an error", RuntimeWarning,
+        filename="<aluminum stall monitor>", lineno=0)

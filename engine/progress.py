@@ -196,7 +196,7 @@ class ProgressEngine(Scheduler):
         if request._done:
             return
         source = "AL_TIMEOUT" if timeout is None else "timeout"
-        detail = "" if request.detail is None else f"; {request.detail()}"
+        detail = _detail(request)
         message = (f"{describe(request)} did not complete within {source}={limit:g} s; it is "
                    f"still pending{detail}")
         dumped = trace.dump_flight_record(message)
@@ -208,7 +208,7 @@ class ProgressEngine(Scheduler):
         if request.stall_warned:
             return
         request.stall_warned = True
-        detail = "" if request.detail is None else f"; {request.detail()}"
+        detail = _detail(request)
         warnings.warn(f"aluminum: {describe(request)} has been waited for "
                       f"{self.config.stall_warn_s:g} s (AL_STALL_WARN_S) without completing"
                       f"{detail}; set AL_TIMEOUT to make this an error", RuntimeWarning,
@@ -554,3 +554,11 @@ def _forget_engine_in_child() -> None:
 
 
 os.register_at_fork(after_in_child=_forget_engine_in_child)
+
+
+def _detail(request: Request) -> str:
+    """``request.detail``'s words for a message, with their separator ("" when none)."""
+    if request.detail is None:
+        return ""
+    function, argument = request.detail
+    return f"; {function(argument)}"

@@ -39,7 +39,8 @@ class Request:
     stage = 0
     bounded = False    # counted against AL_PE_NUM_CONCURRENT_OPS (set on admission)
     parked = False     # returned ADVANCE behind the head of its pipeline stage
-    detail = None      # optional callable: more words for a timeout's message
+    detail = None      # optional (function, argument): function(argument) gives more words
+                       # for a timeout's or stall warning's message (who never arrived)
     stall_warned = False   # AL_STALL_WARN_S's warning was given (once per operation)
     _done = False
     _error: BaseException | None = None

@@ -503,7 +503,12 @@ def test_stall_warning_names_the_op_and_the_late_ranks_once(nprocs, tmp_path):
         request = al.nonblocking_allreduce(buf, comm, algo="mpi_passthrough")   # #3
         request.wait()
         request.wait()
-        assert np.all(buf == comm.size ** 3), buf[:4]
+        for _ in range(3):                 # #4-#6: a repeat becomes a prepared MPI request
+            al.allreduce(buf, comm)
+        if late:
+            time.sleep(1)
+        al.allreduce(buf, comm)                                      # #7: prepared, blocking
+        assert np.all(buf == comm.size ** 7), buf[:4]
         al.finalize()
         report(comm.rank, "exit")
     ''', env={"AL_TIMEOUT": None, "AL_STALL_WARN_S": "0.3"}, tmp_path=tmp_path)
@@ -511,8 +516,10 @@ def test_stall_warning_names_the_op_and_the_late_ranks_once(nprocs, tmp_path):
     late = nprocs - 1
     for rank in range(nprocs):
         assert (rank, "exit") in reports, out
-        for number, algo in ((2, "ring"), (3, "mpi_passthrough")):
-            found = re.findall(rf"allreduce/{algo} \(request #\d+, rank {rank} of {nprocs}\) "
+        for number, algo, how in ((2, "ring", "blocking call"),
+                                  (3, "mpi_passthrough", r"request #\d+"),
+                                  (7, r"\w+", "blocking call")):
+            found = re.findall(rf"allreduce/{algo} \({how}, rank {rank} of {nprocs}\) "
                                rf"has been waited for 0.3 s \(AL_STALL_WARN_S\).*?"
                                rf"ranks that never arrived at collective #{number} on this "
                                rf"communicator: \[{late}\]", out)

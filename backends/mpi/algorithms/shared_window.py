@@ -191,9 +191,9 @@ class SharedWindow:
 
 
 def _missing(comm):
-    """Words on which ranks have not reached this rank's latest collective, from
-    ``AL_TIMEOUT``'s shared arrival counters (None without them)."""
-    counters = comm.scratch("arrivals")
+    """Words on which ranks have not reached this rank's latest collective, from the
+    communicator's arrival counters (None without them)."""
+    counters = comm.arrivals
     if counters is None:
         return None
     number = counters.count
