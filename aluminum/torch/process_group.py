@@ -31,9 +31,10 @@ from .errors import GroupError, TensorError
 from .work import AluminumWork
 
 _RedOp = dist.ReduceOp.RedOpType
+_PREMUL = object()   # PREMUL_SUM: a sum of the inputs scaled by the op's factor
 _OPS = {_RedOp.SUM: al.SUM, _RedOp.PRODUCT: al.PROD, _RedOp.MIN: al.MIN, _RedOp.MAX: al.MAX,
         _RedOp.BAND: al.BAND, _RedOp.BOR: al.BOR, _RedOp.BXOR: al.BXOR, _RedOp.AVG: al.AVG,
-        _RedOp.PREMUL_SUM: al.SUM}
+        _RedOp.PREMUL_SUM: _PREMUL}
 _BOOL_OPS = {_RedOp.SUM: al.LOR, _RedOp.MAX: al.LOR, _RedOp.BOR: al.LOR,
              _RedOp.PRODUCT: al.LAND, _RedOp.MIN: al.LAND, _RedOp.BAND: al.LAND,
              _RedOp.BXOR: al.LXOR}
@@ -380,6 +381,9 @@ def _async(opts):
 
 def _check(tensor, name: str) -> torch.Tensor:
     """``tensor`` if aluminum can communicate it in place: a dense contiguous CPU tensor."""
+    if type(tensor) is torch.Tensor and tensor.is_cpu and tensor.layout is torch.strided \
+            and tensor.is_contiguous():
+        return tensor       # (the common case, in a fraction of the checks below)
     if not isinstance(tensor, torch.Tensor):
         raise TensorError(f"{name}: expected a torch.Tensor, got {type(tensor).__name__}")
     if tensor.device.type != "cpu":
@@ -416,12 +420,12 @@ def _reduction(reduce_op, tensor: torch.Tensor) -> tuple[al.ReductionOp, torch.T
     """The aluminum op for torch's ``reduce_op`` on ``tensor``'s dtype, and for PREMUL_SUM
     the scaled copy to reduce instead of ``tensor`` (else None)."""
     kind = getattr(reduce_op, "op", reduce_op)
-    table = _BOOL_OPS if tensor.dtype == torch.bool else _OPS
-    op = table.get(kind)
+    op = (_BOOL_OPS if tensor.dtype is torch.bool else _OPS).get(kind)
     if op is None:
         raise al.UnsupportedError(f"op: {kind.name} is not defined on {tensor.dtype} tensors")
-    factor = _premul_factor(reduce_op)
-    return op, None if factor is None else tensor * factor
+    if op is _PREMUL:
+        return al.SUM, tensor * reduce_op.factor
+    return op, None
 
 
 def _premul_factor(reduce_op):
