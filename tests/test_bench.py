@@ -1,7 +1,8 @@
 """Tests of the benchmark package: sizes, bandwidth formulas, reports, tuner output, plots.
 
 Two tests run real 2-rank sweeps through the self-launching CLI; two more run the allreduce
-scripts of bench/ on 2 ranks.
+scripts of bench/ on 2 ranks.  Those four are marked ``bench`` (pytest.ini): the default run,
+CI included, runs them; ``-m "not bench"`` leaves them out.
 """
 import json
 import subprocess
@@ -313,6 +314,7 @@ def test_each_job_counts_as_a_mode_so_a_choice_never_loses_much_in_any():
     assert [r.by_bytes for r in both] == [((0, "mpi_passthrough"), (8, "shared_memory"))]
 
 
+@pytest.mark.bench
 def test_cli_tune_over_two_jobs_writes_a_table(tmp_path):
     table = tmp_path / "table.json"
     cmd = [sys.executable, "-m", "aluminum.bench", "tune", "--np", "2", "--jobs", "2", "--ops",
@@ -401,6 +403,7 @@ def test_plot_writes_a_png(tmp_path):
     _check_png(plot(_result(), tmp_path / "latency.png"))
 
 
+@pytest.mark.bench
 def test_cli_sweep_on_two_ranks_writes_json(tmp_path):
     out = tmp_path / "sweep.json"
     cmd = [sys.executable, "-m", "aluminum.bench", "--np", "2", "allreduce", "--sizes",
@@ -437,6 +440,7 @@ def test_tuner_adds_per_placement_rules_only_where_placements_disagree():
     assert [rule.placement for rule in same] == [None]
 
 
+@pytest.mark.bench
 @pytest.mark.parametrize("script, args, rows", [
     ("allreduce_vs_copy.py", ["--algos", "ring,shared_memory", "--touch"],
      ["4KiB", "64KiB", "with the caller's own buffers:", "allowing al.shared_empty buffers:"]),

@@ -84,6 +84,29 @@ def running(log):
     return counts
 
 
+def idle(engine):
+    """Run one op so the engine thread exists, then give it time to go to sleep (with
+    ``spin_s=0`` it sleeps once its naps see no submissions for ``LAZY_S``)."""
+    engine.submit(Fake("warm-up")).wait(timeout=WAIT)
+    time.sleep(0.1)
+    return engine
+
+
+def assert_admits_exactly(engine, bound):
+    """Gated ops on one stream: exactly ``bound`` start, so every op before them gave its
+    admission slot back (a leaked slot would admit fewer, a lost count more)."""
+    log, gate = [], threading.Event()
+    requests = [engine.submit(Fake(f"probe{i}", log, gate=gate)) for i in range(bound + 1)]
+    deadline = time.monotonic() + WAIT
+    while len(started(log)) < bound and time.monotonic() < deadline:
+        time.sleep(0.001)
+    time.sleep(0.05)
+    assert started(log) == [f"probe{i}" for i in range(bound)]
+    gate.set()
+    al.wait_all(requests, timeout=WAIT)
+    assert started(log)[-1] == f"probe{bound}"
+
+
 # -- admission ----------------------------------------------------------------------------
 
 def test_one_stream_starts_in_submission_order(make_engine):
@@ -219,8 +242,10 @@ def test_failing_state_fails_only_its_own_request(make_engine):
 
 
 def test_a_lone_waited_state_is_stepped_like_any_other(make_engine):
-    engine = make_engine()
-    engine._thread = threading.Thread(target=lambda: None)   # only the waiter drives
+    """On an idle engine a lone op is started by submit and driven by its waiter (the
+    engine thread may step it too); either way it follows its script, and neither a
+    completed nor a failed lone op keeps an admission slot."""
+    engine = idle(make_engine(max_concurrent=2, spin_s=0.0))
 
     class TwoStage(State):
         name = "two-stage"
@@ -240,14 +265,13 @@ def test_a_lone_waited_state_is_stepped_like_any_other(make_engine):
         engine.submit(Fake("x", fail="step")).wait(timeout=WAIT)
     with pytest.raises(al.OperationError):
         engine.submit(Fake("y", fail="start")).wait(timeout=WAIT)
-    assert engine._queued == 0 and engine._bounded == 0
+    assert_admits_exactly(engine, 2)
 
 
 def test_idle_engine_starts_a_submission_before_submit_returns(make_engine):
     """Like MPI_Iallreduce, an op submitted to an idle engine is posted by the call itself;
     ops submitted behind it still start in order once it is running."""
-    engine = make_engine()
-    engine._thread = threading.Thread(target=lambda: None)   # no engine thread holds the token
+    engine = idle(make_engine(max_concurrent=2, spin_s=0.0))
     log, gate = [], threading.Event()
     first = engine.submit(Fake("first", log, gate=gate))
     assert started(log) == ["first"]
@@ -255,7 +279,7 @@ def test_idle_engine_starts_a_submission_before_submit_returns(make_engine):
     gate.set()
     al.wait_all([first] + later, timeout=WAIT)
     assert started(log) == ["first", 0, 1, 2]
-    assert engine._queued == 0 and engine._bounded == 0 and engine._solo is None
+    assert_admits_exactly(engine, 2)
 
 
 def test_bad_action_fails_the_request(make_engine):
@@ -315,10 +339,29 @@ def test_eight_threads_submit_a_thousand_each(make_engine):
 # -- Request ------------------------------------------------------------------------------
 
 def test_test_is_true_on_the_call_that_completes(make_engine):
-    engine = make_engine()
-    engine._thread = threading.current_thread()   # no engine thread: only test() drives
-    request = engine.submit(Fake("x", steps=3))
-    assert [request.test(), request.test(), request.test()] == [False, False, True]
+    """The test() call whose step completes the op says so: it returns True, never False
+    with a later call finding it done.  (An OnDevice op does not wake the sleeping engine,
+    so test() calls drive it; should the engine step it anyway, the answers must still be
+    False until done, then True.)"""
+    engine = idle(make_engine(spin_s=0.0))
+    calls, completed_in = [0], []
+    caller = threading.current_thread()
+
+    class Counted(OnDevice):
+        def step(self):
+            action = super().step()
+            if action is Action.COMPLETE and threading.current_thread() is caller:
+                completed_in.append(calls[0])
+            return action
+
+    request = engine.submit(Counted("x", steps=3))
+    answers = []
+    while not answers or not answers[-1]:
+        calls[0] += 1
+        answers.append(request.test())
+        assert calls[0] < 10_000
+    assert answers == [False] * (len(answers) - 1) + [True]
+    assert completed_in in ([], [len(answers)])
     assert request.test() and request.done
 
 
@@ -451,11 +494,9 @@ def test_background_submission_wakes_an_engine_napping_for_callers(make_engine):
     """A request nobody will wait for (a blocking HT call on a CUDA stream) must not wait for
     the napping engine to notice it: submit(background=True) wakes it."""
     engine = make_engine()
-    for i in range(200):
+    for i in range(200):                # the engine concludes callers drive, and naps
         engine.submit(Fake(i, steps=3)).wait(timeout=WAIT)
-    engine._callers_drive = True        # as the engine concludes while callers drive
     request = engine.submit(Fake("background", steps=3), background=True)
-    assert not engine._callers_drive
     deadline = time.monotonic() + WAIT
     while not request.done and time.monotonic() < deadline:
         time.sleep(0.0005)
@@ -470,18 +511,13 @@ class OnDevice(Fake):
 @pytest.mark.parametrize("alone", [True, False])
 def test_only_states_that_need_stepping_wake_a_sleeping_engine(make_engine, alone):
     engine = make_engine(spin_s=0.0)
-    engine.submit(Fake("first")).wait(timeout=WAIT)     # the engine thread exists now
-    deadline = time.monotonic() + WAIT
-    while not engine._sleeping and time.monotonic() < deadline:
-        time.sleep(0.001)
-    assert engine._sleeping
-    passes = []
-    run_pass = engine._pass
-    engine._pass = lambda: passes.append(1) or run_pass()
+    idle(engine)                        # the engine thread exists and sleeps
     gate = threading.Event()
-    request = engine.submit((OnDevice if alone else Fake)("op", gate=gate))
+    state = (OnDevice if alone else Fake)("op", gate=gate)
+    request = engine.submit(state)
     time.sleep(0.05)
-    assert (passes == []) == alone     # the other kind woke it: it passes even while gated
+    # Only a woken engine steps a gated op again and again; nobody else drives here.
+    assert (state.stepped <= 1) == alone, state.stepped
     assert not request.done
     gate.set()
     deadline = time.monotonic() + WAIT
@@ -624,9 +660,7 @@ def test_a_state_cannot_wait_inside_the_engine(make_engine):
             inner.wait(timeout=WAIT)
             return Action.COMPLETE
 
-    engine._driver.acquire()          # make sure the engine thread, not we, runs the step
-    outer = engine.submit(Waiter())
-    engine._driver.release()
+    outer = engine.submit(Waiter())   # queued behind ``inner``: the engine thread steps it
     deadline = time.monotonic() + WAIT
     while not outer.done and time.monotonic() < deadline:
         time.sleep(0.001)

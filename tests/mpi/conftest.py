@@ -8,6 +8,7 @@ import pytest
 from hypothesis import HealthCheck, Phase, settings
 
 import aluminum as al
+from backends import BACKENDS, open_communicator, settle
 
 settings.register_profile(
     "mpi", derandomize=True, database=None, deadline=None, print_blob=False,
@@ -20,6 +21,14 @@ settings.load_profile("mpi")
 def comm():
     with al.MPICommunicator() as communicator:
         yield communicator
+
+
+@pytest.fixture(scope="module", params=BACKENDS)
+def backend_comm(request):
+    """A communicator on each backend of backends.BACKENDS in turn (one per module)."""
+    with open_communicator(request.param) as communicator:
+        yield communicator
+        settle(communicator)
 
 
 def rank_data(shape_count: int, dtype, rank: int, seed: int = 0) -> np.ndarray:

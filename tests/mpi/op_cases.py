@@ -1,13 +1,21 @@
-"""What the rank_ops_* tests share: dtypes, ops, a numpy reduction reference, and running an
-operation blocking or nonblocking from one parametrised flag."""
-import importlib.util
+"""What the rank_ops_* tests share: dtypes, ops, array providers, a numpy reduction
+reference, and the layouts of the v-variants.
+
+Every property test runs on each backend (backends.BACKENDS, the ``backend_comm`` fixture)
+in each mode (backends.EVERY_MODE) for the same derandomized examples; each example also
+draws the array provider (tests/providers.py) the buffers are passed as, among those that
+can carry its dtype, and ``@every_provider`` adds one explicit example per provider, so
+every provider meets every operation on every backend in every mode at least once.
+"""
+import inspect
 
 import numpy as np
-import pytest
+from hypothesis import assume, example
 from hypothesis import strategies as st
 
 import aluminum as al
 from conftest import rank_data
+from providers import PROVIDERS, carries
 
 NUMERIC_DTYPES = [np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32,
                   np.uint64, np.float16, np.float32, np.float64, np.longdouble, al.bfloat16]
@@ -22,17 +30,41 @@ SMALL_COUNTS = st.one_of(st.sampled_from([0, 1, 2, 3, 5, 7]), st.integers(0, 600
 RANK_COUNTS = st.lists(st.one_of(st.just(0), st.integers(0, 40)), min_size=4, max_size=4)
 SEEDS = st.integers(0, 2**16)
 DTYPES = st.sampled_from(ALL_DTYPES)
+PROVIDER_NAMES = st.sampled_from(list(PROVIDERS))
 
-ENGINE = importlib.util.find_spec("aluminum.engine.progress") is not None
-# How a test calls the operation: blocking, nonblocking, or as a persistent plan
-# (``al.<op>_init``) started and run twice, so a plan's second run is checked too.
-PERSISTENT = "persistent"
-BLOCKING = pytest.mark.parametrize("blocking", [
-    True,
-    pytest.param(False, marks=pytest.mark.skipif(
-        not ENGINE, reason="nonblocking needs the progress engine (aluminum.engine.progress)")),
-    PERSISTENT,
-], ids=["blocking", "nonblocking", "persistent"])
+
+def wrapper_for(name, dtype):
+    """The function wrapping numpy arrays of ``dtype`` as provider ``name``; an example whose
+    provider cannot carry ``dtype`` (torch and longdouble, dlpack and bfloat16...) is
+    rejected, so hypothesis draws another."""
+    assume(carries(name, dtype))
+    return PROVIDERS[name]
+
+
+def read_only(array, name):
+    """``array`` made read-only and wrapped as provider ``name``, for buffers an operation
+    only reads; left writable where the provider cannot say read-only (torch tensors)."""
+    if carries(name, array.dtype, writable=False):
+        array.flags.writeable = False
+    return PROVIDERS[name](array)
+
+
+def every_provider(**fixed):
+    """One explicit example per provider (and in place or not, where the test takes
+    ``inplace``) with the other arguments ``fixed``: int32 data, which every provider
+    carries, unless ``fixed`` says otherwise."""
+    def decorate(test):   # applied above @given: read the parameters of the inner test
+        params = inspect.signature(test.hypothesis.inner_test).parameters
+        args = {name: value for name, value in {"dtype": np.int32, "seed": 5}.items()
+                if name in params}
+        args.update(fixed)
+        places = [True, False] if "inplace" in params else [None]
+        for name in reversed(list(PROVIDERS)):
+            for inplace in places:
+                extra = {} if inplace is None else {"inplace": inplace}
+                test = example(provider=name, **args, **extra)(test)
+        return test
+    return decorate
 
 
 def ops_for(dtype):
@@ -81,34 +113,6 @@ def numpy_reduce(values, op):
         ufunc = {"BOR": np.bitwise_or, "BAND": np.bitwise_and, "BXOR": np.bitwise_xor}[name]
         result = ufunc.reduce(stack, axis=0)
     return np.asarray(result).astype(dtype).reshape(values[0].shape)
-
-
-def call(blocking, name, *args, **kwargs):
-    """``al.<name>(...)``, or ``al.nonblocking_<name>(...)`` and wait for its request, or
-    ``al.<name>_init(...)`` run as a plan: started and waited for, then, where running it
-    again must give the same result (the buffers it reads are not the ones it writes), run
-    blocking a second time."""
-    if blocking == PERSISTENT:
-        with getattr(al, name + "_init")(*args, **kwargs) as plan:
-            plan.start().wait()
-            if _rerun_is_idempotent(name, args, kwargs):
-                plan.run()
-    elif blocking:
-        assert getattr(al, name)(*args, **kwargs) is None
-    else:
-        getattr(al, "nonblocking_" + name)(*args, **kwargs).wait()
-
-
-def _rerun_is_idempotent(name, args, kwargs):
-    """Out-of-place unrooted collectives read only what they do not write (and every rank
-    passes a recvbuf or none, so all ranks decide alike); rooted ones may get a recvbuf on
-    the root only, point-to-point messages would need a matching second send, and in-place
-    results feed the next run."""
-    return name in _UNROOTED and kwargs.get("recvbuf") is not None
-
-
-_UNROOTED = frozenset({"allreduce", "reduce_scatter", "reduce_scatterv", "allgather",
-                       "allgatherv", "alltoall", "alltoallv"})
 
 
 def packed_displs(counts, gaps, reverse):

@@ -1,7 +1,10 @@
-"""Allreduce on every rank against a numpy reference built from every rank's data."""
+"""Allreduce on MPI communicators: large counts, a rejected call, a user's subgroup; and the
+allreduce cases and numpy reference rank_algorithms.py and rank_shared_buffers.py share.
+
+Allreduce against numpy over every dtype and op, backend, mode and array provider is
+rank_ops_reduce.py's test_allreduce."""
 import numpy as np
 import pytest
-from hypothesis import given
 from hypothesis import strategies as st
 from mpi4py import MPI
 
@@ -31,28 +34,6 @@ def ops_for(dtype):
 
 CASES = st.sampled_from(REAL_DTYPES + [np.bool_]).flatmap(
     lambda dt: st.tuples(st.just(dt), st.sampled_from(ops_for(dt))))
-
-
-def assert_identical_on_all_ranks(comm, result):
-    gathered = comm.mpi_comm.allgather(result.tobytes())
-    assert all(g == gathered[0] for g in gathered), "ranks disagree on the result"
-
-
-@given(count=SIZES, case=CASES, inplace=st.booleans(), seed=st.integers(0, 2**16))
-def test_allreduce_matches_numpy(comm, count, case, inplace, seed):
-    dtype, op = case
-    mine = rank_data(count, dtype, comm.rank, seed)
-    original = mine.copy()
-    expected = reference(count, dtype, op, comm.size, seed)
-    if inplace:
-        al.allreduce(mine, comm, op=op)
-        result = mine
-    else:
-        result = np.full_like(mine, 7)
-        al.allreduce(mine, comm, op=op, recvbuf=result)
-        np.testing.assert_array_equal(mine, original)
-    np.testing.assert_array_equal(result, expected)
-    assert_identical_on_all_ranks(comm, result)
 
 
 @pytest.mark.parametrize("count", [1 << 20, (1 << 20) + 3])

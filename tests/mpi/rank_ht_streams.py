@@ -8,7 +8,9 @@ then runs slowly: a sleep, then the input written late, a read of the outputs' o
 the operation, a read of its results, and the inputs overwritten at once.
 
 Every test runs twice: host buffers handed to MPI directly (the default) and staged through
-host staging memory as device buffers are (``AL_HT_STAGE_HOST=1``).
+host staging memory as device buffers are (``AL_HT_STAGE_HOST=1``).  Each operation's results
+against numpy, over every array provider and mode, are the rank_ops_* tests' (backend ``ht``
+of tests/mpi/backends.py); this file keeps what only a stream can show.
 """
 import time
 
@@ -18,7 +20,7 @@ import pytest
 import aluminum as al
 from aluminum.backends.runtime import host
 from conftest import rank_data
-from rank_ht_ops import staging_communicator
+from backends import staging_communicator
 
 N = 5   # elements per block
 
@@ -342,3 +344,31 @@ def test_staging_buffers_are_reused_and_allreduce_of_host_memory_is_unstaged(ht,
         al.nonblocking_allreduce(buf, ht, stream).wait()
     assert allocated() == after
     np.testing.assert_array_equal(buf, float(ht.size) ** 6)
+
+
+def test_large_allreduce_spans_staging_size_classes(ht):
+    for count in [(1 << 20) + 3, 1 << 18]:
+        mine = np.full(count, ht.rank + 1, np.float32)
+        al.allreduce(mine, ht)
+        ht.stream.synchronize(timeout=60)
+        assert np.all(mine == ht.size * (ht.size + 1) / 2)
+
+
+@pytest.mark.parametrize("blocking", [True, False], ids=["blocking", "nonblocking"])
+def test_barrier_orders_every_stream_after_the_last_rank(ht, blocking):
+    """Work enqueued after the barrier runs only once every rank's stream reached it."""
+    last = ht.size - 1
+    if ht.rank == last:
+        ht.stream.enqueue_sleep(0.2)
+    entered = []
+    ht.stream.enqueue(lambda: entered.append(time.time()))
+    left = []
+    if blocking:
+        al.barrier(ht)
+    else:
+        request = al.nonblocking_barrier(ht)
+        request.wait_on_stream()
+    ht.stream.enqueue(lambda: left.append(time.time()))
+    ht.stream.synchronize(timeout=60)
+    entries = ht.mpi_comm.allgather(entered[0])
+    assert left[0] >= entries[last]
