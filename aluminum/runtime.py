@@ -3,10 +3,10 @@
 ``init`` is idempotent and happens implicitly when the first communicator is built.  MPI is
 initialized by mpi4py with ``MPI_THREAD_MULTIPLE`` (the progress engine calls MPI from its own
 thread).  ``init`` is collective over the default group: the ranks agree on ``AL_DEBUG``
-there (``debug.agree``).  ``finalize`` waits for in-flight operations (bounded by
-``AL_TIMEOUT``), stops the engine and frees every live communicator; it does not finalize MPI,
-which mpi4py does at exit, so the user's own mpi4py code keeps working.  It also runs at
-interpreter exit.
+there (``debug.agree``) and make the node's arrival board (``watchdog``).  ``finalize``
+waits for in-flight operations (bounded by ``AL_TIMEOUT``), stops the engine and frees every
+live communicator and the board; it does not finalize MPI, which mpi4py does at exit, so the
+user's own mpi4py code keeps working.  It also runs at interpreter exit.
 
 ``finalize`` is collective too (freeing shared windows is).  With ``AL_TIMEOUT`` set, a rank
 whose peers do not all reach finalize within ``AL_FINALIZE_TIMEOUT`` (default 4 x
