@@ -212,14 +212,16 @@ def _monitor_loop(stall_s: float) -> None:
         seen = {}
         for counters in list(_live):
             inside = counters.inside
-            if inside is None or counters._warned is inside:
+            if inside is None or counters._warned == inside[0]:
                 continue
-            since = seen[id(counters)] = first_seen.get(id(counters), (inside, now))
-            if since[0] is not inside:
-                since = seen[id(counters)] = (inside, now)
+            key = id(counters)   # (numbers, not the run itself: it holds its communicator)
+            since = seen[key] = first_seen.get(key, (inside[0], now))
+            if since[0] != inside[0]:
+                since = seen[key] = (inside[0], now)
             if now - since[1] >= stall_s:
-                counters._warned = inside
+                counters._warned = inside[0]
                 _warn_blocking(counters, inside, stall_s)
+            inside = None
         first_seen = seen
 
 
