@@ -36,7 +36,7 @@ __all__ = ["ENABLED", "ArrivalCounters", "open_board", "close_board", "attach"]
 # AL_TIMEOUT set: blocking calls go through the engine, so that a stuck one can be ended.
 ENABLED = bool(os.environ.get("AL_TIMEOUT", "").strip())
 
-SLOTS = 1024               # communicators per process the board counts for at once (x 64)
+SLOTS = 1024               # communicators per process the board counts for at once
 _board: _Board | None = None
 
 
@@ -57,7 +57,7 @@ class _Board:
         self.mine = self.counters[self.local.Get_rank()]
         for slot in range(SLOTS):
             self.mine[slot] = 0
-        self.free = np.full(SLOTS // 64, np.uint64(2**64 - 1), np.uint64)   # bit set: free
+        self.free = np.ones(SLOTS, np.uint8)     # 1: the slot is free on this process
 
     def peers_of(self, comm) -> list[int] | None:
         """Board indices of ``comm``'s ranks in rank order; None unless all are here."""
@@ -70,12 +70,9 @@ class _Board:
             group.Free()
         return None if MPI.UNDEFINED in found else list(found)
 
-    def take(self, slot: int) -> None:
-        self.free[slot // 64] &= ~np.uint64(1 << (slot % 64))
-
     def give_back(self, slot: int) -> None:
         self.mine[slot] = 0          # before the slot can be agreed on again
-        self.free[slot // 64] |= np.uint64(1 << (slot % 64))
+        self.free[slot] = 1
 
     def close(self) -> None:
         from mpi4py import MPI
@@ -162,18 +159,16 @@ def attach(comm) -> ArrivalCounters | None:
 
     board = _board
     peers = None if board is None or comm.backend.uses_streams else board.peers_of(comm)
-    words = SLOTS // 64 if board is None else len(board.free)   # (alike on every rank)
-    mine = board.free if peers is not None else np.zeros(words, np.uint64)
-    common = np.zeros(words, np.uint64)
+    slots = SLOTS if board is None else len(board.free)   # (alike on every rank)
+    mine = board.free if peers is not None else np.zeros(slots, np.uint8)
+    common = np.zeros(slots, np.uint8)
     what = f"{type(comm).__name__}() (agreeing on an arrival-board slot)"
     rendezvous.wait(comm.mpi_comm, comm.mpi_comm.Iallreduce(mine, common, MPI.BAND), what)
-    nonzero = np.flatnonzero(common)
-    if peers is None or not len(nonzero):
+    free_everywhere = np.flatnonzero(common)
+    if peers is None or not len(free_everywhere):
         return None
-    word = int(nonzero[0])
-    bits = int(common[word])
-    slot = word * 64 + (bits & -bits).bit_length() - 1
-    board.take(slot)
+    slot = int(free_everywhere[0])
+    board.free[slot] = 0
     counters = ArrivalCounters(board, slot, peers, f"rank {comm.rank} of {comm.size}")
     _watch(counters)
     return counters
@@ -208,21 +203,27 @@ def _monitor_loop(stall_s: float) -> None:
     first_seen: dict = {}
     while True:
         time.sleep(period)
-        now = time.monotonic()
-        seen = {}
-        for counters in list(_live):
-            inside = counters.inside
-            if inside is None or counters._warned == inside[0]:
-                continue
-            key = id(counters)   # (numbers, not the run itself: it holds its communicator)
-            since = seen[key] = first_seen.get(key, (inside[0], now))
-            if since[0] != inside[0]:
-                since = seen[key] = (inside[0], now)
-            if now - since[1] >= stall_s:
-                counters._warned = inside[0]
-                _warn_blocking(counters, inside, stall_s)
-            inside = None
-        first_seen = seen
+        first_seen = _look(first_seen, stall_s)
+
+
+def _look(first_seen: dict, stall_s: float) -> dict:
+    """One look: warn of the runs in progress since ``first_seen`` says for ``stall_s``;
+    returns when each run in progress was first seen (``id(counters) -> (number, time)``:
+    numbers, never the run, which holds its communicator)."""
+    now = time.monotonic()
+    seen = {}
+    for counters in list(_live):
+        inside = counters.inside
+        if inside is None or counters._warned == inside[0]:
+            continue
+        since = first_seen.get(id(counters))
+        if since is None or since[0] != inside[0]:
+            since = (inside[0], now)
+        seen[id(counters)] = since
+        if now - since[1] >= stall_s:
+            counters._warned = inside[0]
+            _warn_blocking(counters, inside, stall_s)
+    return seen
 
 
 def _warn_blocking(counters: ArrivalCounters, inside: tuple, stall_s: float) -> None:

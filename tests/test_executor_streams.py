@@ -89,12 +89,15 @@ def test_every_op_has_a_stream_and_fetches_are_ops_on_the_fetch_stream():
     assert {stream for kind, stream in seen if kind == "compute"} == {"compute"}
 
 
-def _queued_compute(comm, on_gpu):
-    """Streams as a device gives them, on the host: compute runs on a host stream of its
-    own, so an op has only been enqueued when the scheduler moves on."""
-    made = streams.make_streams(comm, on_gpu)
-    made["compute"] = streams.HostQueueStream("compute")
-    return made
+def _queued_compute(made: list):
+    """``make_streams`` giving streams as a device does, on the host: compute runs on a host
+    stream of its own, so an op has only been enqueued when the scheduler moves on.  Each
+    executor's streams are appended to ``made``."""
+    def make_streams(comm, on_gpu):
+        made.append(streams.make_streams(comm, on_gpu))
+        made[-1]["compute"] = streams.HostQueueStream("compute")
+        return made[-1]
+    return make_streams
 
 
 @pytest.mark.parametrize("threads", [1, 2, 4])
@@ -102,29 +105,23 @@ def _queued_compute(comm, on_gpu):
 def test_a_compute_stream_that_runs_late_changes_nothing(monkeypatch, threads, sync):
     """Compute on a host stream that sleeps before each op, so a fetch that did not wait
     for its producer's event would read a value not computed yet."""
-    monkeypatch.setattr(parallel_executor, "make_streams", _queued_compute)
+    made = []
+    monkeypatch.setattr(parallel_executor, "make_streams", _queued_compute(made))
     delays = iter(np.random.default_rng(threads).exponential(3e-4, 100000))
 
     def late(handle):
         if handle.kind == "compute":
-            handle_streams = runners[-1]._streams
-            handle_streams["compute"].stream.enqueue_sleep(next(delays))
-    runners = []
-
-    def make(main, loss, scope):
-        runners.append(ex.ParallelExecutor(main, loss_name=loss.name, scope=scope,
-                                           exec_strategy=ex.ExecutionStrategy(
-                                               threads, sync=sync, before_op=late)))
-        return lambda fetch, feed: runners[-1].run(fetch, feed)
+            made[-1]["compute"].stream.enqueue_sleep(next(delays))
     names = ["relu_2", "fc3.w@GRAD"]
     _assert_identical(_train(3, _sequential, extra_fetch=names),
-                      _train(3, make, extra_fetch=names))
+                      _train(3, _parallel(threads, sync, late), extra_fetch=names))
 
 
 def test_without_the_waits_a_fetch_reads_too_early(monkeypatch):
     """The check above has teeth: with cross-stream waits switched off, the fetch stream
     copies the loss before the late compute stream has computed it."""
-    monkeypatch.setattr(parallel_executor, "make_streams", _queued_compute)
+    made = []
+    monkeypatch.setattr(parallel_executor, "make_streams", _queued_compute(made))
     monkeypatch.setattr(scheduler, "wait_for", lambda event, consumer, sync: None)
     main, startup, loss, *_ = mnist_mlp.build("float32")
     scope = ex.Scope()
@@ -135,7 +132,7 @@ def test_without_the_waits_a_fetch_reads_too_early(monkeypatch):
 
     def late(handle):
         if handle.index == 0:
-            runner._streams["compute"].stream.enqueue_sleep(0.05)
+            made[-1]["compute"].stream.enqueue_sleep(0.05)
     runner.exec_strategy.before_op = late
     with pytest.raises(ex.ExecutionError, match=f"op fetch .*KeyError.*{loss.name}"):
         runner.run([loss], {"image": images, "label": labels})
@@ -182,20 +179,19 @@ def _cupy():
 
 @pytest.mark.parametrize("threads", [1, 2, 4])
 @pytest.mark.parametrize("sync", SYNC_MODES)
-def test_cupy_arrays_run_on_cupy_streams_and_change_nothing(threads, sync):
+def test_cupy_arrays_run_on_cupy_streams_and_change_nothing(monkeypatch, threads, sync):
     cupy = _cupy()
-    seen = []
+    made, seen = [], []
+
+    def make_streams(comm, on_gpu):
+        made.append(streams.make_streams(comm, on_gpu))
+        return made[-1]
+    monkeypatch.setattr(parallel_executor, "make_streams", make_streams)
 
     def record(handle):
-        seen.append(type(runners[-1]._streams[handle.stream]).__name__)
-    runners = []
-
-    def make(main, loss, scope):
-        runners.append(ex.ParallelExecutor(main, loss_name=loss.name, scope=scope,
-                                           exec_strategy=ex.ExecutionStrategy(
-                                               threads, sync=sync, before_op=record)))
-        return lambda fetch, feed: runners[-1].run(fetch, feed)
+        seen.append(type(made[-1][handle.stream]).__name__)
     names = ["fc3.w@GRAD"]
     reference = _train(3, _sequential, to_device=cupy.asarray, extra_fetch=names)
-    _assert_identical(reference, _train(3, make, to_device=cupy.asarray, extra_fetch=names))
+    _assert_identical(reference, _train(3, _parallel(threads, sync, record),
+                                        to_device=cupy.asarray, extra_fetch=names))
     assert set(seen) == {"CupyStream"}

@@ -74,7 +74,7 @@ CHURN = textwrap.dedent("""
     from aluminum import watchdog
 
     warnings.simplefilter("always")
-    watchdog.SLOTS = 64                  # (before al.init: one word of slots per process)
+    watchdog.SLOTS = 64                  # (before al.init: 64 slots per process)
     al.init()
     kept = [al.MPICommunicator() for _ in range(3)]
     for i in range(150):                 # far more than 64 made: freed or dropped ones

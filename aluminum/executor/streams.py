@@ -50,11 +50,21 @@ class ThreadStream:
         pass
 
 
-class HostQueueStream:
-    """An ``al.HostStream``: work runs in launch order, on the launching thread when the
-    stream is idle and nothing waits ahead of it, else on the stream's own thread."""
+class _QueuedStream:
+    """A stream object that defers work (``self.stream``): waits and synchronizes on it."""
 
     inline = False
+
+    def wait_event(self, event) -> None:
+        self.stream.wait_event(event)
+
+    def synchronize(self) -> None:
+        self.stream.synchronize()
+
+
+class HostQueueStream(_QueuedStream):
+    """An ``al.HostStream``: work runs in launch order, on the launching thread when the
+    stream is idle and nothing waits ahead of it, else on the stream's own thread."""
 
     def __init__(self, name: str, stream: al.HostStream | None = None) -> None:
         self.name = name
@@ -66,21 +76,13 @@ class HostQueueStream:
     def record_event(self):
         return self.stream.record_event()
 
-    def wait_event(self, event) -> None:
-        self.stream.wait_event(event)
-
-    def synchronize(self) -> None:
-        self.stream.synchronize()
-
     def close(self) -> None:
         self.stream.close()
 
 
-class CommunicatorStream:
+class CommunicatorStream(_QueuedStream):
     """A communicator's own stream (host or CUDA): the op's kernel runs on the host and the
     communication call orders its work on the stream itself; the event is recorded after."""
-
-    inline = False
 
     def __init__(self, name: str, stream) -> None:
         self.name, self.stream = name, stream
@@ -92,18 +94,10 @@ class CommunicatorStream:
     def record_event(self):
         return self._record()
 
-    def wait_event(self, event) -> None:
-        self.stream.wait_event(event)
 
-    def synchronize(self) -> None:
-        self.stream.synchronize()
-
-
-class CupyStream:
+class CupyStream(_QueuedStream):
     """A cupy stream: the kernel is called with the stream current, so cupy queues its work
     there and ``launch`` returns before it ran."""
-
-    inline = False
 
     def __init__(self, name: str) -> None:
         import cupy
@@ -117,12 +111,6 @@ class CupyStream:
 
     def record_event(self):
         return self.stream.record()
-
-    def wait_event(self, event) -> None:
-        self.stream.wait_event(event)
-
-    def synchronize(self) -> None:
-        self.stream.synchronize()
 
 
 def uses_cupy(values) -> bool:
