@@ -9,9 +9,11 @@ the backward pass, overlapped with it, and overlapped and fused into 4 MiB bucke
 first 1 MiB), and with the reduce strategy; then torch DDP over gloo. Columns: median step
 time of the slowest rank, samples/s over all ranks, and the share of the step not explained
 by compute (step / the ParallelExecutor's compute-only step - 1: time spent waiting on
-communication).  Last, weak scaling: rank 0 trains alone on its batch (a communicator of one
-rank; the others wait, so it has the whole machine), and the efficiency is that step time
-over the overlapped + fused step (samples/s on N ranks / (N x samples/s on one)).
+communication), and how busy the rank's share of the cores was (process CPU time over
+wall time x cores per rank: near 100% means no idle core was left for communication to
+overlap onto).  Last, weak scaling (samples/s on N ranks / (N x samples/s on one)): rank 0
+trains alone on its batch while the others wait, once on the whole machine and once on
+its share of the cores (cores / N, as each rank has in the N-rank runs).
 """
 from __future__ import annotations
 
@@ -49,15 +51,30 @@ def build():
     return main, startup, loss
 
 
-def step_seconds(step, comm, steps: int) -> float:
+def step_seconds(step, comm, steps: int) -> tuple[float, float]:
+    """(median step seconds of the slowest rank, this rank's CPU seconds per wall second)."""
     step()
-    times = []
+    times, cpu = [], 0.0
     for _ in range(steps):
         comm.mpi_comm.Barrier()
-        start = time.perf_counter()
+        start, start_cpu = time.perf_counter(), time.process_time()
         step()
+        cpu += time.process_time() - start_cpu
         times.append(time.perf_counter() - start)
-    return comm.mpi_comm.allreduce(statistics.median(times), op=_max())
+    return comm.mpi_comm.allreduce(statistics.median(times), op=_max()), cpu / sum(times)
+
+
+def cores_per_rank(comm) -> float:
+    return len(os.sched_getaffinity(0)) / comm.local_size
+
+
+def pin_process(cores: set[int]) -> None:
+    """Restrict every thread of this process (the engine's, the executor's) to ``cores``."""
+    for thread in os.listdir("/proc/self/task"):
+        try:
+            os.sched_setaffinity(int(thread), cores)
+        except OSError:   # a thread that just ended
+            pass
 
 
 def _max():
@@ -94,19 +111,24 @@ def executor_rows(comm, feed, steps, threads):
     return rows
 
 
-def alone_seconds(comm, feed, steps, threads) -> float:
-    """Rank 0's compute-only step while the other ranks wait (broadcast to all)."""
+def alone_seconds(comm, feed, steps, threads, cores: int | None = None) -> float:
+    """Rank 0's compute-only step while the other ranks wait (broadcast to all), on the
+    whole machine or, with ``cores``, on that many of its cores."""
     alone = comm.split(0 if comm.rank == 0 else None)
     seconds = None
     if alone is not None:
+        everything = os.sched_getaffinity(0)
+        if cores is not None:
+            pin_process(set(sorted(everything)[:cores]))
         main, startup, loss = build()
         scope = ex.Scope()
         ex.Executor().run(startup, scope=scope)
         runner = ex.ParallelExecutor(main, loss_name=loss.name, scope=scope,
                                      exec_strategy=ex.ExecutionStrategy(threads))
-        seconds = step_seconds(lambda: runner.run([loss], feed), alone, steps)
+        seconds = step_seconds(lambda: runner.run([loss], feed), alone, steps)[0]
         runner.close()
         alone.free()
+        pin_process(everything)
     return comm.mpi_comm.bcast(seconds, root=0)
 
 
@@ -135,9 +157,9 @@ def torch_row(comm, feed, steps):
         optimizer.zero_grad()
         torch.nn.functional.cross_entropy(model(images), labels).backward()
         optimizer.step()
-    seconds = step_seconds(step, comm, steps)
+    measured = step_seconds(step, comm, steps)
     dist.destroy_process_group()
-    return "torch DDP over gloo", seconds
+    return "torch DDP over gloo", measured
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -153,22 +175,29 @@ def main(argv: list[str] | None = None) -> int:
             "label": rng.integers(0, WIDTHS[-1], (args.batch, 1))}
     rows = executor_rows(comm, feed, args.steps, args.threads)
     single = alone_seconds(comm, feed, args.steps, args.threads)
+    share = max(1, int(cores_per_rank(comm)))
+    single_share = alone_seconds(comm, feed, args.steps, args.threads, share)
+    busy = [comm.mpi_comm.allreduce(cpu, op=_max()) for _, (_, cpu) in rows]
     if not args.no_torch:
         rows.append(torch_row(comm, feed, args.steps))
     if comm.rank == 0:
         gradients_mb = sum(a * b + b for a, b in zip(WIDTHS, WIDTHS[1:])) * 4 / 2 ** 20
-        compute = rows[1][1]
+        compute = rows[1][1][0]
         print(f"# np={comm.size}, batch {args.batch}/rank, MLP {WIDTHS} ({gradients_mb:.0f} "
-              f"MiB of float32 gradients), {args.threads} threads, median of {args.steps}")
-        print(f"{'set-up':30s} {'step ms':>9s} {'samples/s':>10s} {'comm wait':>10s}")
-        for label, seconds in rows:
+              f"MiB of float32 gradients), {args.threads} threads, median of {args.steps}, "
+              f"{cores_per_rank(comm):g} cores per rank")
+        print(f"{'set-up':30s} {'step ms':>9s} {'samples/s':>10s} {'comm wait':>10s} "
+              f"{'CPU busy':>9s}")
+        for (label, (seconds, _)), cpu in zip(rows, busy):
             wait = max(0.0, seconds / compute - 1) if label != rows[0][0] else 0.0
             print(f"{label:30s} {seconds * 1e3:9.1f} {args.batch * comm.size / seconds:10.0f} "
-                  f"{wait:10.0%}")
-        fused = dict(rows)["overlapped + fused"]
-        print(f"# one rank alone: {single * 1e3:.1f} ms/step, {args.batch / single:.0f} "
-              f"samples/s; weak-scaling efficiency of overlapped + fused on {comm.size} "
-              f"ranks: {single / fused:.2f}")
+                  f"{wait:10.0%} {cpu / cores_per_rank(comm):9.0%}")
+        fused = dict(rows)["overlapped + fused"][0]
+        print(f"# one rank alone on the whole machine: {single * 1e3:.1f} ms/step; weak-scaling "
+              f"efficiency of overlapped + fused on {comm.size} ranks: {single / fused:.2f}")
+        print(f"# one rank alone on {share} core(s), its share at np={comm.size}: "
+              f"{single_share * 1e3:.1f} ms/step; weak-scaling efficiency: "
+              f"{single_share / fused:.2f}")
     comm.free()
     return 0
 
