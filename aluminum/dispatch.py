@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from . import debug, watchdog
 from .core import trace
-from .engine.progress import submit
+from .engine.progress import submit, wait_started
 
 
 def run(comm, op: str, state_class: type, nbytes: int, blocking: bool, args: tuple,
@@ -12,13 +12,19 @@ def run(comm, op: str, state_class: type, nbytes: int, blocking: bool, args: tup
 
     ``args`` are the State constructor's arguments after ``comm``: ``(stream, ...)``;
     ``detail`` is the request's ``(function, argument)`` naming late ranks (the caller
-    counted its arrival).
+    counted its arrival).  A blocking call on a host backend first lets the operations
+    submitted before it on ``comm`` start (``progress.wait_started``), so that every rank
+    starts its collectives in one order.
     """
     if trace.ENABLED:
         trace.api_call(op, comm, nbytes, state_class.name, blocking)
     if debug.ENABLED:
         debug.check(comm, op, state_class.name, args)
-    if blocking and not (watchdog.ENABLED and not comm.backend.uses_streams):
+    if blocking and comm.backend.uses_streams:
+        state_class.run_blocking(comm, *args)
+        return None
+    if blocking and not watchdog.ENABLED:
+        wait_started(comm)
         state_class.run_blocking(comm, *args)
         return None
     request = submit(state_class(comm, *args))

@@ -14,7 +14,7 @@ from . import dispatch, selector
 from .core import trace
 from .core.errors import ArgumentError, CommunicatorError
 from .debug import POINT_TO_POINT
-from .engine.progress import submit
+from .engine.progress import submit, wait_started
 
 __all__ = ["Plan"]
 
@@ -30,7 +30,10 @@ class Plan:
 
     Each run of a collective counts this rank's arrival on the communicator first (its
     ``watchdog.ArrivalCounters``), so a timeout or stall warning can name the ranks that
-    never arrived.
+    never arrived.  A blocking run, and the making of MPI's persistent request (a
+    collective itself), start on the calling thread after the nonblocking operations
+    submitted before them on the communicator have started (``progress.wait_started``), so
+    every rank starts its collectives in one order.
     """
 
     __slots__ = ("comm", "op", "algo", "nbytes", "args", "inplace", "_classes",
@@ -76,6 +79,8 @@ class Plan:
             return self._persistent[state_class]
         except KeyError:
             make = getattr(state_class, "persistent", None)
+            if make is not None and not self.comm.backend.uses_streams:
+                wait_started(self.comm)
             made = self._persistent[state_class] = None if make is None else \
                 make(self.comm, *self.args)
             return made
@@ -125,6 +130,7 @@ class Plan:
         run_prepared = self._run_prepared
         if run_prepared is not None and self._request is None \
                 and not self.comm.freed:
+            wait_started(self.comm)
             arrivals = self._arrivals
             if arrivals is None:
                 run_prepared()      # the common repeat: everything below was checked before
@@ -147,6 +153,7 @@ class Plan:
             prepared = self._prepared(state_class)
             if prepared is not None:
                 self._run_prepared = prepared.run
+                wait_started(self.comm)
                 prepared.run()
             else:
                 dispatch.run(self.comm, self.op, state_class, self.nbytes, True, self.args,

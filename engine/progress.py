@@ -42,7 +42,7 @@ from typing import Callable
 from ..core import trace
 from ..core.errors import CommunicatorError, OperationError, TimeoutError
 from .config import EngineConfig, default_core, node_local_rank, pin_thread
-from .request import Request
+from .request import Request, in_done_callback
 from .scheduler import Scheduler, check_hashable, describe
 from .state import State
 
@@ -243,6 +243,44 @@ class ProgressEngine(Scheduler):
             return self._fail_where(match, make_error)
         finally:
             self._hand_back()
+
+    def wait_started(self, key) -> None:
+        """Return once every request submitted so far on ``key`` has been started (left the
+        inbox and its stream queue's waiting line), driving the engine meanwhile.
+
+        What a collective started on the caller's thread (a blocking call, a plan's MPI
+        persistent request being made or run) waits for first: MPI needs every rank to start
+        the collectives of a communicator in one order, and nonblocking ones submitted
+        before it may still be queued here while another rank has started them (Open MPI's
+        persistent and nonblocking collectives share a tag counter: overtaking a queued
+        ``MPI_Iallreduce`` mismatched their messages, ``MPI_ERR_TRUNCATE``).  Going through
+        the engine instead would not do: a blocking collective never matches the
+        nonblocking form another rank would run.  Only ``key``'s queue is waited for, so
+        collectives on other communicators, legally ordered otherwise by other ranks,
+        cannot deadlock it.  On the engine thread and in done callbacks (which may hold the
+        token) it returns at once: nothing could start the queued requests meanwhile.
+        """
+        if threading.current_thread() is self._thread or in_done_callback():
+            return
+        while self._queued or self._inbox:
+            if not self._driver.acquire(False):
+                _yield()        # another thread drives; look again
+                continue
+            try:
+                if not self._unstarted(key):
+                    return
+                self._drive(lambda: not self._unstarted(key), None)
+                if not self._unstarted(key):
+                    return
+            finally:
+                self._hand_back()
+
+    def _unstarted(self, key) -> bool:
+        """Whether a request on ``key`` waits to start (only the token holder may ask)."""
+        if any(request.key is key for request in tuple(self._inbox)):   # (copied atomically)
+            return True
+        queue = self._streams.get(key)
+        return queue is not None and bool(queue.waiting)
 
     def poll(self) -> None:
         """Run one engine pass on this thread if no one else is driving (for ``test``)."""
@@ -491,6 +529,14 @@ def get_engine() -> ProgressEngine:
                 atexit.register(finalize_engine)
             engine = _engine
     return engine
+
+
+def wait_started(key) -> None:
+    """Return once every operation submitted so far on ``key`` (a host communicator) has
+    started (``ProgressEngine.wait_started``); at once when nothing is in flight."""
+    engine = _engine
+    if engine is not None and (engine._queued or engine._inbox):
+        engine.wait_started(key)
 
 
 def submit(state: State, background: bool = False) -> Request:

@@ -24,6 +24,13 @@ if TYPE_CHECKING:
 
 __all__ = ["Request", "test_all", "wait_all", "wait_any"]
 
+_running_callbacks = threading.local()   # .active: this thread is inside a done callback
+
+
+def in_done_callback() -> bool:
+    """True on a thread running a request's done callback (it may hold the engine's token)."""
+    return getattr(_running_callbacks, "active", False)
+
 
 class Request:
     """Handle of one nonblocking operation, returned by every ``al.nonblocking_*`` call.
@@ -129,16 +136,20 @@ class Request:
         # pop(0) is atomic: when ``_finish`` and ``add_done_callback`` race to run them,
         # each callback still runs exactly once.
         callbacks = self._callbacks
-        while True:
-            try:
-                fn = callbacks.pop(0)
-            except IndexError:
-                return
-            try:
-                fn(self)
-            except Exception as exc:  # noqa: BLE001 - a user's callback must not kill a pass
-                warnings.warn(f"aluminum: a done callback of {self!r} raised "
-                              f"{type(exc).__name__}: {exc}", RuntimeWarning, stacklevel=2)
+        outer, _running_callbacks.active = in_done_callback(), True
+        try:
+            while True:
+                try:
+                    fn = callbacks.pop(0)
+                except IndexError:
+                    return
+                try:
+                    fn(self)
+                except Exception as exc:  # noqa: BLE001 - a user's callback must not kill a pass
+                    warnings.warn(f"aluminum: a done callback of {self!r} raised "
+                                  f"{type(exc).__name__}: {exc}", RuntimeWarning, stacklevel=2)
+        finally:
+            _running_callbacks.active = outer
 
     def _finish(self, error: BaseException | None = None) -> bool:
         """Mark the request complete, failed with ``error`` if given; False if it already was.

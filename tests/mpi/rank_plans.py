@@ -195,3 +195,35 @@ def test_split_host_transfer_communicator(comm):
         sub.stream.synchronize()
         np.testing.assert_array_equal(buf, np.full(3, float(comm.size), np.float32))
         sub.free()
+
+
+# Collectives started on the caller's thread must not overtake nonblocking ones still
+# queued in the engine: MPI needs one order on every rank (Open MPI's persistent and
+# nonblocking collectives share a tag counter: overtaking one mismatched their messages,
+# MPI_ERR_TRUNCATE).  One rank is held back in turn so the queues differ between ranks.
+@pytest.mark.parametrize("first_call", ["plan_run", "plan_start", "blocking"])
+def test_caller_thread_collectives_keep_the_order_of_queued_ones(comm, first_call):
+    import time
+
+    expected = [sum(r + 1 + i for r in range(comm.size)) for i in range(8)]
+    for round_ in range(12):
+        mine = np.zeros(5)
+        plan = al.allreduce_init(mine, comm) if first_call != "blocking" else None
+        queued = [np.full(10, comm.rank + 1 + i, np.float64) for i in range(8)]
+        requests = [al.nonblocking_allreduce(b, comm, algo="mpi_passthrough")
+                    for b in queued]
+        if comm.rank == round_ % comm.size:
+            time.sleep(0.002)
+        mine[:] = comm.rank + 1
+        if first_call == "plan_run":
+            plan.run()
+        elif first_call == "plan_start":
+            requests.append(plan.start())
+        else:
+            al.allreduce(mine, comm, algo="mpi_passthrough")
+        al.wait_all(requests, timeout=30)
+        for buf, value in zip(queued, expected):
+            np.testing.assert_array_equal(buf, np.full(10, float(value)))
+        np.testing.assert_array_equal(mine, np.full(5, float(sum(range(1, comm.size + 1)))))
+        if plan is not None:
+            plan.free()
