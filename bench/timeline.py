@@ -7,7 +7,8 @@ Trains ``bench/train.py``'s MLP for a few steps with ``AL_TRACE`` on, then print
 last step from the trace: one row per executor stream (the threads running compute ops, the
 communication stream), each op a bar on a common time axis, then the op list in start order
 and how much of the communication ran while compute ops ran on another stream.  The
-Chrome trace itself (``<tmp>/timeline.rank0.json``) opens in chrome://tracing or Perfetto.
+Chrome trace itself (``$AL_TRACE``, default ``<tmp>/timeline.json``, one file per rank:
+its path is printed) opens in chrome://tracing or Perfetto.
 """
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ import tempfile
 
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 os.environ.setdefault("OMP_NUM_THREADS", "1")
-TRACE = os.path.join(tempfile.gettempdir(), "timeline.json")
+TRACE = os.environ.get("AL_TRACE") or os.path.join(tempfile.gettempdir(), "timeline.json")
 os.environ["AL_TRACE"] = TRACE   # before aluminum is imported: it reads AL_TRACE once
 
 import numpy as np  # noqa: E402
@@ -117,12 +118,13 @@ def main(argv: list[str] | None = None) -> int:
     al.finalize()    # closes the trace files
     if rank != 0:
         return 0
-    items = spans(al.trace.output_path(TRACE, 0), start, end)
+    path = al.trace.output_path(TRACE, 0)
+    items = spans(path, start, end)
     length = end - start
     communication = [s for s in items if is_communication(s)]
     compute = [s for s in items if not is_communication(s)]
-    print(f"# rank 0, last of {args.steps} steps, {'no overlap' if args.no_overlap else 'overlapped + fused'}"
-          f": {length / 1e3:.1f} ms; '#' compute op, 'C' communication op, "
+    mode = "no overlap" if args.no_overlap else "overlapped + fused"
+    print(f"# rank 0, last of {args.steps} steps, {mode}: {length / 1e3:.1f} ms; '#' compute op, 'C' communication op, "
           f"{length / COLUMNS / 1e3:.2f} ms per column")
     print("\n".join(chart(items, length)))
     print(f"{'start ms':>9s} {'ms':>7s}  {'stream':14s} op")
@@ -134,6 +136,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"# communication ops: {busy / 1e3:.1f} ms in all; "
           f"{overlap_us(communication, compute) / 1e3:.1f} ms of it while compute ops ran "
           f"on another stream")
+    print(f"# Chrome trace: {path}")
     return 0
 
 

@@ -454,3 +454,18 @@ def test_allreduce_scripts_run_on_two_ranks_and_check_their_sums(script, args, r
     assert run.returncode == 0, run.stdout + run.stderr
     for row in rows:
         assert row in run.stdout, run.stdout
+
+
+@pytest.mark.bench
+@pytest.mark.parametrize("script, args, rows", [
+    ("train.py", ["--batch", "4", "--steps", "1", "--no-torch"],
+     ["overlapped + fused", "CPU busy", "weak-scaling efficiency"]),
+    ("timeline.py", ["--batch", "4", "--steps", "2"],
+     ["communication |", "fused_allreduce", "while compute ops ran on another stream"])])
+def test_training_scripts_run_on_two_ranks(script, args, rows):
+    path = Path(__file__).resolve().parent.parent / "bench" / script
+    cmd = [sys.executable, "-m", "aluminum.run", "-n", "2", str(path), *args]
+    run = subprocess.run(cmd, capture_output=True, text=True, timeout=240)
+    assert run.returncode == 0, run.stdout + run.stderr
+    for row in rows:
+        assert row in run.stdout, run.stdout
