@@ -19,8 +19,7 @@ destination).  Across steps nothing more is needed: ``ParallelExecutor.run`` ret
 once every op of the step has finished, so the next step's producers never write a bucket
 that is still being reduced or read.  What surprises people: a variable the program made a
 view of a reduced gradient (rather than a copy) is valid only until that gradient's
-producer runs in the next step, not until its reduction runs, as it was while gradients
-were copied in.
+producer runs in the next step, which is before its reduction runs.
 """
 from __future__ import annotations
 

@@ -17,6 +17,11 @@ def _same_dtype(op_type: str, x, y) -> None:
                            f"{y.dtype}; cast one of them first")
 
 
+def _matmul(a, b, into):
+    """``a @ b``, into ``into`` when given (``@`` otherwise: cupy arrays take it too)."""
+    return a @ b if into is None else np.matmul(a, b, out=into)
+
+
 @register
 class Matmul(OpKind):
     """``Out = X @ Y`` for 2-D ``X`` [M, K] and ``Y`` [K, N]."""
@@ -34,16 +39,11 @@ class Matmul(OpKind):
         out.shape, out.dtype = (x.shape[0], y.shape[1]), x.dtype
 
     def compute(self, ins, attrs, ctx, out):
-        return {"Out": [ins["X"][0] @ ins["Y"][0]]}
+        return {"Out": [_matmul(ins["X"][0], ins["Y"][0], out.get("Out"))]}
 
     def backward(self, ins, outs, douts, attrs, out):
         x, y, d = ins["X"][0], ins["Y"][0], douts["Out"][0]
         return {"X": [_matmul(d, y.T, out.get("X"))], "Y": [_matmul(x.T, d, out.get("Y"))]}
-
-
-def _matmul(a, b, into):
-    """``a @ b``, into ``into`` when given (``@`` otherwise: cupy arrays take it too)."""
-    return a @ b if into is None else np.matmul(a, b, out=into)
 
 
 class _Elementwise(OpKind):
