@@ -23,7 +23,8 @@ class Destinations:
     an array to write that output into, or None (anywhere, the usual case).
 
     A destination is C-contiguous and has the output's declared shape and dtype (reshaping
-    it gives a view); no input of the op shares its memory.  A kernel that writes into it
+    it gives a view); the executor hands out none that an input of the op could share
+    memory with (see executor/buckets.py for the rules).  A kernel that writes into it
     (``np.matmul(a, b, out=...)``, ``x.sum(axis, out=...)``) returns the destination itself
     as that output; a kernel that ignores it is just as correct, as the executor copies
     what it returned into the destination.  The parallel executor hands them out so that a
