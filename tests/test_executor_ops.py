@@ -7,6 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from aluminum.executor.ops import registry
+from aluminum.executor.ops.registry import ANYWHERE, Destinations
 
 settings.register_profile("executor", derandomize=True, deadline=None, max_examples=12,
                           database=None)
@@ -21,17 +22,18 @@ def check_grad(op_type, ins, attrs=None, wrt=None, seed=0, of=None):
     running statistics, get R = 0)."""
     kind = registry.get(op_type)
     attrs = attrs or {}
-    outs = kind.compute(ins, attrs, None)
+    outs = kind.compute(ins, attrs, None, ANYWHERE)
     rng = np.random.default_rng(seed)
     weights = {slot: [rng.normal(size=o.shape) * (of is None or slot in of) for o in arrays]
                for slot, arrays in outs.items()}
 
     def objective():
-        result = kind.compute(ins, attrs, None)
+        result = kind.compute(ins, attrs, None, ANYWHERE)
         return sum(float((o * w).sum()) for slot, arrays in result.items()
                    for o, w in zip(arrays, weights[slot]))
 
-    analytic = kind.backward(ins, outs, weights, attrs)
+    analytic = kind.backward(ins, outs, weights, attrs, ANYWHERE)
+    check_destinations(kind, ins, outs, weights, attrs, analytic)
     for slot in wrt or ins:
         for i, array in enumerate(ins[slot]):
             numeric = np.zeros_like(array)
@@ -49,6 +51,25 @@ def check_grad(op_type, ins, attrs=None, wrt=None, seed=0, of=None):
                                        err_msg=f"{op_type} d/d{slot}[{i}]")
 
 
+def check_destinations(kind, ins, outs, douts, attrs, expected):
+    """``backward`` handed a destination for every input gradient gives the same values,
+    each either written into its destination (and returned as it) or returned elsewhere
+    with the destination untouched (then the executor copies it in)."""
+    out = Destinations({slot: [None if g is None else np.full_like(g, np.nan)
+                               for g in grads] for slot, grads in expected.items()})
+    got = kind.backward(ins, outs, douts, attrs, out)
+    for slot, grads in expected.items():
+        for i, grad in enumerate(grads):
+            if grad is None:
+                continue
+            destination = out.get(slot, i)
+            if got[slot][i] is destination:
+                np.testing.assert_array_equal(destination, grad, err_msg=f"{slot}[{i}]")
+            else:
+                assert np.isnan(destination).all(), f"{kind.type} {slot}[{i}]: wrote half"
+                np.testing.assert_array_equal(got[slot][i], grad, err_msg=f"{slot}[{i}]")
+
+
 def away_from_zero(shape, seed):
     values = np.random.default_rng(seed).normal(size=shape)
     return np.where(np.abs(values) < 0.1, 0.5, values)
@@ -58,7 +79,7 @@ def away_from_zero(shape, seed):
 def test_matmul(m, k, n, seed):
     x, y = away_from_zero((m, k), seed), away_from_zero((k, n), seed + 1)
     np.testing.assert_allclose(registry.get("matmul").compute({"X": [x], "Y": [y]}, {},
-                                                              None)["Out"][0],
+                                                              None, ANYWHERE)["Out"][0],
                                np.einsum("mk,kn->mn", x, y))
     check_grad("matmul", {"X": [x], "Y": [y]})
 
@@ -71,7 +92,7 @@ def test_elementwise_with_broadcasting(op, rows, cols, broadcast, seed):
     y_shape = {"same": (rows, cols), "row": (cols,), "scalar": (1,)}[broadcast]
     y = away_from_zero(y_shape, seed + 1)
     formula = {"elementwise_add": x + y, "elementwise_sub": x - y, "elementwise_mul": x * y}
-    got = registry.get(op).compute({"X": [x], "Y": [y]}, {}, None)["Out"][0]
+    got = registry.get(op).compute({"X": [x], "Y": [y]}, {}, None, ANYWHERE)["Out"][0]
     np.testing.assert_allclose(got, formula[op])
     check_grad(op, {"X": [x], "Y": [y]})
 
@@ -85,7 +106,8 @@ def test_unary(op, rows, cols, seed):
 
 def test_unary_forward_formulas():
     x = np.array([[-1.0, 0.5, 2.0]])
-    run = lambda op: registry.get(op).compute({"X": [x.copy()]}, {}, None)["Out"][0]  # noqa
+    run = lambda op: registry.get(op).compute(  # noqa
+        {"X": [x.copy()]}, {}, None, ANYWHERE)["Out"][0]
     np.testing.assert_allclose(run("relu"), [[0, 0.5, 2.0]])
     np.testing.assert_allclose(run("sigmoid"), 1 / (1 + np.exp(-x)))
     e = np.exp(x)
@@ -98,7 +120,7 @@ def test_softmax_with_cross_entropy(rows, classes, seed):
     logits = away_from_zero((rows, classes), seed)
     label = np.random.default_rng(seed).integers(0, classes, (rows, 1))
     out = registry.get("softmax_with_cross_entropy").compute(
-        {"Logits": [logits], "Label": [label]}, {}, None)
+        {"Logits": [logits], "Label": [label]}, {}, None, ANYWHERE)
     expected = -np.log(np.exp(logits) / np.exp(logits).sum(1, keepdims=True))[
         np.arange(rows), label[:, 0]]
     np.testing.assert_allclose(out["Loss"][0][:, 0], expected)
@@ -126,7 +148,7 @@ def test_reshape_concat_split_sum(rows, cols, seed):
 def test_lookup_table(vocab, width, rows, seed):
     w = away_from_zero((vocab, width), seed)
     ids = np.random.default_rng(seed).integers(0, vocab, (rows, 1))
-    out = registry.get("lookup_table").compute({"W": [w], "Ids": [ids]}, {}, None)
+    out = registry.get("lookup_table").compute({"W": [w], "Ids": [ids]}, {}, None, ANYWHERE)
     np.testing.assert_array_equal(out["Out"][0], w[ids[:, 0]])
     check_grad("lookup_table", {"W": [w], "Ids": [ids]}, wrt=["W"])
 
@@ -135,7 +157,7 @@ def test_lookup_table(vocab, width, rows, seed):
 def test_dropout(rows, cols, seed):
     x = away_from_zero((rows, cols), seed)
     attrs = {"dropout_prob": 0.5, "seed": seed}
-    out = registry.get("dropout").compute({"X": [x]}, attrs, None)
+    out = registry.get("dropout").compute({"X": [x]}, attrs, None, ANYWHERE)
     kept = out["Mask"][0] != 0
     np.testing.assert_allclose(out["Out"][0][kept], 2 * x[kept])
     assert not out["Out"][0][~kept].any()
@@ -148,7 +170,8 @@ def test_dropout(rows, cols, seed):
 def test_conv2d(n, c, size, m, k, stride, pad, seed):
     x, f = away_from_zero((n, c, size, size), seed), away_from_zero((m, c, k, k), seed + 1)
     attrs = {"strides": stride, "paddings": pad}
-    out = registry.get("conv2d").compute({"Input": [x], "Filter": [f]}, attrs, None)["Output"][0]
+    out = registry.get("conv2d").compute({"Input": [x], "Filter": [f]}, attrs, None,
+                                         ANYWHERE)["Output"][0]
     padded = np.pad(x, ((0, 0), (0, 0), (pad, pad), (pad, pad)))
     oh = (size + 2 * pad - k) // stride + 1
     expected = np.zeros((n, m, oh, oh))
@@ -167,7 +190,7 @@ def test_pool2d(pooling, n, c, size, seed):
     x = np.random.default_rng(seed).permutation(n * c * size * size).reshape(
         n, c, size, size).astype(np.float64)          # distinct values: max is unique
     attrs = {"ksize": 2, "pooling_type": pooling}
-    out = registry.get("pool2d").compute({"X": [x]}, attrs, None)["Out"][0]
+    out = registry.get("pool2d").compute({"X": [x]}, attrs, None, ANYWHERE)["Out"][0]
     blocks = x.reshape(n, c, size // 2, 2, size // 2, 2)
     expected = blocks.max(axis=(3, 5)) if pooling == "max" else blocks.mean(axis=(3, 5))
     np.testing.assert_allclose(out, expected)
@@ -183,7 +206,7 @@ def test_batch_norm(is_test, n, c, seed):
     mean, var = rng.normal(size=c), rng.uniform(0.5, 2, size=c)
     ins = {"X": [x], "Scale": [scale], "Bias": [bias], "Mean": [mean], "Variance": [var]}
     attrs = {"is_test": is_test, "epsilon": 1e-5}
-    out = registry.get("batch_norm").compute(ins, attrs, None)
+    out = registry.get("batch_norm").compute(ins, attrs, None, ANYWHERE)
     use_mean = mean if is_test else x.mean(axis=(0, 2, 3))
     use_var = var if is_test else x.var(axis=(0, 2, 3))
     expected = scale[None, :, None, None] * (x - use_mean[None, :, None, None]) / np.sqrt(

@@ -32,17 +32,34 @@ def run_op(op: Operator, scope: Scope, place: str = "cpu", stream: str = "comput
 
 class PreparedOp:
     """``run_op`` for an op run many times: its kind is looked up and its slots listed once,
-    and it is bound to its scope, place, stream name and context; ``run()`` runs it.  The
-    program must not change after, and whether spans are traced is decided here."""
+    and it is bound to its scope, place, stream name, context and output destinations;
+    ``run()`` runs it.  The program must not change after, and whether spans are traced is
+    decided here.
+
+    ``out``: arrays some outputs must end up in (``Destinations``, numpy arrays): the kernel
+    is asked to write them there, and what it returned elsewhere is copied in, so after
+    ``run()`` the scope holds the destination array itself under that output's name.  An
+    output whose value cannot go there (another shape or dtype, a cupy array) is stored as
+    it is."""
 
     __slots__ = ("op", "run")
 
-    def __init__(self, op: Operator, scope: Scope, place: str, stream: str, context) -> None:
+    def __init__(self, op: Operator, scope: Scope, place: str, stream: str, context,
+                 out: registry.Destinations = registry.ANYWHERE) -> None:
         self.op = op
         inputs = tuple((slot, tuple(names)) for slot, names in op.inputs.items())
         outputs = tuple((slot, tuple(names)) for slot, names in op.outputs.items())
-        execute = functools.partial(_execute, registry.get(op.type), op, inputs, outputs,
-                                    scope, place, context)
+        if out:
+            moves = tuple((slot, index, name, destination)
+                          for slot, names in outputs
+                          for index, (name, destination) in enumerate(
+                              zip(names, out.slots.get(slot, ())))
+                          if name and destination is not None)
+            execute = functools.partial(_execute_into, registry.get(op.type), op, inputs,
+                                        outputs, scope, place, context, out, moves)
+        else:
+            execute = functools.partial(_execute, registry.get(op.type), op, inputs,
+                                        outputs, scope, place, context)
         if al.trace.ENABLED:
             def traced() -> None:
                 start = al.trace.now_us()
@@ -70,11 +87,13 @@ def _span(name: str, start: float, place: str, stream: str) -> None:
                    "thread": threading.current_thread().name})
 
 
-def _execute(kind, op: Operator, inputs, outputs, scope: Scope, place: str, context) -> None:
-    """Read ``inputs`` ((slot, names) pairs) from ``scope``, compute, write ``outputs``."""
+def _execute(kind, op: Operator, inputs, outputs, scope: Scope, place: str, context,
+             out: registry.Destinations = registry.ANYWHERE) -> dict:
+    """Read ``inputs`` ((slot, names) pairs) from ``scope``, compute, write ``outputs``;
+    return what the kernel returned."""
     ins = {slot: [scope[name] if name else None for name in names] for slot, names in inputs}
     try:
-        outs = kind.compute(ins, op.attrs, context)
+        outs = kind.compute(ins, op.attrs, context, out)
     except Exception as exc:  # noqa: BLE001 - any kernel failure names its op
         raise ExecutionError(f"op {op.type} on {place} failed: {type(exc).__name__}: "
                              f"{exc}") from exc
@@ -82,6 +101,23 @@ def _execute(kind, op: Operator, inputs, outputs, scope: Scope, place: str, cont
         for name, value in zip(names, outs.get(slot, ())):
             if name and value is not None:
                 scope[name] = value
+    return outs
+
+
+def _execute_into(kind, op: Operator, inputs, outputs, scope: Scope, place: str, context,
+                  out: registry.Destinations, moves: tuple) -> None:
+    """``_execute``, then each output of ``moves`` ((slot, index, name, destination)) that
+    the kernel returned elsewhere copied into its destination (see PreparedOp)."""
+    outs = _execute(kind, op, inputs, outputs, scope, place, context, out)
+    for slot, index, name, destination in moves:
+        values = outs.get(slot, ())
+        value = values[index] if index < len(values) else None
+        if value is destination or not (type(value) is np.ndarray and
+                                        value.shape == destination.shape and
+                                        value.dtype == destination.dtype):
+            continue
+        np.copyto(destination, value)
+        scope[name] = destination
 
 
 def check_feed(program: Program, feed: dict) -> None:

@@ -15,8 +15,7 @@ from typing import Callable
 
 import numpy as np
 
-import aluminum as al
-
+from .buckets import Buckets, gradient_destinations
 from .data_parallel import broadcast_parameters, check_ranks_agree, data_parallel_program
 from .errors import ExecutionError, ProgramError
 from .executor import check_feed, check_fetch, check_readable, fetch_names, store_feed
@@ -60,7 +59,9 @@ class BuildStrategy:
     whole backward pass), ``fuse_all_reduce_ops`` with ``fuse_grad_size_mb`` and
     ``first_bucket_mb``, ``reduce_strategy`` ("all_reduce", or "reduce": each gradient
     reduced to one owner rank, which alone updates that parameter and broadcasts it; see
-    data_parallel.py)."""
+    data_parallel.py), ``gradients_in_buckets`` (True: the op finishing a gradient writes
+    it straight into its allreduce bucket, on numpy arrays; False: each allreduce copies
+    its gradients in, the way to compare; see buckets.py)."""
 
     debug_graphviz_path: str | None = None
     gradient_scale: str = "coeff_num_device"
@@ -70,41 +71,15 @@ class BuildStrategy:
     fuse_grad_size_mb: float = 32.0
     first_bucket_mb: float = 1.0
     reduce_strategy: str = "all_reduce"
+    gradients_in_buckets: bool = True
 
 
 class _Context:
-    """What kernels get beyond their inputs: the communicator, and the fusion buckets
-    (memory and persistent allreduce plan, made once per bucket; the memory is node-shared
-    when an MPI communicator's ranks all share the node)."""
+    """What kernels get beyond their inputs: the communicator and the reduction buckets."""
 
     def __init__(self, comm) -> None:
         self.comm = comm
-        self._buckets: dict[int, tuple] = {}
-
-    def bucket(self, index: int, count: int, dtype, root: int | None = None) -> tuple:
-        """Bucket ``index``'s memory and its plan: an allreduce, or with ``root`` a reduce
-        to that rank."""
-        found = self._buckets.get(index)
-        if found is None or found[0].size != count or found[0].dtype != dtype:
-            shared = isinstance(self.comm, al.MPICommunicator) and \
-                self.comm.local_size == self.comm.size
-            memory = al.shared_empty(count, dtype, self.comm) if shared \
-                else np.empty(count, dtype)
-            plan = al.allreduce_init(memory, self.comm) if root is None else \
-                al.reduce_init(memory, self.comm, root=root)
-            found = self._buckets[index] = (memory, plan)
-        return found
-
-    def release(self, scope: Scope) -> None:
-        """Let the buckets go: variables of ``scope`` that are views of one (the reduced
-        gradients of the last step) become copies, and the plans are freed, so that the
-        communicator can give the buckets' shared memory back when it is freed."""
-        buckets, self._buckets = self._buckets, {}
-        for memory, plan in buckets.values():
-            plan.free()
-            for name, value in list(scope.items()):
-                if isinstance(value, np.ndarray) and np.may_share_memory(value, memory):
-                    scope[name] = value.copy()
+        self.buckets = Buckets(comm)
 
 
 class ParallelExecutor:
@@ -129,6 +104,7 @@ class ParallelExecutor:
                 build_strategy = BuildStrategy(
                     gradient_scale="coeff_num_device" if context.gradients_mean else "one")
         build = build_strategy or BuildStrategy()
+        self._in_buckets = build.gradients_in_buckets
         self.loss_name = loss_name
         self.places = list(places or ["cpu"])
         self.place = self.places[0]
@@ -157,6 +133,7 @@ class ParallelExecutor:
                 out.write(self.graph.to_dot())
         self._plans: dict[tuple, RunPlan] = {}
         self._streams: dict | None = None          # made on the first run
+        self._destinations: dict = {}               # by op index, on the first run
         self._pool = WorkerPool(self.exec_strategy.num_threads - 1)
 
     def run(self, fetch_list=None, feed: dict | None = None) -> list[np.ndarray]:
@@ -192,15 +169,19 @@ class ParallelExecutor:
 
     def _plan(self, names: list[str], feed: dict) -> RunPlan:
         """The plan of this fetch list (made on its first run; streams on the first run of
-        all, cupy ones when the fed or scope arrays are cupy arrays)."""
+        all, cupy ones when the fed or scope arrays are cupy arrays, and then, on numpy
+        arrays, the buckets and the gradients' destinations in them)."""
         plan = self._plans.get(tuple(names))
         if plan is None or plan.scope is not self.scope:
             if self._streams is None:
                 on_gpu = uses_cupy(feed.values()) or uses_cupy(self.scope.values())
                 self._streams = make_streams(self._context.comm, on_gpu)
+                if self._context.comm is not None and self._in_buckets and not on_gpu:
+                    self._destinations = gradient_destinations(
+                        self.graph, self.program.global_block(), self._context.buckets)
             graph = self.graph.with_fetches(names) if names else self.graph
             plan = self._plans[tuple(names)] = RunPlan(graph, self._streams, self.scope,
-                                                        self._context)
+                                                        self._context, self._destinations)
         return plan
 
     def close(self) -> None:
@@ -210,7 +191,8 @@ class ParallelExecutor:
         for stream in (self._streams or {}).values():
             if hasattr(stream, "close"):
                 stream.close()
-        self._context.release(self.scope)
+        self._plans, self._destinations = {}, {}   # their ops hold views of the buckets
+        self._context.buckets.release(self.scope)
 
     def __del__(self) -> None:
         if hasattr(self, "_pool"):

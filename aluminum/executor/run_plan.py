@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from .executor import PreparedOp
+from .ops.registry import ANYWHERE
 from .ssa_graph import FETCH, SSAGraph
 
 LARGE_OP_S = 200e-6
@@ -15,13 +16,17 @@ class RunPlan:
     waits for when more than one (a countdown per run), and how long it took when last
     timed (``seconds``: which ops the pool takes)."""
 
-    def __init__(self, graph: SSAGraph, streams: dict, scope, context) -> None:
+    def __init__(self, graph: SSAGraph, streams: dict, scope, context,
+                 destinations: dict | None = None) -> None:
+        """``destinations``: the ``Destinations`` of some ops' outputs, by op index."""
         ops = graph.ops
+        destinations = destinations or {}
         self.graph, self.scope = graph, scope
         self.streams = [streams[handle.stream] for handle in ops]
         self.prepared = [None if handle.kind == FETCH else
                          PreparedOp(handle.op, scope, handle.place, streams[handle.stream].name,
-                                    context) for handle in ops]
+                                    context, destinations.get(handle.index, ANYWHERE))
+                         for handle in ops]
         self.waits: list[tuple[int, ...]] = []
         self.records = [False] * len(ops)
         for handle in ops:

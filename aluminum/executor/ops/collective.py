@@ -16,16 +16,17 @@ from .registry import OpKind, register
 class Allreduce(OpKind):
     """``Out = sum of X over every rank``, for one gradient or (``fused_allreduce``) several.
 
-    The gradients are copied into the op's bucket (``attrs["bucket"]``): memory and a
-    persistent allreduce plan made on first use and kept for every later step, in
+    The sum is taken in the op's bucket (``attrs["bucket"]``, see executor/buckets.py):
+    memory and a persistent allreduce plan made once and kept for every later step, in
     ``al.shared_empty`` memory when every rank of an MPI communicator shares the node, so
-    the zero-copy shared-memory allreduce applies.  On a stream-bound communicator the
-    kernel waits for the stream after the plan, so the op is finished when it returns.
-    The outputs are views of the bucket, valid until the op runs again in the next step
-    (``run`` returns copies of what it fetches).  Gradients
-    keep their order in a bucket, so each element's sum is the same as reducing it alone;
-    the algorithm the selector picks for a bucket's size may differ from the one it picks
-    per gradient, which can change the last bits of a float sum."""
+    the zero-copy shared-memory allreduce applies.  A gradient its producer already wrote
+    into its view of the bucket is used where it is; any other is copied in first.  On a
+    stream-bound communicator the kernel waits for the stream after the plan, so the op is
+    finished when it returns.  The outputs are the gradients' views of the bucket, valid
+    until their producers run again in the next step (``run`` returns copies of what it
+    fetches).  Gradients keep their order in a bucket, so each element's sum is the same
+    as reducing it alone; the algorithm the selector picks for a bucket's size may differ
+    from the one it picks per gradient, which can change the last bits of a float sum."""
 
     type = "allreduce"
     differentiable = False
@@ -36,24 +37,19 @@ class Allreduce(OpKind):
             out, x = block.var(target), block.var(source)
             out.shape, out.dtype = x.shape, x.dtype
 
-    def compute(self, ins, attrs, ctx):
+    def compute(self, ins, attrs, ctx, out):
         comm = _comm(ctx, self.type)
         grads = ins["X"]
-        bucket, plan = ctx.bucket(attrs.get("bucket", id(attrs)),
-                                  sum(g.size for g in grads), grads[0].dtype,
-                                  attrs.get("root"))
-        offset = 0
-        for grad in grads:
-            bucket[offset:offset + grad.size] = grad.reshape(-1)
-            offset += grad.size
-        plan.run()
+        bucket = ctx.buckets.get(attrs.get("bucket", id(attrs)),
+                                 tuple(grad.shape for grad in grads), grads[0].dtype,
+                                 attrs.get("root"))
+        for grad, view in zip(grads, bucket.views):
+            if not holds(view, grad):
+                view[...] = grad
+        bucket.plan.run()
         if comm.stream is not None:   # a stream-ordered plan has only been enqueued
             comm.stream.synchronize()
-        outs, offset = [], 0
-        for grad in grads:
-            outs.append(bucket[offset:offset + grad.size].reshape(grad.shape))
-            offset += grad.size
-        return {"Out": outs}
+        return {"Out": list(bucket.views)}
 
 
 @register
@@ -82,10 +78,18 @@ class Broadcast(OpKind):
     differentiable = False
     communicates = True
 
-    def compute(self, ins, attrs, ctx):
-        out = np.array(ins["X"][0], order="C", copy=True)
-        al.bcast(out, _comm(ctx, self.type), root=attrs["root"])
-        return {"Out": [out]}
+    def compute(self, ins, attrs, ctx, out):
+        value = np.array(ins["X"][0], order="C", copy=True)
+        al.bcast(value, _comm(ctx, self.type), root=attrs["root"])
+        return {"Out": [value]}
+
+
+def holds(view: np.ndarray, value) -> bool:
+    """Whether ``value`` already is ``view``'s memory (same start, shape and dtype)."""
+    return value is view or (
+        type(value) is np.ndarray and value.dtype == view.dtype and
+        value.shape == view.shape and value.flags.c_contiguous and
+        value.__array_interface__["data"][0] == view.__array_interface__["data"][0])
 
 
 def _comm(ctx, op_type: str):

@@ -17,6 +17,11 @@ def _same_dtype(op_type: str, x, y) -> None:
                            f"{y.dtype}; cast one of them first")
 
 
+def _matmul(a, b, into):
+    """``a @ b``, into ``into`` when given (``@`` otherwise: cupy arrays take it too)."""
+    return a @ b if into is None else np.matmul(a, b, out=into)
+
+
 @register
 class Matmul(OpKind):
     """``Out = X @ Y`` for 2-D ``X`` [M, K] and ``Y`` [K, N]."""
@@ -33,12 +38,12 @@ class Matmul(OpKind):
         out = block.var(op.outputs["Out"][0])
         out.shape, out.dtype = (x.shape[0], y.shape[1]), x.dtype
 
-    def compute(self, ins, attrs, ctx):
-        return {"Out": [ins["X"][0] @ ins["Y"][0]]}
+    def compute(self, ins, attrs, ctx, out):
+        return {"Out": [_matmul(ins["X"][0], ins["Y"][0], out.get("Out"))]}
 
-    def backward(self, ins, outs, douts, attrs):
+    def backward(self, ins, outs, douts, attrs, out):
         x, y, d = ins["X"][0], ins["Y"][0], douts["Out"][0]
-        return {"X": [d @ y.T], "Y": [x.T @ d]}
+        return {"X": [_matmul(d, y.T, out.get("X"))], "Y": [_matmul(x.T, d, out.get("Y"))]}
 
 
 class _Elementwise(OpKind):
@@ -63,48 +68,49 @@ class _Elementwise(OpKind):
 class ElementwiseAdd(_Elementwise):
     type = "elementwise_add"
 
-    def compute(self, ins, attrs, ctx):
+    def compute(self, ins, attrs, ctx, out):
         return {"Out": [ins["X"][0] + ins["Y"][0]]}
 
-    def backward(self, ins, outs, douts, attrs):
+    def backward(self, ins, outs, douts, attrs, out):
         d = douts["Out"][0]
-        return {"X": [unbroadcast(d, ins["X"][0].shape)],
-                "Y": [unbroadcast(d, ins["Y"][0].shape)]}
+        return {"X": [unbroadcast(d, ins["X"][0].shape, out.get("X"))],
+                "Y": [unbroadcast(d, ins["Y"][0].shape, out.get("Y"))]}
 
 
 @register
 class ElementwiseSub(_Elementwise):
     type = "elementwise_sub"
 
-    def compute(self, ins, attrs, ctx):
+    def compute(self, ins, attrs, ctx, out):
         return {"Out": [ins["X"][0] - ins["Y"][0]]}
 
-    def backward(self, ins, outs, douts, attrs):
+    def backward(self, ins, outs, douts, attrs, out):
         d = douts["Out"][0]
-        return {"X": [unbroadcast(d, ins["X"][0].shape)],
-                "Y": [unbroadcast(-d, ins["Y"][0].shape)]}
+        return {"X": [unbroadcast(d, ins["X"][0].shape, out.get("X"))],
+                "Y": [unbroadcast(-d, ins["Y"][0].shape, out.get("Y"))]}
 
 
 @register
 class ElementwiseMul(_Elementwise):
     type = "elementwise_mul"
 
-    def compute(self, ins, attrs, ctx):
+    def compute(self, ins, attrs, ctx, out):
         return {"Out": [ins["X"][0] * ins["Y"][0]]}
 
-    def backward(self, ins, outs, douts, attrs):
+    def backward(self, ins, outs, douts, attrs, out):
         x, y, d = ins["X"][0], ins["Y"][0], douts["Out"][0]
-        return {"X": [unbroadcast(d * y, x.shape)], "Y": [unbroadcast(d * x, y.shape)]}
+        return {"X": [unbroadcast(d * y, x.shape, out.get("X"))],
+                "Y": [unbroadcast(d * x, y.shape, out.get("Y"))]}
 
 
 @register
 class Relu(OpKind):
     type = "relu"
 
-    def compute(self, ins, attrs, ctx):
+    def compute(self, ins, attrs, ctx, out):
         return {"Out": [np.maximum(ins["X"][0], 0)]}
 
-    def backward(self, ins, outs, douts, attrs):
+    def backward(self, ins, outs, douts, attrs, out):
         return {"X": [douts["Out"][0] * (ins["X"][0] > 0)]}
 
 
@@ -112,24 +118,24 @@ class Relu(OpKind):
 class Tanh(OpKind):
     type = "tanh"
 
-    def compute(self, ins, attrs, ctx):
+    def compute(self, ins, attrs, ctx, out):
         return {"Out": [np.tanh(ins["X"][0])]}
 
-    def backward(self, ins, outs, douts, attrs):
-        out = outs["Out"][0]
-        return {"X": [douts["Out"][0] * (1 - out * out)]}
+    def backward(self, ins, outs, douts, attrs, out):
+        y = outs["Out"][0]
+        return {"X": [douts["Out"][0] * (1 - y * y)]}
 
 
 @register
 class Sigmoid(OpKind):
     type = "sigmoid"
 
-    def compute(self, ins, attrs, ctx):
+    def compute(self, ins, attrs, ctx, out):
         return {"Out": [1 / (1 + np.exp(-ins["X"][0]))]}
 
-    def backward(self, ins, outs, douts, attrs):
-        out = outs["Out"][0]
-        return {"X": [douts["Out"][0] * out * (1 - out)]}
+    def backward(self, ins, outs, douts, attrs, out):
+        y = outs["Out"][0]
+        return {"X": [douts["Out"][0] * y * (1 - y)]}
 
 
 def _softmax(x):
@@ -143,12 +149,12 @@ class Softmax(OpKind):
 
     type = "softmax"
 
-    def compute(self, ins, attrs, ctx):
+    def compute(self, ins, attrs, ctx, out):
         return {"Out": [_softmax(ins["X"][0])]}
 
-    def backward(self, ins, outs, douts, attrs):
-        out, d = outs["Out"][0], douts["Out"][0]
-        return {"X": [out * (d - (d * out).sum(axis=-1, keepdims=True))]}
+    def backward(self, ins, outs, douts, attrs, out):
+        y, d = outs["Out"][0], douts["Out"][0]
+        return {"X": [y * (d - (d * y).sum(axis=-1, keepdims=True))]}
 
 
 @register
@@ -169,7 +175,7 @@ class SoftmaxWithCrossEntropy(OpKind):
         loss = block.var(op.outputs["Loss"][0])
         loss.shape, loss.dtype = (logits.shape[0], 1), logits.dtype
 
-    def compute(self, ins, attrs, ctx):
+    def compute(self, ins, attrs, ctx, out):
         logits, label = ins["Logits"][0], ins["Label"][0].reshape(-1)
         shifted = logits - logits.max(axis=-1, keepdims=True)
         log_sum = np.log(np.exp(shifted).sum(axis=-1, keepdims=True))
@@ -177,7 +183,7 @@ class SoftmaxWithCrossEntropy(OpKind):
         loss = -log_probs[np.arange(len(label)), label].reshape(-1, 1)
         return {"Softmax": [np.exp(log_probs)], "Loss": [loss.astype(logits.dtype)]}
 
-    def backward(self, ins, outs, douts, attrs):
+    def backward(self, ins, outs, douts, attrs, out):
         softmax, label = outs["Softmax"][0], ins["Label"][0].reshape(-1)
         grad = softmax.copy()
         grad[np.arange(len(label)), label] -= 1
@@ -193,11 +199,11 @@ class SquareErrorCost(OpKind):
 
     type = "square_error_cost"
 
-    def compute(self, ins, attrs, ctx):
+    def compute(self, ins, attrs, ctx, out):
         diff = ins["X"][0] - ins["Y"][0]
         return {"Out": [diff * diff]}
 
-    def backward(self, ins, outs, douts, attrs):
+    def backward(self, ins, outs, douts, attrs, out):
         diff = ins["X"][0] - ins["Y"][0]
         d = 2 * diff * douts["Out"][0]
         return {"X": [d], "Y": [-d]}
@@ -213,11 +219,11 @@ class Mean(OpKind):
         x, out = block.var(op.inputs["X"][0]), block.var(op.outputs["Out"][0])
         out.shape, out.dtype = (1,), x.dtype
 
-    def compute(self, ins, attrs, ctx):
+    def compute(self, ins, attrs, ctx, out):
         x = ins["X"][0]
         return {"Out": [np.asarray(x.mean(), dtype=x.dtype).reshape(1)]}
 
-    def backward(self, ins, outs, douts, attrs):
+    def backward(self, ins, outs, douts, attrs, out):
         x = ins["X"][0]
         return {"X": [np.full(x.shape, douts["Out"][0][0] / x.size, dtype=x.dtype)]}
 
@@ -228,12 +234,12 @@ class Scale(OpKind):
 
     type = "scale"
 
-    def compute(self, ins, attrs, ctx):
+    def compute(self, ins, attrs, ctx, out):
         x = ins["X"][0]
         return {"Out": [(x * x.dtype.type(attrs.get("scale", 1.0))
                          + x.dtype.type(attrs.get("bias", 0.0))).astype(x.dtype)]}
 
-    def backward(self, ins, outs, douts, attrs):
+    def backward(self, ins, outs, douts, attrs, out):
         d = douts["Out"][0]
         return {"X": [(d * d.dtype.type(attrs.get("scale", 1.0))).astype(d.dtype)]}
 
@@ -245,12 +251,16 @@ class Sum(OpKind):
 
     type = "sum"
 
-    def compute(self, ins, attrs, ctx):
+    def compute(self, ins, attrs, ctx, out):
         arrays = ins["X"]
-        total = arrays[0].copy()
+        total = out.get("Out")
+        if total is None:
+            total = arrays[0].copy()
+        else:
+            np.copyto(total, arrays[0])
         for other in arrays[1:]:
             total += other
         return {"Out": [total]}
 
-    def backward(self, ins, outs, douts, attrs):
+    def backward(self, ins, outs, douts, attrs, out):
         return {"X": [douts["Out"][0]] * len(ins["X"])}

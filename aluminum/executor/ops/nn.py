@@ -53,19 +53,23 @@ class Conv2d(OpKind):
                      _out_size(x.shape[3], f.shape[3], stride, pad))
         out.dtype = x.dtype
 
-    def compute(self, ins, attrs, ctx):
+    def compute(self, ins, attrs, ctx, out):
         x, f = ins["Input"][0], ins["Filter"][0]
         cols, oh, ow = _im2col(x, f.shape[2], f.shape[3], attrs.get("strides", 1),
                                attrs.get("paddings", 0))
-        out = np.einsum("mk,nkp->nmp", f.reshape(f.shape[0], -1), cols)
-        return {"Output": [out.reshape(x.shape[0], f.shape[0], oh, ow)]}
+        result = np.einsum("mk,nkp->nmp", f.reshape(f.shape[0], -1), cols)
+        return {"Output": [result.reshape(x.shape[0], f.shape[0], oh, ow)]}
 
-    def backward(self, ins, outs, douts, attrs):
+    def backward(self, ins, outs, douts, attrs, out):
         x, f, d = ins["Input"][0], ins["Filter"][0], douts["Output"][0]
         stride, pad = attrs.get("strides", 1), attrs.get("paddings", 0)
         cols, _, _ = _im2col(x, f.shape[2], f.shape[3], stride, pad)
         d = d.reshape(d.shape[0], d.shape[1], -1)
-        d_filter = np.einsum("nmp,nkp->mk", d, cols).reshape(f.shape)
+        d_filter = out.get("Filter")
+        if d_filter is None:
+            d_filter = np.einsum("nmp,nkp->mk", d, cols).reshape(f.shape)
+        else:   # a destination is C-contiguous: its [M, K] reshape is a view
+            np.einsum("nmp,nkp->mk", d, cols, out=d_filter.reshape(f.shape[0], -1))
         d_cols = np.einsum("mk,nmp->nkp", f.reshape(f.shape[0], -1), d)
         return {"Input": [_col2im(d_cols, x.shape, f.shape[2], f.shape[3], stride, pad)],
                 "Filter": [d_filter]}
@@ -93,12 +97,12 @@ class Pool2d(OpKind):
                                attrs.get("strides", k), 0)
         return cols.reshape(n, c, k * k, oh, ow), oh, ow
 
-    def compute(self, ins, attrs, ctx):
+    def compute(self, ins, attrs, ctx, out):
         windows, _, _ = self._windows(ins["X"][0], attrs)
         reduce = windows.max if attrs.get("pooling_type", "max") == "max" else windows.mean
         return {"Out": [reduce(axis=2)]}
 
-    def backward(self, ins, outs, douts, attrs):
+    def backward(self, ins, outs, douts, attrs, out):
         x, d = ins["X"][0], douts["Out"][0]
         k = attrs["ksize"]
         windows, oh, ow = self._windows(x, attrs)
@@ -139,7 +143,7 @@ class BatchNorm(OpKind):
     def _channel(v, x):
         return v.reshape((1, -1) + (1,) * (x.ndim - 2))
 
-    def compute(self, ins, attrs, ctx):
+    def compute(self, ins, attrs, ctx, out):
         x, scale, bias = ins["X"][0], ins["Scale"][0], ins["Bias"][0]
         eps, momentum = attrs.get("epsilon", 1e-5), attrs.get("momentum", 0.9)
         axes, ch = self._axes(x), self._channel
@@ -157,12 +161,13 @@ class BatchNorm(OpKind):
                 "VarianceOut": [running_var.astype(dtype)],
                 "SavedMean": [mean.astype(dtype)], "SavedVariance": [inv_std.astype(dtype)]}
 
-    def backward(self, ins, outs, douts, attrs):
+    def backward(self, ins, outs, douts, attrs, out):
         x, scale, d = ins["X"][0], ins["Scale"][0], douts["Y"][0]
         axes, ch = self._axes(x), self._channel
         mean, inv_std = outs["SavedMean"][0], outs["SavedVariance"][0]
         x_hat = (x - ch(mean, x)) * ch(inv_std, x)
-        d_bias, d_scale = d.sum(axis=axes), (d * x_hat).sum(axis=axes)
+        d_bias = d.sum(axis=axes, out=out.get("Bias"))
+        d_scale = (d * x_hat).sum(axis=axes, out=out.get("Scale"))
         if attrs.get("is_test", False):
             d_x = d * ch(scale * inv_std, x)
         else:

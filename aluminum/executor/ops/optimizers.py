@@ -18,7 +18,7 @@ class _Update(OpKind):
 class SGD(_Update):
     type = "sgd"
 
-    def compute(self, ins, attrs, ctx):
+    def compute(self, ins, attrs, ctx, out):
         param, grad, lr = ins["Param"][0], ins["Grad"][0], ins["LearningRate"][0]
         return {"ParamOut": [(param - lr[0] * grad).astype(param.dtype)]}
 
@@ -29,7 +29,7 @@ class Momentum(_Update):
 
     type = "momentum"
 
-    def compute(self, ins, attrs, ctx):
+    def compute(self, ins, attrs, ctx, out):
         param, grad, lr = ins["Param"][0], ins["Grad"][0], ins["LearningRate"][0]
         velocity = attrs.get("mu", 0.9) * ins["Velocity"][0] + grad
         return {"ParamOut": [(param - lr[0] * velocity).astype(param.dtype)],
@@ -40,7 +40,7 @@ class Momentum(_Update):
 class Adam(_Update):
     type = "adam"
 
-    def compute(self, ins, attrs, ctx):
+    def compute(self, ins, attrs, ctx, out):
         param, grad, lr = ins["Param"][0], ins["Grad"][0], ins["LearningRate"][0]
         beta1, beta2 = attrs.get("beta1", 0.9), attrs.get("beta2", 0.999)
         epsilon = attrs.get("epsilon", 1e-8)
@@ -48,9 +48,9 @@ class Adam(_Update):
         m2 = beta2 * ins["Moment2"][0] + (1 - beta2) * grad * grad
         b1, b2 = ins["Beta1Pow"][0], ins["Beta2Pow"][0]
         rate = lr[0] * np.sqrt(1 - b2[0]) / (1 - b1[0])
-        out = param - rate * m1 / (np.sqrt(m2) + epsilon)
+        updated = param - rate * m1 / (np.sqrt(m2) + epsilon)
         dtype = param.dtype
-        return {"ParamOut": [out.astype(dtype)], "Moment1Out": [m1.astype(dtype)],
+        return {"ParamOut": [updated.astype(dtype)], "Moment1Out": [m1.astype(dtype)],
                 "Moment2Out": [m2.astype(dtype)], "Beta1PowOut": [(b1 * beta1).astype(dtype)],
                 "Beta2PowOut": [(b2 * beta2).astype(dtype)]}
 
@@ -61,7 +61,7 @@ class PiecewiseDecay(_Update):
 
     type = "piecewise_decay"
 
-    def compute(self, ins, attrs, ctx):
+    def compute(self, ins, attrs, ctx, out):
         step = ins["Step"][0]
         index = int(np.searchsorted(np.asarray(attrs["boundaries"]), step[0], side="right"))
         return {"Out": [np.full(1, attrs["values"][index], dtype=step.dtype)],

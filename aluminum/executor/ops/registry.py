@@ -1,11 +1,12 @@
 """``OpKind``: what an op type is; ``register`` / ``get``; the generic gradient op.
 
-An op's kernel takes ``ins`` (slot -> list of arrays) and the attrs and returns its outputs
-(slot -> list of arrays).  A differentiable kind also has ``backward(ins, outs, douts,
-attrs)`` returning the gradients of its inputs (slot -> list, None where it has none); the
-gradient op ``<type>_grad`` runs it, reading the forward inputs (same slots), the forward
-outputs (``<slot>@OUT``) and the output gradients (``<slot>@GRAD``), and writing input
-gradients (``<slot>@GRAD``).  Kernels only use the array API, so cupy arrays run them too.
+An op's kernel takes ``ins`` (slot -> list of arrays), the attrs, the executor's context and
+``out`` (the ``Destinations`` of its outputs) and returns its outputs (slot -> list of
+arrays).  A differentiable kind also has ``backward(ins, outs, douts, attrs, out)``
+returning the gradients of its inputs (slot -> list, None where it has none); the gradient
+op ``<type>_grad`` runs it, reading the forward inputs (same slots), the forward outputs
+(``<slot>@OUT``) and the output gradients (``<slot>@GRAD``), and writing input gradients
+(``<slot>@GRAD``).  Kernels only use the array API, so cupy arrays run them too.
 """
 from __future__ import annotations
 
@@ -15,6 +16,35 @@ from ..errors import ProgramError
 
 _KINDS: dict[str, OpKind] = {}
 GRAD_SUFFIX = "_grad"
+
+
+class Destinations:
+    """Where the executor wants some of an op's outputs written: ``get(slot, index=0)`` is
+    an array to write that output into, or None (anywhere, the usual case).
+
+    A destination is C-contiguous and has the output's declared shape and dtype (reshaping
+    it gives a view); the executor hands out none that an input of the op could share
+    memory with (see executor/buckets.py for the rules).  A kernel that writes into it
+    (``np.matmul(a, b, out=...)``, ``x.sum(axis, out=...)``) returns the destination itself
+    as that output; a kernel that ignores it is just as correct, as the executor copies
+    what it returned into the destination.  The parallel executor hands them out so that a
+    gradient is computed straight into its allreduce bucket (see buckets.py); destinations
+    are only ever numpy arrays."""
+
+    __slots__ = ("slots",)
+
+    def __init__(self, slots: dict[str, list] | None = None) -> None:
+        self.slots = slots or {}
+
+    def get(self, slot: str, index: int = 0):
+        arrays = self.slots.get(slot)
+        return None if arrays is None or index >= len(arrays) else arrays[index]
+
+    def __bool__(self) -> bool:
+        return bool(self.slots)
+
+
+ANYWHERE = Destinations()
 
 
 class OpKind:
@@ -32,10 +62,14 @@ class OpKind:
             out = block.var(name)
             out.shape, out.dtype = first.shape, first.dtype
 
-    def compute(self, ins: dict, attrs: dict, ctx) -> dict:
+    def compute(self, ins: dict, attrs: dict, ctx, out: Destinations) -> dict:
+        """The outputs of the op on ``ins``; ``out`` says where the executor would like
+        some of them (``ANYWHERE`` when called directly)."""
         raise NotImplementedError
 
-    def backward(self, ins: dict, outs: dict, douts: dict, attrs: dict) -> dict:
+    def backward(self, ins: dict, outs: dict, douts: dict, attrs: dict,
+                 out: Destinations) -> dict:
+        """The gradients of the inputs; ``out`` is keyed by the forward input slots."""
         raise ProgramError(f"op {self.type}: has no gradient")
 
 
@@ -55,14 +89,17 @@ class GradKind(OpKind):
                     grad, var = block.var(name), block.var(source)
                     grad.shape, grad.dtype = var.shape, var.dtype
 
-    def compute(self, ins: dict, attrs: dict, ctx) -> dict:
+    def compute(self, ins: dict, attrs: dict, ctx, out: Destinations) -> dict:
         forward_ins = {s: v for s, v in ins.items() if "@" not in s}
         outs = {s[:-4]: v for s, v in ins.items() if s.endswith("@OUT")}
         douts = {s[:-5]: v for s, v in ins.items() if s.endswith("@GRAD")}
         for slot, arrays in douts.items():   # an output nobody differentiated: zeros
             douts[slot] = [np.zeros_like(o) if d is None else d
                            for d, o in zip(arrays, outs[slot])]
-        grads = self.forward.backward(forward_ins, outs, douts, attrs)
+        if out:   # the destination of ``X@GRAD`` is the backward's destination of ``X``
+            out = Destinations({slot[:-len("@GRAD")]: arrays
+                                for slot, arrays in out.slots.items()})
+        grads = self.forward.backward(forward_ins, outs, douts, attrs, out)
         return {slot + "@GRAD": grads.get(slot, [None] * len(forward_ins[slot]))
                 for slot in forward_ins}
 
@@ -89,11 +126,13 @@ def known() -> list[str]:
     return sorted(_KINDS)
 
 
-def unbroadcast(grad, shape: tuple):
-    """Sum ``grad`` down to ``shape`` (undo numpy broadcasting)."""
-    while grad.ndim > len(shape):
-        grad = grad.sum(axis=0)
-    for axis, size in enumerate(shape):
-        if size == 1 and grad.shape[axis] != 1:
-            grad = grad.sum(axis=axis, keepdims=True)
+def unbroadcast(grad, shape: tuple, out=None):
+    """Sum ``grad`` down to ``shape`` (undo numpy broadcasting), the last sum into ``out``
+    when one is given; ``grad`` itself (not ``out``) when nothing needs summing."""
+    sums = [(0, False)] * (grad.ndim - len(shape)) + [
+        (axis, True) for axis, size in enumerate(shape)
+        if size == 1 and grad.shape[grad.ndim - len(shape) + axis] != 1]
+    for step, (axis, keepdims) in enumerate(sums):
+        last = step == len(sums) - 1
+        grad = grad.sum(axis=axis, keepdims=keepdims, out=out if last else None)
     return grad

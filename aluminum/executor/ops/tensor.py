@@ -21,7 +21,7 @@ class _Create(OpKind):
 class FillConstant(_Create):
     type = "fill_constant"
 
-    def compute(self, ins, attrs, ctx):
+    def compute(self, ins, attrs, ctx, out):
         return {"Out": [np.full(attrs["shape"], attrs.get("value", 0.0),
                                 dtype=attrs.get("dtype", "float32"))]}
 
@@ -33,7 +33,7 @@ class GaussianRandom(_Create):
 
     type = "gaussian_random"
 
-    def compute(self, ins, attrs, ctx):
+    def compute(self, ins, attrs, ctx, out):
         rng = np.random.default_rng(attrs["seed"])
         value = rng.normal(attrs.get("mean", 0.0), attrs.get("std", 1.0), attrs["shape"])
         return {"Out": [value.astype(attrs.get("dtype", "float32"))]}
@@ -43,7 +43,7 @@ class GaussianRandom(_Create):
 class UniformRandom(_Create):
     type = "uniform_random"
 
-    def compute(self, ins, attrs, ctx):
+    def compute(self, ins, attrs, ctx, out):
         rng = np.random.default_rng(attrs["seed"])
         value = rng.uniform(attrs.get("min", -1.0), attrs.get("max", 1.0), attrs["shape"])
         return {"Out": [value.astype(attrs.get("dtype", "float32"))]}
@@ -65,12 +65,12 @@ class Reshape(OpKind):
                                f"elements, shape {op.attrs['shape']} has {known_out}")
         out.shape, out.dtype = tuple(shape), x.dtype
 
-    def compute(self, ins, attrs, ctx):
+    def compute(self, ins, attrs, ctx, out):
         x = ins["X"][0]
         shape = [x.shape[i] if d == 0 else d for i, d in enumerate(attrs["shape"])]
         return {"Out": [x.reshape(shape)]}
 
-    def backward(self, ins, outs, douts, attrs):
+    def backward(self, ins, outs, douts, attrs, out):
         return {"X": [douts["Out"][0].reshape(ins["X"][0].shape)]}
 
 
@@ -93,10 +93,10 @@ class Concat(OpKind):
         out = block.var(op.outputs["Out"][0])
         out.shape, out.dtype = tuple(shape), xs[0].dtype
 
-    def compute(self, ins, attrs, ctx):
+    def compute(self, ins, attrs, ctx, out):
         return {"Out": [np.concatenate(ins["X"], axis=attrs.get("axis", 0))]}
 
-    def backward(self, ins, outs, douts, attrs):
+    def backward(self, ins, outs, douts, attrs, out):
         axis = attrs.get("axis", 0)
         cuts = np.cumsum([x.shape[axis] for x in ins["X"]])[:-1]
         return {"X": np.split(douts["Out"][0], cuts, axis=axis)}
@@ -131,7 +131,7 @@ class Split(OpKind):
             shape[axis] = size
             out.shape, out.dtype = tuple(shape), x.dtype
 
-    def compute(self, ins, attrs, ctx):
+    def compute(self, ins, attrs, ctx, out):
         axis = attrs.get("axis", 0)
         if "num" in attrs:
             parts = np.array_split(ins["X"][0], attrs["num"], axis=axis)
@@ -139,7 +139,7 @@ class Split(OpKind):
             parts = np.split(ins["X"][0], np.cumsum(attrs["sections"])[:-1], axis=axis)
         return {"Out": [part.copy() for part in parts]}
 
-    def backward(self, ins, outs, douts, attrs):
+    def backward(self, ins, outs, douts, attrs, out):
         return {"X": [np.concatenate(douts["Out"], axis=attrs.get("axis", 0))]}
 
 
@@ -154,12 +154,16 @@ class LookupTable(OpKind):
         out = block.var(op.outputs["Out"][0])
         out.shape, out.dtype = (ids.shape[0], w.shape[1]), w.dtype
 
-    def compute(self, ins, attrs, ctx):
+    def compute(self, ins, attrs, ctx, out):
         return {"Out": [ins["W"][0][ins["Ids"][0].reshape(-1)]]}
 
-    def backward(self, ins, outs, douts, attrs):
+    def backward(self, ins, outs, douts, attrs, out):
         w, ids = ins["W"][0], ins["Ids"][0].reshape(-1)
-        grad = np.zeros_like(w)
+        grad = out.get("W")
+        if grad is None:
+            grad = np.zeros_like(w)
+        else:
+            grad.fill(0)
         np.add.at(grad, ids, douts["Out"][0])
         return {"W": [grad], "Ids": [None]}
 
@@ -178,7 +182,7 @@ class Dropout(OpKind):
             out = block.var(name)
             out.shape, out.dtype = x.shape, x.dtype
 
-    def compute(self, ins, attrs, ctx):
+    def compute(self, ins, attrs, ctx, out):
         x, p = ins["X"][0], attrs.get("dropout_prob", 0.5)
         if attrs.get("is_test", False) or p == 0:
             mask = np.ones_like(x)
@@ -187,5 +191,5 @@ class Dropout(OpKind):
             mask = (keep / (1 - p)).astype(x.dtype)
         return {"Out": [x * mask], "Mask": [mask]}
 
-    def backward(self, ins, outs, douts, attrs):
+    def backward(self, ins, outs, douts, attrs, out):
         return {"X": [douts["Out"][0] * outs["Mask"][0]]}

@@ -1,0 +1,125 @@
+"""The memory the data-parallel ops reduce gradients in, and which producers write there.
+
+Every ``allreduce``/``reduce`` op (fused or not) reduces its gradients in its bucket: one
+contiguous array holding them in order, with a persistent allreduce (or reduce) plan bound
+to it, made once and reused every step.  The memory is ``al.shared_empty`` when every rank
+of an MPI communicator is on this node, so the shared-memory allreduce reads and writes it
+in place.  Each gradient has a view in it (``Bucket.views``), which the op returns as its
+output, so the optimizer reads the reduced gradient where it was reduced.
+
+``gradient_destinations`` picks, once per executor, the op that finishes each gradient and
+hands it the gradient's view as the output's destination (see ``Destinations``): the
+gradient is computed straight into the bucket and the op finds it there, with nothing to
+copy in or out.  A gradient is left out (its producer writes a fresh array, the op copies it
+in) when zero-copy would let the reduction change what another op sees: when another op
+reads the gradient before it is reduced (that op may keep a view of it, such as
+``reshape``'s output), when its producer writes it twice, or when its producer reads, as
+the run starts, a gradient that a bucket reduced in the previous step (it could read its own
+destination).  Across steps nothing more is needed: ``ParallelExecutor.run`` returns only
+once every op of the step has finished, so the next step's producers never write a bucket
+that is still being reduced or read.  What surprises people: a variable the program made a
+view of a reduced gradient (rather than a copy) is valid only until that gradient's
+producer runs in the next step, which is before its reduction runs.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+import aluminum as al
+
+from .ops.collective import Allreduce
+from .ops.registry import Destinations, get
+from .scope import Scope
+from .ssa_graph import COMPUTE, SSAGraph
+
+
+@dataclass(eq=False)
+class Bucket:
+    """A bucket's memory, its plan, and one view per gradient (in order, shaped like it)."""
+
+    memory: np.ndarray
+    plan: object
+    shapes: tuple
+    views: tuple
+
+
+class Buckets:
+    """The buckets of one executor, by the ``bucket`` attribute of their op."""
+
+    def __init__(self, comm) -> None:
+        self.comm = comm
+        self._buckets: dict[int, Bucket] = {}
+
+    def get(self, key: int, shapes: tuple, dtype, root: int | None = None) -> Bucket:
+        """Bucket ``key`` for gradients of these shapes and ``dtype``: made (memory and
+        plan: an allreduce, or with ``root`` a reduce to that rank) on first use, a
+        collective over the communicator; remade if the gradients changed size or dtype."""
+        found = self._buckets.get(key)
+        dtype = np.dtype(dtype)
+        if found is not None and found.shapes == shapes and found.memory.dtype == dtype:
+            return found
+        sizes = [int(np.prod(shape, dtype=np.int64)) for shape in shapes]
+        if found is not None and found.memory.size == sum(sizes) and \
+                found.memory.dtype == dtype:
+            memory, plan = found.memory, found.plan
+        else:
+            if found is not None:
+                found.plan.free()
+            comm = self.comm
+            shared = isinstance(comm, al.MPICommunicator) and comm.local_size == comm.size
+            memory = al.shared_empty(sum(sizes), dtype, comm) if shared \
+                else np.empty(sum(sizes), dtype)
+            plan = al.allreduce_init(memory, comm) if root is None else \
+                al.reduce_init(memory, comm, root=root)
+        offsets = np.concatenate([[0], np.cumsum(sizes, dtype=np.int64)])
+        views = tuple(memory[offsets[i]:offsets[i + 1]].reshape(shape)
+                      for i, shape in enumerate(shapes))
+        bucket = self._buckets[key] = Bucket(memory, plan, shapes, views)
+        return bucket
+
+    def release(self, scope: Scope) -> None:
+        """Let the buckets go: variables of ``scope`` that are views of one (the reduced
+        gradients of the last step) become copies, and the plans are freed, so that the
+        communicator can give the buckets' shared memory back when it is freed."""
+        buckets, self._buckets = self._buckets, {}
+        for bucket in buckets.values():
+            bucket.plan.free()
+            for name, value in list(scope.items()):
+                if isinstance(value, np.ndarray) and np.may_share_memory(value, bucket.memory):
+                    scope[name] = value.copy()
+
+
+def gradient_destinations(graph: SSAGraph, block, buckets: Buckets) -> dict[int, Destinations]:
+    """For each op of ``graph`` that finishes a gradient a bucket reduces: the
+    ``Destinations`` of its outputs, by op index (see the module docstring for which
+    gradients qualify).  Makes every bucket whose gradients have known shapes, in program
+    order (a collective: every rank runs the same program)."""
+    reducers = [handle for handle in graph.ops if isinstance(get(handle.op.type), Allreduce)]
+    reduced = {name for handle in reducers for name in handle.op.output_names()}
+    found: dict[int, Destinations] = {}
+    for reducer in reducers:
+        names = reducer.op.inputs["X"]
+        variables = [block.var(name) for name in names]
+        if any(d < 0 for var in variables for d in var.shape) or \
+                len({var.dtype for var in variables}) != 1:
+            continue
+        attrs = reducer.op.attrs
+        bucket = buckets.get(attrs.get("bucket", id(attrs)),
+                             tuple(tuple(var.shape) for var in variables),
+                             variables[0].dtype, attrs.get("root"))
+        versions = {v.name: v for v in reducer.inputs if not v.dummy}
+        for name, view in zip(names, bucket.views):
+            version = versions[name]
+            producer = version.generated_op
+            if producer is None or producer.kind != COMPUTE or \
+                    version.pending_ops != [reducer] or \
+                    producer.op.output_names().count(name) != 1 or \
+                    any(v.generated_op is None and v.name in reduced for v in producer.inputs):
+                continue
+            slots = found.setdefault(producer.index, Destinations()).slots
+            for slot, outputs in producer.op.outputs.items():
+                if name in outputs:
+                    slots.setdefault(slot, [None] * len(outputs))[outputs.index(name)] = view
+    return found

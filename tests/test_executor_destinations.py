@@ -1,0 +1,151 @@
+"""Output destinations: a prepared op moves each output with a destination there, whether
+its kernel writes there or not; and which gradients' producers get their bucket view as
+destination (aluminum/executor/buckets.py).  Training with them runs under MPI:
+tests/mpi/rank_executor_zero_copy.py."""
+import numpy as np
+import pytest
+
+import aluminum.executor as ex
+from aluminum.executor import layers
+from aluminum.executor.buckets import Bucket, gradient_destinations
+from aluminum.executor.executor import PreparedOp
+from aluminum.executor.ir import Operator
+from aluminum.executor.ops.registry import Destinations
+from aluminum.executor.ssa_graph import build_graph
+
+
+@pytest.fixture
+def copies(monkeypatch):
+    """The number of ``np.copyto`` calls so far (the executor's copy into a destination)."""
+    count = [0]
+    real = np.copyto
+
+    def counted(*args, **kwargs):
+        count[0] += 1
+        return real(*args, **kwargs)
+    monkeypatch.setattr(np, "copyto", counted)
+    return count
+
+
+def _prepared(op, scope, out):
+    return PreparedOp(op, scope, "cpu", "compute", None, Destinations(out))
+
+
+def test_a_kernel_that_writes_into_its_destination_is_not_copied(copies):
+    rng = np.random.default_rng(0)
+    scope = ex.Scope({"x": rng.normal(size=(5, 3)), "w": rng.normal(size=(3, 2)),
+                      "d": rng.normal(size=(5, 2))})
+    op = Operator("matmul_grad", {"X": ["x"], "Y": ["w"], "Out@OUT": ["o"],
+                                  "Out@GRAD": ["d"]}, {"X@GRAD": [""], "Y@GRAD": ["dw"]}, {})
+    scope["o"] = scope["x"] @ scope["w"]
+    destination = np.full((3, 2), np.nan)
+    _prepared(op, scope, {"Y@GRAD": [destination]}).run()
+    assert scope["dw"] is destination
+    np.testing.assert_allclose(destination, scope["x"].T @ scope["d"], rtol=1e-14)
+    assert copies[0] == 0
+
+
+def test_a_kernel_that_ignores_its_destination_is_copied_in(copies):
+    scope = ex.Scope({"x": np.array([-1.0, 2.0, -3.0])})
+    destination = np.full(3, np.nan)
+    _prepared(Operator("relu", {"X": ["x"]}, {"Out": ["y"]}, {}), scope,
+              {"Out": [destination]}).run()
+    assert scope["y"] is destination
+    np.testing.assert_array_equal(destination, [0.0, 2.0, 0.0])
+    assert copies[0] == 1
+
+
+def test_a_value_that_does_not_fit_its_destination_is_kept_as_it_is(copies):
+    scope = ex.Scope({"x": np.array([-1.0, 2.0, -3.0])})
+    destination = np.full(4, np.nan)
+    _prepared(Operator("relu", {"X": ["x"]}, {"Out": ["y"]}, {}), scope,
+              {"Out": [destination]}).run()
+    assert scope["y"] is not destination and np.isnan(destination).all()
+    np.testing.assert_array_equal(scope["y"], [0.0, 2.0, 0.0])
+
+
+class _Buckets:
+    """Buckets without a communicator: plain memory, no plan."""
+
+    def get(self, key, shapes, dtype, root=None):
+        sizes = [int(np.prod(shape)) for shape in shapes]
+        memory = np.empty(sum(sizes), dtype)
+        offsets = np.cumsum([0] + sizes)
+        return Bucket(memory, None, shapes, tuple(
+            memory[offsets[i]:offsets[i + 1]].reshape(shape) for i, shape in enumerate(shapes)))
+
+
+def _program(change=None, **options):
+    """An MLP's data-parallel program (2 ranks); ``change(block)`` edits the trained
+    program first."""
+    ex.reset_unique_names()
+    main, startup = ex.Program(), ex.Program()
+    with ex.program_guard(main, startup):
+        x = layers.data("x", [4], "float64")
+        y = layers.data("y", [1], "int64")
+        hidden = layers.fc(x, 3, act="tanh", name="h")
+        loss = layers.mean(layers.softmax_with_cross_entropy(layers.fc(hidden, 2, name="o"), y))
+        ex.SGD(0.1).minimize(loss)
+    if change is not None:
+        change(main.global_block())
+    return ex.data_parallel_program(main, loss.name, 2, **options)
+
+
+def _given(program) -> dict[str, str]:
+    """gradient -> the type of the op given its bucket view as destination."""
+    graph = build_graph(program)
+    given = {}
+    for index, out in gradient_destinations(graph, program.global_block(), _Buckets()).items():
+        op = graph.ops[index].op
+        for slot, views in out.slots.items():
+            for name, view in zip(op.outputs[slot], views):
+                if view is not None:
+                    given[name] = op.type
+    return given
+
+
+GRADS = {"h.w@GRAD": "matmul_grad", "h.b@GRAD": "elementwise_add_grad",
+         "o.w@GRAD": "matmul_grad", "o.b@GRAD": "elementwise_add_grad"}
+
+
+@pytest.mark.parametrize("options", [{}, {"fuse_grad_size_mb": 1.0},
+                                     {"reduce_strategy": "reduce"},
+                                     {"places": 2}, {"overlap": False}])
+def test_every_gradient_producer_gets_its_view(options):
+    expected = {name: "sum" for name in GRADS} if options.get("places") else GRADS
+    assert _given(_program(**options)) == expected
+
+
+def _insert_after_producer(block, grad, op_type, inputs, outputs, attrs=None):
+    producer = next(i for i, op in enumerate(block.ops) if grad in op.output_names())
+    block.append_op(op_type, inputs, outputs, attrs or {})
+    block.ops.insert(producer + 1, block.ops.pop())
+
+
+def test_a_gradient_another_op_reads_first_gets_none():
+    def peek(block):
+        block.create_var("peek", (6,), "float64")
+        _insert_after_producer(block, "o.w@GRAD", "reshape", {"X": ["o.w@GRAD"]},
+                               {"Out": ["peek"]}, {"shape": (6,)})
+    given = _given(_program(peek, overlap=False))
+    assert "o.w@GRAD" not in given and len(given) == 3
+
+
+def test_a_gradient_written_twice_gets_it_at_its_last_writer():
+    def double(block):
+        _insert_after_producer(block, "o.b@GRAD", "scale", {"X": ["o.b@GRAD"]},
+                               {"Out": ["o.b@GRAD"]}, {"scale": 2.0})
+    assert _given(_program(double)) == {**GRADS, "o.b@GRAD": "scale"}
+
+
+def test_a_producer_reading_last_steps_reduced_gradient_gets_none():
+    """Accumulating into the previous step's gradient: the ``sum`` reads, as the run
+    starts, what the bucket held (its own destination)."""
+    def accumulate(block):
+        producer = next(op for op in block.ops if "o.w@GRAD" in op.output_names())
+        producer.outputs["Y@GRAD"] = ["o.w@GRAD@new"]
+        block.create_var("o.w@GRAD@new", (3, 2), "float64")
+        _insert_after_producer(block, "o.w@GRAD@new", "sum",
+                               {"X": ["o.w@GRAD", "o.w@GRAD@new"]}, {"Out": ["o.w@GRAD"]})
+    given = _given(_program(accumulate))
+    assert "o.w@GRAD" not in given and len(given) == 3
