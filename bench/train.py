@@ -3,21 +3,24 @@ batch (np=2 by default):
 
     python -m aluminum.run -n 2 bench/train.py
 
-Rows: the sequential executor and the ParallelExecutor without communication (each rank
-training alone: the compute a step needs), then the ParallelExecutor with allreduces after
-the backward pass, overlapped with it, and overlapped and fused into 4 MiB buckets (the
-first 1 MiB), and with the reduce strategy; then torch DDP over gloo. Columns: median step
-time of the slowest rank, samples/s over all ranks, and the share of the step not explained
-by compute (step / the ParallelExecutor's compute-only step - 1: time spent waiting on
-communication), and how busy the rank's share of the cores was (process CPU time over
-wall time x cores per rank: near 100% means no idle core was left for communication to
-overlap onto).  Last, weak scaling (samples/s on N ranks / (N x samples/s on one)): rank 0
-trains alone on its batch while the others wait, once on the whole machine and once on
-its share of the cores (cores / N, as each rank has in the N-rank runs).
+The set-ups take turns (an untimed step, then two timed ones each), so a change in load
+hits them alike.  Rows: the sequential executor and the ParallelExecutor without
+communication (each rank training alone: the compute a step needs), then the
+ParallelExecutor with allreduces after the backward pass, overlapped with it, overlapped
+and fused into 4 MiB buckets (the first 1 MiB), and with the reduce strategy; then torch
+DDP over gloo.  Columns: median step time of the slowest rank, samples/s over all ranks,
+the share of the step not explained by compute (step / the ParallelExecutor's
+compute-only step - 1: time spent waiting on communication), and how busy the rank's
+share of the cores was (process CPU time over wall time x cores per rank: near 100% means
+no idle core was left for communication to overlap onto).  Last, weak scaling (samples/s
+on N ranks / (N x samples/s on one)): rank 0 trains alone on its batch while the others
+wait, once on the whole machine and once on its share of the cores (cores / N, as each
+rank has in the N-rank runs).
 """
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import statistics
 import sys
@@ -53,15 +56,27 @@ def build():
 
 def step_seconds(step, comm, steps: int) -> tuple[float, float]:
     """(median step seconds of the slowest rank, this rank's CPU seconds per wall second)."""
-    step()
-    times, cpu = [], 0.0
-    for _ in range(steps):
-        comm.mpi_comm.Barrier()
-        start, start_cpu = time.perf_counter(), time.process_time()
-        step()
-        cpu += time.process_time() - start_cpu
-        times.append(time.perf_counter() - start)
-    return comm.mpi_comm.allreduce(statistics.median(times), op=_max()), cpu / sum(times)
+    return interleaved({"": step}, comm, steps)[""]
+
+
+def interleaved(steps_by_label: dict, comm, steps: int, per_turn: int = 2) -> dict:
+    """``step_seconds`` of every set-up, ``{label: (seconds, cpu share)}``, measured in
+    turns: each set-up runs one untimed step (its memory back in the caches), then
+    ``per_turn`` timed ones, and the next set-up takes over; so a change in load hits them
+    all alike, and none is timed on caches another one filled."""
+    times = {label: [] for label in steps_by_label}
+    cpu = dict.fromkeys(steps_by_label, 0.0)
+    for _ in range(-(-steps // per_turn)):
+        for label, step in steps_by_label.items():
+            step()
+            for _ in range(per_turn):
+                comm.mpi_comm.Barrier()
+                start, start_cpu = time.perf_counter(), time.process_time()
+                step()
+                cpu[label] += time.process_time() - start_cpu
+                times[label].append(time.perf_counter() - start)
+    return {label: (comm.mpi_comm.allreduce(statistics.median(times[label]), op=_max()),
+                    cpu[label] / sum(times[label])) for label in steps_by_label}
 
 
 def cores_per_rank(comm) -> float:
@@ -83,19 +98,17 @@ def _max():
     return MPI.MAX
 
 
-def executor_rows(comm, feed, steps, threads):
-    rows = []
+def executor_steps(comm, feed, threads) -> tuple[dict, list]:
+    """``{label: one training step}`` of every executor set-up, and what to close after."""
     main, startup, loss = build()
     scope = ex.Scope()
     ex.Executor().run(startup, scope=scope)
     sequential = ex.Executor()
-    rows.append(("sequential, no communication",
-                 step_seconds(lambda: sequential.run(main, feed, [loss], scope), comm, steps)))
     alone = ex.ParallelExecutor(main, loss_name=loss.name, scope=scope,
                                 exec_strategy=ex.ExecutionStrategy(threads))
-    rows.append(("parallel, no communication",
-                 step_seconds(lambda: alone.run([loss], feed), comm, steps)))
-    alone.close()
+    steps = {"sequential, no communication": lambda: sequential.run(main, feed, [loss], scope),
+             "parallel, no communication": lambda: alone.run([loss], feed)}
+    runners = [alone]
     for label, options in (("allreduce after backward", {"overlap": False}),
                            ("overlapped", {}),
                            ("overlapped + fused", {"fuse_all_reduce_ops": True,
@@ -106,9 +119,9 @@ def executor_rows(comm, feed, steps, threads):
         runner = ex.ParallelExecutor(main, loss_name=loss.name, scope=scope, comm=comm,
                                      build_strategy=ex.BuildStrategy(**options),
                                      exec_strategy=ex.ExecutionStrategy(threads))
-        rows.append((label, step_seconds(lambda: runner.run([loss], feed), comm, steps)))
-        runner.close()
-    return rows
+        steps[label] = functools.partial(runner.run, [loss], feed)
+        runners.append(runner)
+    return steps, runners
 
 
 def alone_seconds(comm, feed, steps, threads, cores: int | None = None) -> float:
@@ -132,7 +145,8 @@ def alone_seconds(comm, feed, steps, threads, cores: int | None = None) -> float
     return comm.mpi_comm.bcast(seconds, root=0)
 
 
-def torch_row(comm, feed, steps):
+def torch_step(comm, feed):
+    """One step of torch DDP over gloo on the same model and batch."""
     import torch
     import torch.distributed as dist
 
@@ -157,15 +171,13 @@ def torch_row(comm, feed, steps):
         optimizer.zero_grad()
         torch.nn.functional.cross_entropy(model(images), labels).backward()
         optimizer.step()
-    measured = step_seconds(step, comm, steps)
-    dist.destroy_process_group()
-    return "torch DDP over gloo", measured
+    return step
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--batch", type=int, default=64, help="samples per rank")
-    parser.add_argument("--steps", type=int, default=10)
+    parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--no-torch", action="store_true")
     args = parser.parse_args(argv)
@@ -173,13 +185,20 @@ def main(argv: list[str] | None = None) -> int:
     rng = np.random.default_rng(comm.rank)
     feed = {"image": rng.normal(size=(args.batch, WIDTHS[0])).astype(np.float32),
             "label": rng.integers(0, WIDTHS[-1], (args.batch, 1))}
-    rows = executor_rows(comm, feed, args.steps, args.threads)
+    steps, runners = executor_steps(comm, feed, args.threads)
+    if not args.no_torch:
+        steps["torch DDP over gloo"] = torch_step(comm, feed)
+    rows = list(interleaved(steps, comm, args.steps).items())
+    for runner in runners:
+        runner.close()
+    if not args.no_torch:
+        import torch.distributed as dist
+
+        dist.destroy_process_group()
     single = alone_seconds(comm, feed, args.steps, args.threads)
     share = max(1, int(cores_per_rank(comm)))
     single_share = alone_seconds(comm, feed, args.steps, args.threads, share)
     busy = [comm.mpi_comm.allreduce(cpu, op=_max()) for _, (_, cpu) in rows]
-    if not args.no_torch:
-        rows.append(torch_row(comm, feed, args.steps))
     if comm.rank == 0:
         gradients_mb = sum(a * b + b for a, b in zip(WIDTHS, WIDTHS[1:])) * 4 / 2 ** 20
         compute = rows[1][1][0]
