@@ -262,9 +262,15 @@ class ProgressEngine(Scheduler):
         """
         if threading.current_thread() is self._thread or in_done_callback():
             return
+        looked_since = None
         while self._queued or self._inbox:
-            if not self._driver.acquire(False):
-                _yield()        # another thread drives; look again
+            if not self._driver.acquire(False):   # another thread drives; look again soon
+                now = _clock()
+                looked_since = looked_since or now
+                if now - looked_since > WAIT_YIELD_S:
+                    time.sleep(BACKOFF_S)
+                else:
+                    _yield()
                 continue
             try:
                 if not self._unstarted(key):

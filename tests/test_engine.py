@@ -155,6 +155,27 @@ def test_host_states_queue_per_communicator(make_engine):
     al.wait_all(requests, timeout=WAIT)
 
 
+def test_wait_started_returns_once_this_keys_queue_has_started(make_engine):
+    """What a blocking call waits for before it starts its collective on the caller's
+    thread: every op submitted before it on its communicator started, not finished; ops of
+    other communicators stuck behind the bound are not waited for."""
+    engine = make_engine(max_concurrent=1)
+    log, gate, stuck = [], threading.Event(), threading.Event()
+    mine = [Fake(f"A{i}", log, steps=20) for i in range(3)]
+    other = Fake("B", log, gate=stuck)
+    for state, comm in zip(mine + [other], "AAAB"):
+        state.comm = comm
+    requests = [engine.submit(state) for state in [other] + mine]
+    waiter = threading.Thread(target=engine.wait_started, args=("A",))
+    waiter.start()
+    waiter.join(WAIT)
+    assert not waiter.is_alive()
+    assert set(started(log)) >= {"A0", "A1", "A2"}
+    engine.wait_started("C")        # nothing queued on this one: at once
+    stuck.set()
+    al.wait_all(requests, timeout=WAIT)
+
+
 def test_unbounded_sends_posted_before_receives_never_deadlock(make_engine):
     engine = make_engine(max_concurrent=1)
     mailbox = collections.Counter()
