@@ -2,12 +2,15 @@
 aluminum buckets and are averaged by persistent allreduces while backward still runs.
 
 How an iteration goes:
-- ``forward`` (re)installs every ``.grad`` as a view into its bucket (zeroed if the optimizer
-  set it to None), after the first iteration rebuilds the buckets in the order gradients
-  arrived (rank 0's order, broadcast: every rank the same), and broadcasts module buffers
-  from rank 0 when ``broadcast_buffers``.
-- backward accumulates each gradient straight into its bucket; the parameter's
-  post-accumulate-grad hook counts it, and once a bucket has all its gradients the buckets
+- ``forward`` (re)installs every existing ``.grad`` as a view into its bucket, after the
+  first iteration rebuilds the buckets in the order gradients arrived (rank 0's order,
+  broadcast: every rank the same), and broadcasts module buffers from rank 0 when
+  ``broadcast_buffers``.
+- backward accumulates each gradient straight into its bucket view, or, where the optimizer
+  set ``.grad`` to None (``zero_grad()``'s default), the parameter's post-accumulate-grad
+  hook copies the new gradient into its view (one pass over it, where zeroing the view
+  first and accumulating into it took three) and makes the view its ``.grad``; the hook
+  counts it, and once a bucket has all its gradients the buckets
   that are complete are started strictly in index order (the same order on every rank, so
   no rank waits on an allreduce another has not started).
 - the end of backward (a callback queued on torch's autograd engine, as torch's reducer
@@ -210,12 +213,11 @@ class DistributedDataParallel(torch.nn.Module):
         self._ready_order = None
 
     def _install_views(self) -> None:
+        """Gradients kept from before (accumulation) move into their views; a None stays
+        None until backward writes it (``_grad_ready``) or it is found unused."""
         for bucket in self._buckets:
             for p, view in zip(bucket.params, bucket.views):
-                if p.grad is None:
-                    view.zero_()
-                    p.grad = view
-                elif p.grad.data_ptr() != view.data_ptr():
+                if p.grad is not None and p.grad.data_ptr() != view.data_ptr():
                     view.copy_(p.grad)
                     p.grad = view
 
@@ -273,6 +275,10 @@ class DistributedDataParallel(torch.nn.Module):
                     missing.append(bucket.indices[k])
                     bucket.ready[k] = True
                     bucket.pending -= 1
+                    param = bucket.params[k]
+                    if param.grad is None:       # no gradient yet: it counts as zeros
+                        bucket.views[k].zero_()
+                        param.grad = bucket.views[k]
         if self._ready_order is not None:
             self._ready_order.extend(sorted(missing, reverse=True))
         self._start_complete_buckets()
