@@ -31,6 +31,11 @@ class Communicator:
     backend_name: str = ""
 
     def __init__(self, mpi_comm=None, stream=None):
+        if not self.backend_name:
+            raise CommunicatorError(
+                f"{type(self).__name__}: the base class of communicators has no backend; "
+                "make an al.MPICommunicator, al.HostTransferCommunicator or "
+                "al.NCCLCommunicator")
         world = runtime.ensure_initialized()
         from mpi4py import MPI
 

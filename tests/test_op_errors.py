@@ -184,6 +184,11 @@ def test_freed_communicator():
         al.barrier(comm)
 
 
+def test_the_base_communicator_class_names_the_ones_to_make():
+    with pytest.raises(al.CommunicatorError, match="^Communicator: .*al.MPICommunicator"):
+        al.Communicator()
+
+
 def test_messages_name_expected_and_given(comm, wide):
     with pytest.raises(al.BufferError) as info:
         al.reduce(np.zeros(8, np.float32), comm, recvbuf=np.zeros(4, np.float32))
