@@ -130,13 +130,14 @@ class Plan:
         run_prepared = self._run_prepared
         if run_prepared is not None and self._request is None \
                 and not self.comm.freed:
-            wait_started(self.comm)
             arrivals = self._arrivals
             if arrivals is None:
+                wait_started(self.comm)
                 run_prepared()      # the common repeat: everything below was checked before
                 return
             arrivals.inside = (arrivals.arrive(), self)   # (for the stall monitor)
             try:
+                wait_started(self.comm)
                 run_prepared()
             finally:
                 arrivals.inside = None
