@@ -66,8 +66,7 @@ def spans(path: str, start: float, end: float) -> list[dict]:
 
 
 def is_communication(span: dict) -> bool:
-    return "allreduce" in span["name"] or "reduce" in span["name"] \
-        or "broadcast" in span["name"]
+    return "reduce" in span["name"] or "broadcast" in span["name"]
 
 
 def overlap_us(communication: list[dict], compute: list[dict]) -> float:
@@ -124,8 +123,8 @@ def main(argv: list[str] | None = None) -> int:
     communication = [s for s in items if is_communication(s)]
     compute = [s for s in items if not is_communication(s)]
     mode = "no overlap" if args.no_overlap else "overlapped + fused"
-    print(f"# rank 0, last of {args.steps} steps, {mode}: {length / 1e3:.1f} ms; '#' compute op, 'C' communication op, "
-          f"{length / COLUMNS / 1e3:.2f} ms per column")
+    print(f"# rank 0, last of {args.steps} steps, {mode}: {length / 1e3:.1f} ms; '#' compute "
+          f"op, 'C' communication op, {length / COLUMNS / 1e3:.2f} ms per column")
     print("\n".join(chart(items, length)))
     print(f"{'start ms':>9s} {'ms':>7s}  {'stream':14s} op")
     for s in sorted(items, key=lambda s: s["start"]):
