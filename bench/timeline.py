@@ -65,8 +65,11 @@ def spans(path: str, start: float, end: float) -> list[dict]:
              "end": e["ts"] + e["dur"] - start} for e in events]
 
 
+COMMUNICATION = {"allreduce", "fused_allreduce", "reduce", "fused_reduce", "broadcast"}
+
+
 def is_communication(span: dict) -> bool:
-    return "reduce" in span["name"] or "broadcast" in span["name"]
+    return span["name"] in COMMUNICATION
 
 
 def overlap_us(communication: list[dict], compute: list[dict]) -> float:
