@@ -79,7 +79,7 @@ class Plan:
             return self._persistent[state_class]
         except KeyError:
             make = getattr(state_class, "persistent", None)
-            if make is not None and not self.comm.backend.uses_streams:
+            if make is not None:
                 wait_started(self.comm)
             made = self._persistent[state_class] = None if make is None else \
                 make(self.comm, *self.args)

@@ -160,18 +160,20 @@ def test_wait_started_returns_once_this_keys_queue_has_started(make_engine):
     thread: every op submitted before it on its communicator started, not finished; ops of
     other communicators stuck behind the bound are not waited for."""
     engine = make_engine(max_concurrent=1)
-    log, gate, stuck = [], threading.Event(), threading.Event()
-    mine = [Fake(f"A{i}", log, steps=20) for i in range(3)]
+    log, first_done, stuck = [], threading.Event(), threading.Event()
+    mine = [Fake("A0", log, gate=first_done), Fake("A1", log), Fake("A2", log, steps=20)]
     other = Fake("B", log, gate=stuck)
     for state, comm in zip(mine + [other], "AAAB"):
         state.comm = comm
     requests = [engine.submit(state) for state in [other] + mine]
-    waiter = threading.Thread(target=engine.wait_started, args=("A",))
-    waiter.start()
-    waiter.join(WAIT)
-    assert not waiter.is_alive()
-    assert set(started(log)) >= {"A0", "A1", "A2"}
+    # A1 can only start once A0 completed, and A0 waits for this timer.
+    threading.Timer(0.2, first_done.set).start()
+    began = time.monotonic()
+    engine.wait_started("A")
+    assert time.monotonic() - began >= 0.15
+    assert {"A0", "A1", "A2"} <= set(started(log))
     engine.wait_started("C")        # nothing queued on this one: at once
+    assert not requests[0].done     # B, on another communicator, was never waited for
     stuck.set()
     al.wait_all(requests, timeout=WAIT)
 
