@@ -148,6 +148,25 @@ def test_barrier_waits_for_the_last_rank(backend_comm, mode):
     assert left >= entries[last]
 
 
+
+def test_a_barrier_plan_waits_for_the_last_rank_run_after_run(backend_comm):
+    """A plan's blocking runs (``MPI_Barrier`` itself on the MPI backend, not the persistent
+    request its starts use) and its starts both wait for the last rank, every time."""
+    comm = backend_comm
+    last = comm.size - 1
+    with al.barrier_init(comm) as plan:
+        for run in ["run", "start", "run", "run"]:
+            if comm.rank == last:
+                time.sleep(0.05)
+            entered = time.time()
+            if run == "run":
+                plan.run()
+                settle(comm)
+            else:
+                plan.start().wait(timeout=WAIT_S)
+            left = time.time()
+            assert left >= comm.mpi_comm.allgather(entered)[last]
+
 def test_send_before_recv_posted_nonblocking(backend_comm):
     """Large sends posted first complete once the matching receives are posted."""
     comm = backend_comm
