@@ -1,8 +1,8 @@
 """Tests of the benchmark package: sizes, bandwidth formulas, reports, tuner output, plots.
 
-Two tests run real 2-rank sweeps through the self-launching CLI; two more run the allreduce
-scripts of bench/ on 2 ranks.  Those four are marked ``bench`` (pytest.ini): the default run,
-CI included, runs them; ``-m "not bench"`` leaves them out.
+Two tests run real 2-rank sweeps through the self-launching CLI; two more run the allreduce,
+training and call-cost scripts of bench/ on 2 ranks.  Those four are marked ``bench``
+(pytest.ini): the default run, CI included, runs them; ``-m "not bench"`` leaves them out.
 """
 import json
 import subprocess
@@ -461,8 +461,10 @@ def test_allreduce_scripts_run_on_two_ranks_and_check_their_sums(script, args, r
     ("train.py", ["--batch", "4", "--steps", "1", "--no-torch"],
      ["overlapped + fused", "CPU busy", "weak-scaling efficiency"]),
     ("timeline.py", ["--batch", "4", "--steps", "2"],
-     ["communication |", "fused_allreduce", "while compute ops ran on another stream"])])
-def test_training_scripts_run_on_two_ranks(script, args, rows):
+     ["communication |", "fused_allreduce", "while compute ops ran on another stream"]),
+    ("call_floor.py", ["--iters", "20", "--rounds", "1"],
+     ["allreduce out of place", "python floor", "start().wait()", "al.barrier"])])
+def test_training_and_call_cost_scripts_run_on_two_ranks(script, args, rows):
     path = Path(__file__).resolve().parent.parent / "bench" / script
     cmd = [sys.executable, "-m", "aluminum.run", "-n", "2", str(path), *args]
     run = subprocess.run(cmd, capture_output=True, text=True, timeout=240)
