@@ -1,14 +1,18 @@
 """``AluminumWork``: the ``torch.distributed.Work`` an asynchronous collective returns.
 
-It wraps one or more aluminum ``Request``s.  Its ``Future`` completes from the requests'
-done callbacks (on the engine thread, or on a thread driving the engine inside ``wait``):
-no polling thread.  ``finish``, when given, runs once every request is done and before the
-future completes: the copy out of a staging tensor that some collectives need, so a
-``get_future().then(...)`` callback (DDP's comm hooks) sees the final result.
+It wraps one or more aluminum ``Request``s.  ``wait()`` waits for them on the calling thread
+(driving the engine), then runs ``finish``, when given: the copy out of a staging tensor that
+some collectives need.  The ``Future`` is made only when someone asks for it
+(``get_future()``: DDP's reducer and comm hooks do, ``dist.all_reduce(..., async_op=True)
+.wait()`` does not): a torch Future and the done callbacks that complete it cost more than a
+small collective itself.  It then completes from the requests' done callbacks (on the engine
+thread, or on a thread driving the engine), after ``finish`` ran, so a ``then(...)`` callback
+sees the final result.
 """
 from __future__ import annotations
 
 import itertools
+import threading
 from datetime import timedelta
 from typing import Callable, Sequence
 
@@ -27,31 +31,38 @@ class AluminumWork(dist.Work):
         self._requests = requests
         self._result = result
         self._finish = finish
-        self._future: torch.futures.Future = torch.futures.Future()
-        self._done_count = itertools.count(1)     # next() is atomic under the GIL
-        for request in requests:
-            request.add_done_callback(self._one_done)
-        if not requests:
-            self._complete()
+        self._lock = threading.Lock()
+        self._settled = False              # every request done and ``finish`` ran (or failed)
+        self._error: BaseException | None = None
+        self._future: torch.futures.Future | None = None
 
-    def _one_done(self, request: al.Request) -> None:
-        try:
-            request.test()                          # raises the operation's error, if any
-        except al.AluminumError as error:
-            if not self._future.done():
-                self._future.set_exception(error)
-            return
-        if next(self._done_count) == len(self._requests):
-            self._complete()
+    def _settle(self) -> None:
+        """Once every request is done: record the first error, else run ``finish``; then
+        complete the future if one was asked for.  Runs its body once, whoever calls first."""
+        with self._lock:
+            if self._settled:
+                return
+            error = None
+            for request in self._requests:
+                try:
+                    request.test()                  # raises the operation's error, if any
+                except Exception as exc:  # noqa: BLE001 - delivered to whoever waits
+                    error = error or exc
+            if error is None and self._finish is not None:
+                try:
+                    self._finish()
+                except Exception as exc:  # noqa: BLE001 - delivered to whoever waits
+                    error = exc
+            self._error, self._settled = error, True
+            future = self._future
+        if future is not None:       # outside the lock: the future runs its callbacks here
+            self._deliver(future)
 
-    def _complete(self) -> None:
-        try:
-            if self._finish is not None:
-                self._finish()
-        except Exception as error:  # noqa: BLE001 - delivered to whoever waits
-            self._future.set_exception(error)
-            return
-        self._future.set_result(self._result)
+    def _deliver(self, future: torch.futures.Future) -> None:
+        if self._error is not None:
+            future.set_exception(self._error)
+        else:
+            future.set_result(self._result)
 
     def wait(self, timeout: timedelta | None = None) -> bool:
         """Block until the collective is done (its output written) and return True.
@@ -61,28 +72,43 @@ class AluminumWork(dist.Work):
         seconds = timeout.total_seconds() if timeout else None
         for request in self._requests:
             request.wait(seconds)
-        # The last done callback may still be running on the engine thread (a request is
-        # marked done before its callbacks run): the future is what says the copy-out ran.
-        self._future.wait()
+        self._settle()
+        if self._error is not None:
+            raise self._error
         return True
 
     def get_future(self) -> torch.futures.Future:
-        """A future completed with the output tensors (a list) once the collective is done."""
-        return self._future
+        """A future completed with the output tensors (a list) once the collective is done,
+        or with its error."""
+        with self._lock:
+            future, made = self._future, self._future is None
+            if made:
+                future = self._future = torch.futures.Future()
+            settled = self._settled
+        if made:
+            if settled:
+                self._deliver(future)
+            elif not self._requests:
+                self._settle()
+            else:
+                left = itertools.count(len(self._requests) - 1, -1)   # next() is atomic
+
+                def one_done(_request: al.Request) -> None:
+                    if next(left) == 0:
+                        self._settle()
+                for request in self._requests:
+                    request.add_done_callback(one_done)
+        return future
 
     def is_completed(self) -> bool:
         """True once the collective is done and its output written; never blocks."""
-        return self._future.done()
+        if not self._settled and all(request.done for request in self._requests):
+            self._settle()
+        return self._settled
 
     def is_success(self) -> bool:
         """True once the collective completed without an error."""
-        if not self._future.done():
-            return False
-        try:
-            self._future.value()
-        except Exception:  # noqa: BLE001 - any error means "not a success"
-            return False
-        return True
+        return self.is_completed() and self._error is None
 
     def result(self) -> list[torch.Tensor]:
         """The output tensors (valid once ``wait`` returned)."""
@@ -90,10 +116,4 @@ class AluminumWork(dist.Work):
 
     def exception(self) -> BaseException | None:
         """The error the collective failed with, None if it succeeded or is still running."""
-        if not self._future.done():
-            return None
-        try:
-            self._future.value()
-        except Exception as error:  # noqa: BLE001
-            return error
-        return None
+        return self._error if self.is_completed() else None
