@@ -99,9 +99,10 @@ def _state(obj) -> tuple:
     """What validation read from a numpy array or tensor that can change on the same
     object: dtype, shape and flags (``flags.num``: writability and contiguity among them)
     of an array; dtype, shape, storage address, contiguity and whether on the CPU of a
-    tensor (moving one to another device changes its address).  States
-    compare as tuples, so dtypes match by identity first (numpy's dtype equality costs a
-    microsecond; an array's dtype object only changes when a new dtype is assigned)."""
+    tensor (moving one to another device changes its address).  Dtypes are matched by
+    identity first (numpy's dtype equality costs a microsecond; an array's dtype object
+    only changes when a new dtype is assigned): the one- and two-array matchers match by
+    identity only, so an equal dtype assigned anew is a miss and takes the full path."""
     if type(obj) is np.ndarray:
         return obj.dtype, obj.shape, obj.flags.num
     return obj.dtype, obj.shape, obj.data_ptr(), obj.is_contiguous(), obj.is_cpu
