@@ -36,8 +36,9 @@ def allreduce_init(buf, comm, stream=None, *, op=ReductionOp.SUM, recvbuf=None,
                    algo: str = "automatic") -> Plan:
     """Validate ``allreduce`` once; return its persistent ``Plan`` (``start()`` runs it
     nonblocking, ``run()`` blocking, always on the buffers given here).  On the MPI backend
-    the library's own algorithm runs as an MPI-4 persistent collective
-    (``MPI_Allreduce_init``), the fastest way to repeat a small allreduce."""
+    its starts run as an MPI-4 persistent collective (``MPI_Allreduce_init``), matching
+    the other ranks' starts of their plans; ``run()`` calls ``MPI_Allreduce``, matching
+    blocking calls."""
     return _allreduce(buf, comm, stream, op, recvbuf, algo).prepare()
 
 

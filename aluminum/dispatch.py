@@ -1,6 +1,8 @@
 """Forward a validated operation to its backend: blocking on this thread, or to the engine."""
 from __future__ import annotations
 
+import functools
+
 from . import debug, watchdog
 from .core import trace
 from .engine.progress import submit, wait_started
@@ -39,3 +41,13 @@ def checks_enabled() -> bool:
     """True when every call must take the full path (AL_DEBUG cross-rank checks, the
     AL_TIMEOUT watchdog)."""
     return debug.ENABLED or watchdog.ENABLED
+
+
+def blocking_runner(comm, state_class: type, args: tuple):
+    """What later blocking runs of the same call may call instead of ``run`` (after
+    ``progress.wait_started``): the state's blocking call bound to its arguments; None where
+    every run must take ``run``'s path (tracing, AL_DEBUG, AL_TIMEOUT, stream-bound
+    backends)."""
+    if trace.ENABLED or checks_enabled() or comm.backend.uses_streams:
+        return None
+    return functools.partial(state_class.run_blocking, comm, *args)

@@ -5,6 +5,10 @@ are validated and the buffers bound once; ``start()`` runs the operation nonbloc
 ``run()`` blocking, as many times as wanted.  The algorithm is chosen once per mode (the
 selector's rules may differ for blocking and nonblocking calls).  States that can prepare
 more (MPI's own persistent requests, views, scratch) do it in their ``persistent`` hook.
+
+What surprises people: a collective's ``run()`` is the blocking call, as ``al.<op>`` is, and
+matches ``al.<op>`` on other ranks; its ``start()`` uses MPI's persistent request, which
+(as in MPI) matches only the other ranks' starts of the same plan.
 """
 from __future__ import annotations
 
@@ -47,7 +51,7 @@ class Plan:
         self._classes: dict[bool, type] = {}
         self._prepare = False
         self._persistent: dict[type, object] = {}
-        self._run_prepared = None   # the prepared blocking run, once it has run checked
+        self._run_prepared = None   # what later blocking runs call, once one ran checked
         self._start_prepared = None  # likewise, the prepared start
         self._request = None
         self._freed = False
@@ -63,8 +67,9 @@ class Plan:
 
     def prepare(self) -> Plan:
         """Let runs reuse what the algorithm can build once for these buffers (an MPI-4
-        persistent request on the MPI backend), made on the first run of each mode; what
-        every ``al.<op>_init`` does.  Returns the plan."""
+        persistent request on the MPI backend: a collective's starts, a message's starts
+        and runs), made on first use; what every ``al.<op>_init`` does, on every rank
+        alike.  Returns the plan."""
         self._prepare = True
         return self
 
@@ -151,7 +156,11 @@ class Plan:
             arrivals.inside = (detail[1], self)
         try:
             state_class = self.state_class(False)
-            prepared = self._prepared(state_class)
+            # A collective's blocking run is the blocking call on every rank: MPI never
+            # matches it with a persistent start elsewhere, and making the persistent
+            # request (a collective, taking a tag in Open MPI) on some ranks only would
+            # mismatch the nonblocking collectives after it.  Messages may run persistent.
+            prepared = self._prepared(state_class) if self.op in POINT_TO_POINT else None
             if prepared is not None:
                 self._run_prepared = prepared.run
                 wait_started(self.comm)
@@ -159,6 +168,8 @@ class Plan:
             else:
                 dispatch.run(self.comm, self.op, state_class, self.nbytes, True, self.args,
                              detail)
+                self._run_prepared = dispatch.blocking_runner(self.comm, state_class,
+                                                              self.args)
         finally:
             if arrivals is not None:
                 arrivals.inside = None

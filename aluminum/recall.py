@@ -6,9 +6,11 @@ arrays or torch tensors), communicator, stream and options as one of the last
 ``RECENT_PER_OP`` distinct calls of that operation, and nothing validation depends on has
 changed since: an array's dtype, shape, writability and contiguity (numpy lets all four
 change on an existing array), a tensor's dtype, shape, storage address and contiguity.  Any
-other buffer object takes the full path every time.  A plan found a second time is
-prepared (``Plan.prepare``: an MPI-4 persistent request on the MPI backend), so a loop over
-the same buffers runs as persistent operations.
+other buffer object takes the full path every time.  A plan found again runs as a new
+call would (the blocking or nonblocking MPI call on the MPI backend, never a persistent
+request): whether a call was found here depends on this rank's own buffer reuse, and MPI
+matches a collective only with the same form on every rank.  Only ``al.<op>_init`` plans,
+made on every rank alike, start MPI-4 persistent requests.
 
 What surprises people: the plans of those last calls keep their buffers referenced until
 newer calls push them out, the selector's table is reloaded, or ``forget()`` is called.
@@ -32,11 +34,11 @@ class _Entry:
     """One remembered call: ``same(objects)`` says whether a call's buffer arguments are
     the remembered ones, unchanged (see ``_matcher``)."""
 
-    __slots__ = ("same", "comm", "stream", "options", "plan", "hits")
+    __slots__ = ("same", "comm", "stream", "options", "plan")
 
     def __init__(self, same, comm, stream, options, plan) -> None:
         self.same, self.comm, self.stream, self.options = same, comm, stream, options
-        self.plan, self.hits = plan, 0
+        self.plan = plan
 
 
 def recall(op: str, objects: tuple, comm, stream, options: tuple,
@@ -51,8 +53,8 @@ def recall(op: str, objects: tuple, comm, stream, options: tuple,
     entries = _recent.get(op)
     if entries:
         entry = entries[0]   # the common case first: a repeat of the op's latest call
-        if entry.hits == 2 and entry.comm is comm and entry.stream is stream \
-                and entry.options == options and entry.same(objects):
+        if entry.comm is comm and entry.stream is stream and entry.options == options \
+                and entry.same(objects):
             request = entry.plan._request
             if request is None or request._done:
                 return entry.plan
@@ -64,10 +66,6 @@ def recall(op: str, objects: tuple, comm, stream, options: tuple,
                 request = plan._request
                 if request is not None and not request._done:
                     break
-                if entry.hits < 2:
-                    entry.hits += 1
-                    if entry.hits == 1:
-                        plan.prepare()
                 if index:
                     entries.insert(0, entries.pop(index))
                 return plan

@@ -8,14 +8,14 @@ slowest rank; the median over calls; the best of ``--rounds`` rounds):
 
 - ``mpi4py``: the blocking call as the sweep's mpi4py peer makes it (``comm.Allreduce(...)``);
 - ``MPI persistent``: ``Start`` + ``Wait`` of the same call made once with ``<Op>_init``,
-  straight through mpi4py: what a repeated call of ours runs;
+  straight through mpi4py: what a plan's start runs, without the engine.  A blocking call
+  cannot use it: MPI never matches it with the blocking call another rank makes;
 - ``python floor``: a Python function with ``al.<op>``'s signature that only does what a
   repeated call must: recognise the call (the same buffers, communicator, stream and
   options) and re-check what may have changed on the same arrays (dtype, shape, flags: numpy
-  lets all three change in place), then ``Start`` + ``Wait`` (``MPI_Barrier`` for barrier,
-  cheaper than its persistent form).  No stall-inspector arrival
-  count, no ordering against queued nonblocking calls, no plan: the least any pure-Python
-  library with the same checks can cost;
+  lets all three change in place), then make the ``mpi4py`` row's call.  No stall-inspector
+  arrival count, no ordering against queued nonblocking calls, no plan: the least any
+  pure-Python library with the same checks can cost;
 - ``plan.run()``: an ``al.<op>_init`` plan run blocking;
 - ``al.<op>``: the blocking call, found in the plan cache;
 - ``start().wait()`` (allreduce only): a plan's nonblocking run, through the progress engine.
@@ -78,7 +78,7 @@ def cases(comm, inplace_buf, send, recv):
     out = {}
 
     ar_in = python_floor((inplace_buf,), comm, None, auto,
-                         _start_wait(mpi.Allreduce_init(MPI.IN_PLACE, inplace_buf)))
+                         lambda: mpi.Allreduce(MPI.IN_PLACE, [inplace_buf, f32], MPI.SUM))
     plan_in = al.allreduce_init(inplace_buf, comm)
     out["allreduce in place"] = {
         "mpi4py": lambda: mpi.Allreduce(MPI.IN_PLACE, [inplace_buf, f32], MPI.SUM),
@@ -88,7 +88,7 @@ def cases(comm, inplace_buf, send, recv):
         "al.allreduce": lambda: al.allreduce(inplace_buf, comm),
     }
     ar_out = python_floor((send, recv), comm, None, auto,
-                          _start_wait(mpi.Allreduce_init(send, recv)))
+                          lambda: mpi.Allreduce([send, f32], [recv, f32], MPI.SUM))
     plan_out = al.allreduce_init(send, comm, recvbuf=recv)
     plan_nb = al.allreduce_init(send, comm, recvbuf=recv)
     out["allreduce out of place"] = {
@@ -99,7 +99,7 @@ def cases(comm, inplace_buf, send, recv):
         "al.allreduce": lambda: al.allreduce(send, comm, recvbuf=recv),
         "start().wait()": lambda: plan_nb.start().wait(),
     }
-    bc = python_floor((recv,), comm, None, (0, "automatic"), _start_wait(mpi.Bcast_init(recv)))
+    bc = python_floor((recv,), comm, None, (0, "automatic"), lambda: mpi.Bcast([recv, f32], 0))
     plan_bc = al.bcast_init(recv, comm)
     out["bcast"] = {
         "mpi4py": lambda: mpi.Bcast([recv, f32], 0),

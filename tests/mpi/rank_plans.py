@@ -227,3 +227,35 @@ def test_caller_thread_collectives_keep_the_order_of_queued_ones(comm, first_cal
         np.testing.assert_array_equal(mine, np.full(5, float(sum(range(1, comm.size + 1)))))
         if plan is not None:
             plan.free()
+
+
+# Whether a call finds its plan in the cache depends on this rank's own buffer reuse, and a
+# plan is often made on some ranks only; MPI matches a collective only with the same form
+# on every rank (a persistent start never matches a blocking call), so these must not hang.
+@pytest.mark.parametrize("mode", ["blocking", "nonblocking"])
+def test_ranks_that_reuse_buffers_and_ranks_that_do_not_still_match(comm, mode):
+    count = 1000
+    call = al.bcast if mode == "blocking" else (
+        lambda buf, comm: al.nonblocking_bcast(buf, comm).wait(timeout=30))
+    kept = np.empty(count)
+    for i in range(6):
+        buf = kept if comm.rank == 0 else np.empty(count)
+        buf[:] = i if comm.rank == 0 else -1
+        call(buf, comm)
+        np.testing.assert_array_equal(buf, np.full(count, float(i)))
+    # (a blocking call never matches a nonblocking one: only blocking calls meet plan.run)
+    plan = al.allreduce_init(kept, comm) if comm.rank == 0 and mode == "blocking" else None
+    for i in range(6):
+        buf = kept if comm.rank == 0 else np.full(count, float(comm.rank + i))
+        if comm.rank == 0:
+            buf[:] = i
+        if plan is not None and i % 2:
+            plan.run()                 # an explicit plan's run matches blocking calls
+        elif mode == "blocking":
+            al.allreduce(buf, comm)
+        else:
+            al.nonblocking_allreduce(buf, comm).wait(timeout=30)
+        expected = sum(float(rank + i) for rank in range(comm.size))
+        np.testing.assert_array_equal(buf, np.full(count, expected))
+    if plan is not None:
+        plan.free()
