@@ -1,8 +1,6 @@
 """Forward a validated operation to its backend: blocking on this thread, or to the engine."""
 from __future__ import annotations
 
-import functools
-
 from . import debug, watchdog
 from .core import trace
 from .engine.progress import submit, wait_started
@@ -45,9 +43,9 @@ def checks_enabled() -> bool:
 
 def blocking_runner(comm, state_class: type, args: tuple):
     """What later blocking runs of the same call may call instead of ``run`` (after
-    ``progress.wait_started``): the state's blocking call bound to its arguments; None where
-    every run must take ``run``'s path (tracing, AL_DEBUG, AL_TIMEOUT, stream-bound
-    backends)."""
+    ``progress.wait_started``): the state's blocking call bound to its arguments
+    (``State.blocking_call``); None where every run must take ``run``'s path (tracing,
+    AL_DEBUG, AL_TIMEOUT, stream-bound backends)."""
     if trace.ENABLED or checks_enabled() or comm.backend.uses_streams:
         return None
-    return functools.partial(state_class.run_blocking, comm, *args)
+    return state_class.blocking_call(comm, *args)

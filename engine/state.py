@@ -8,6 +8,7 @@ hands the same state to the engine (``aluminum.engine.progress.submit``), which 
 from __future__ import annotations
 
 import enum
+import functools
 
 
 class Action(enum.Enum):
@@ -84,3 +85,11 @@ class State:
         """Blocking form of the operation.  Passthrough states override this with a direct
         library call; everyone else builds the state and drives it here."""
         cls(*args, **kwargs).drive()
+
+    @classmethod
+    def blocking_call(cls, *args):
+        """``run_blocking`` bound to ``args``: a no-argument callable that a plan calls for
+        each repeated blocking run of the same arguments.  Default: ``run_blocking`` with
+        the arguments bound; a state whose call has parts fixed by its arguments (an MPI
+        datatype, a buffer spec) returns one with them made once."""
+        return functools.partial(cls.run_blocking, *args)

@@ -259,3 +259,72 @@ def test_ranks_that_reuse_buffers_and_ranks_that_do_not_still_match(comm, mode):
         np.testing.assert_array_equal(buf, np.full(count, expected))
     if plan is not None:
         plan.free()
+
+
+def _every_op_on_fixed_buffers(comm):
+    """``{op: (call, expected)}``: ``call()`` runs the op blocking on buffers made once here,
+    after filling this rank's inputs for step ``s`` (``call(s)``); ``expected(s)`` is what
+    this rank's output buffer must then hold, from numpy alone (None: nothing to check)."""
+    size, rank, n = comm.size, comm.rank, 3
+    root = size - 1
+    right, left = (rank + 1) % size, (rank - 1) % size
+
+    def mine(s, r=rank, count=n):          # rank r's contribution at step s
+        return np.arange(count, dtype=np.float64) + 10 * s + 100 * r
+
+    def every(s, count=n):
+        return [mine(s, r, count) for r in range(size)]
+    counts = [r + 1 for r in range(size)]
+    displs = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(int).tolist()
+    b = {name: np.zeros(k) for name, k in [
+        ("in", n), ("out", n), ("all", n * size), ("rs_in", n * size), ("v_in", counts[rank]),
+        ("v_all", sum(counts)), ("msg", n), ("sr", n), ("recv", n)]}
+
+    def fill(s, name, values):
+        b[name][:] = values
+    cases = {
+        "allreduce": (lambda s: (fill(s, "in", mine(s)), al.allreduce(
+            b["in"], comm, op=al.AVG, recvbuf=b["out"])), "out",
+            lambda s: np.mean(every(s), axis=0)),
+        "reduce": (lambda s: (fill(s, "in", mine(s)), al.reduce(
+            b["in"], comm, root=root, op=al.AVG, recvbuf=b["out"])), "out",
+            lambda s: np.mean(every(s), axis=0) if rank == root else None),
+        "reduce_scatter": (lambda s: (fill(s, "rs_in", mine(s, count=n * size)),
+                                      al.reduce_scatter(b["rs_in"], comm, recvbuf=b["out"])),
+                           "out", lambda s: np.sum(every(s, n * size), axis=0)[
+                               rank * n:(rank + 1) * n]),
+        "allgather": (lambda s: (fill(s, "in", mine(s)), al.allgather(
+            b["in"], comm, recvbuf=b["all"])), "all", lambda s: np.concatenate(every(s))),
+        "alltoall": (lambda s: (fill(s, "rs_in", mine(s, count=n * size)), al.alltoall(
+            b["rs_in"], comm, recvbuf=b["all"])), "all", lambda s: np.concatenate(
+                [x[rank * n:(rank + 1) * n] for x in every(s, n * size)])),
+        "allgatherv": (lambda s: (fill(s, "v_in", mine(s, count=counts[rank])), al.allgatherv(
+            b["v_in"], counts, displs, comm, recvbuf=b["v_all"])), "v_all",
+            lambda s: np.concatenate([mine(s, r, counts[r]) for r in range(size)])),
+        "bcast": (lambda s: (fill(s, "msg", mine(s) if rank == root else -1),
+                             al.bcast(b["msg"], comm, root=root)), "msg",
+                  lambda s: mine(s, root)),
+        "gather": (lambda s: (fill(s, "in", mine(s)), al.gather(
+            b["in"], comm, root=root, recvbuf=b["all"] if rank == root else None)), "all",
+            lambda s: np.concatenate(every(s)) if rank == root else None),
+        "scatter": (lambda s: (fill(s, "all", np.concatenate(every(s)) if rank == root else -1),
+                               al.scatter(b["all"] if rank == root else None, comm, root=root,
+                                          recvbuf=b["out"])), "out", lambda s: mine(s)),
+        "barrier": (lambda s: al.barrier(comm), "out", lambda s: None),
+        "sendrecv": (lambda s: (fill(s, "sr", mine(s)), al.sendrecv(
+            b["sr"], right, b["recv"], left, comm)), "recv", lambda s: mine(s, left)),
+    }
+    return {op: (call, (lambda name: lambda: b[name])(out), expected)
+            for op, (call, out, expected) in cases.items()}
+
+
+def test_repeated_blocking_calls_see_new_contents_and_match_numpy(comm):
+    """From the second blocking call on the same buffers, the call's plan (found in the
+    cache) runs its state's blocking call bound once (``State.blocking_call``: MPI datatypes and buffer specs made once): each
+    run must still read the buffers' new contents, and finish (AVG) every time."""
+    for op, (call, output, expected) in _every_op_on_fixed_buffers(comm).items():
+        for step in range(4):
+            call(step)
+            want = expected(step)
+            if want is not None:
+                np.testing.assert_allclose(output(), want, err_msg=f"{op}, run {step}")

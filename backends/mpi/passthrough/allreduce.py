@@ -1,6 +1,8 @@
 """Allreduce by calling MPI: ``MPI_Allreduce`` when blocking, ``MPI_Iallreduce`` polled when not."""
 from __future__ import annotations
 
+import functools
+
 from mpi4py import MPI
 
 from ....engine.state import Action, State
@@ -25,14 +27,23 @@ class PassthroughAllreduce(State):
 
     @staticmethod
     def run_blocking(comm, stream, sendbuf, recvbuf, op):
+        PassthroughAllreduce.blocking_call(comm, stream, sendbuf, recvbuf, op)()
+
+    @staticmethod
+    def blocking_call(comm, stream, sendbuf, recvbuf, op):
+        """``MPI_Allreduce`` with its datatype, op and buffer specs made once."""
         datatype, mpiop, needs_finish = mpi_plan(op, recvbuf.dtype)
         recv = recvbuf.array
-        if sendbuf is recvbuf:
-            comm.mpi_comm.Allreduce(MPI.IN_PLACE, [recv, datatype], mpiop)
-        else:
-            comm.mpi_comm.Allreduce([sendbuf.array, datatype], [recv, datatype], mpiop)
-        if needs_finish:
-            op.finish(recv.reshape(-1), comm.size)
+        send = MPI.IN_PLACE if sendbuf is recvbuf else [sendbuf.array, datatype]
+        call = functools.partial(comm.mpi_comm.Allreduce, send, [recv, datatype], mpiop)
+        if not needs_finish:
+            return call
+        flat, size = recv.reshape(-1), comm.size
+
+        def call_and_finish():
+            call()
+            op.finish(flat, size)
+        return call_and_finish
 
     @classmethod
     def persistent(cls, comm, stream, sendbuf, recvbuf, op) -> PersistentRequest | None:

@@ -12,6 +12,7 @@ import functools
 from mpi4py import MPI
 
 from ....core.errors import OperationError
+from ....engine.state import State
 
 
 def operation_error(name: str, exc: MPI.Exception) -> OperationError:
@@ -22,8 +23,8 @@ def operation_error(name: str, exc: MPI.Exception) -> OperationError:
 
 
 def wrap_mpi_errors(cls: type) -> type:
-    """Make ``cls.run_blocking`` and the runners ``cls.array_runner`` returns (if it has
-    one) raise ``operation_error`` instead of ``MPI.Exception``."""
+    """Make ``cls.run_blocking``, and the calls ``cls.blocking_call`` returns where the
+    class makes its own, raise ``operation_error`` instead of ``MPI.Exception``."""
     run_blocking = cls.run_blocking
 
     @functools.wraps(run_blocking)
@@ -34,18 +35,20 @@ def wrap_mpi_errors(cls: type) -> type:
             raise operation_error(cls.name, exc) from exc
 
     cls.run_blocking = staticmethod(checked_run_blocking)
-    make_runner = getattr(cls, "array_runner", None)
-    if make_runner is not None:
-        @functools.wraps(make_runner)
-        def checked_array_runner(*args, **kwargs):
-            run = make_runner(*args, **kwargs)
+    make_call = cls.blocking_call
+    if getattr(make_call, "__func__", None) is State.blocking_call.__func__:
+        return cls   # State's own binds run_blocking, checked above
 
-            def checked_run(comm, buf, recvbuf):
-                try:
-                    run(comm, buf, recvbuf)
-                except MPI.Exception as exc:
-                    raise operation_error(cls.name, exc) from exc
-            return checked_run
+    @functools.wraps(make_call)
+    def checked_blocking_call(*args):
+        call = make_call(*args)
 
-        cls.array_runner = staticmethod(checked_array_runner)
+        def checked_call():
+            try:
+                call()
+            except MPI.Exception as exc:
+                raise operation_error(cls.name, exc) from exc
+        return checked_call
+
+    cls.blocking_call = staticmethod(checked_blocking_call)
     return cls

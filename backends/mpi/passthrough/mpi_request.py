@@ -4,6 +4,8 @@ Also the mpi4py buffer specifications the passthrough calls build from ``Buffer`
 """
 from __future__ import annotations
 
+import functools
+
 from mpi4py import MPI
 
 from ....engine.state import Action, State
@@ -37,7 +39,7 @@ class MPIRequestState(State):
         state = cls(comm, *args)
         if state.status is not None:
             return None
-        state.comm = _PersistentCalls(comm)
+        state.comm = _OtherForm(comm, persistent=True)
         try:
             request = state.post()
         except (AttributeError, NotImplementedError, MPI.Exception):
@@ -46,6 +48,29 @@ class MPIRequestState(State):
             state.comm = comm
         finish = state.finish if cls.finish is not MPIRequestState.finish else None
         return PersistentRequest(comm, cls.name, request, finish)
+
+    @classmethod
+    def blocking_call(cls, comm, *args):
+        """The blocking MPI call (``<Op>``) bound to these arguments, then ``finish``: made
+        like ``persistent``, from ``post`` against a stand-in communicator on which
+        ``I<op>(...)`` binds ``<Op>`` to the arguments instead of calling anything.  States
+        that check a status take ``State``'s (``run_blocking`` bound)."""
+        state = cls(comm, *args)
+        if state.status is not None:
+            return State.blocking_call.__func__(cls, comm, *args)
+        state.comm = _OtherForm(comm, persistent=False)
+        try:
+            call = state.post()
+        finally:
+            state.comm = comm
+        if cls.finish is MPIRequestState.finish:
+            return call
+        finish = state.finish
+
+        def call_and_finish():
+            call()
+            finish()
+        return call_and_finish
 
     def start(self) -> None:
         self.request = self.post()
@@ -57,17 +82,22 @@ class MPIRequestState(State):
         return Action.COMPLETE
 
 
-class _PersistentCalls:
-    """A communicator whose ``_mpi.I<op>(...)`` is ``<Op>_init(...)`` (MPI-4 naming:
-    ``Iallgather`` -> ``Allgather_init``); every other attribute is the real one's."""
+class _OtherForm:
+    """A communicator whose ``_mpi.I<op>(...)`` makes another form of the call: MPI-4's
+    persistent ``<Op>_init(...)`` (``Iallgather`` -> ``Allgather_init``), or the blocking
+    ``<Op>`` bound to those arguments, not yet called (``functools.partial``); every other
+    attribute is the real one's."""
 
-    def __init__(self, comm) -> None:
-        self._comm = comm
+    def __init__(self, comm, persistent: bool) -> None:
+        self._comm, self._persistent = comm, persistent
         self._mpi = self
 
     def __getattr__(self, name: str):
         if name.startswith("I") and name[1:2].islower():
-            return getattr(self._comm.mpi_comm, name[1].upper() + name[2:] + "_init")
+            blocking = getattr(self._comm.mpi_comm, name[1].upper() + name[2:]
+                               + ("_init" if self._persistent else ""))
+            return blocking if self._persistent else \
+                functools.partial(functools.partial, blocking)
         return getattr(self._comm, name)
 
 
