@@ -278,7 +278,8 @@ def _every_op_on_fixed_buffers(comm):
     displs = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(int).tolist()
     b = {name: np.zeros(k) for name, k in [
         ("in", n), ("out", n), ("all", n * size), ("rs_in", n * size), ("v_in", counts[rank]),
-        ("v_all", sum(counts)), ("msg", n), ("sr", n), ("recv", n)]}
+        ("v_all", sum(counts)), ("msg", n), ("sr", n), ("recv", n), ("sent", n),
+        ("got", n)]}
 
     def fill(s, name, values):
         b[name][:] = values
@@ -313,6 +314,10 @@ def _every_op_on_fixed_buffers(comm):
         "barrier": (lambda s: al.barrier(comm), "out", lambda s: None),
         "sendrecv": (lambda s: (fill(s, "sr", mine(s)), al.sendrecv(
             b["sr"], right, b["recv"], left, comm)), "recv", lambda s: mine(s, left)),
+        # (3 doubles go eagerly: every rank's send returns before its neighbour receives)
+        "send, recv": (lambda s: (fill(s, "sent", mine(s)), al.send(b["sent"], right, comm),
+                                  al.recv(b["got"], left, comm)), "got",
+                       lambda s: mine(s, left)),
     }
     return {op: (call, (lambda name: lambda: b[name])(out), expected)
             for op, (call, out, expected) in cases.items()}

@@ -7,6 +7,7 @@ itself into a receive that was already posted).
 """
 from __future__ import annotations
 
+import functools
 from contextlib import contextmanager
 
 from mpi4py import MPI
@@ -28,10 +29,24 @@ class PassthroughRecv(MPIRequestState):
 
     @staticmethod
     def run_blocking(comm, stream, buf, src):
+        PassthroughRecv.blocking_call(comm, stream, buf, src)()
+
+    @staticmethod
+    def blocking_call(comm, stream, buf, src):
+        """``MPI_Recv`` bound to the buffer and one status, then the count check."""
         status = MPI.Status()
-        with message_errors(src):
-            comm._mpi.Recv(spec(buf), src, POINT_TO_POINT_TAG, status)
-        check_received(status, buf, src)
+        receive = functools.partial(comm.mpi_comm.Recv, spec(buf), src, POINT_TO_POINT_TAG,
+                                    status)
+        datatype, count = mpi_datatype(buf.dtype), buf.count
+
+        def call():
+            try:
+                receive()
+            except MPI.Exception as exc:
+                raise message_error(exc, src) from exc
+            if status.Get_count(datatype) != count:
+                check_received(status, buf, src)    # raises, saying what came
+        return call
 
     @classmethod
     def persistent(cls, comm, stream, buf, src) -> PersistentRequests:

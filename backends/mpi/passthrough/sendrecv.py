@@ -9,13 +9,15 @@ avoid it, but Open MPI 5 reports neither truncation nor the true count through t
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 from mpi4py import MPI
 
+from ..datatypes import mpi_datatype
 from .mpi_request import POINT_TO_POINT_TAG, spec
 from .multisendrecv import PassthroughMultiSendRecv, persistent_pairs
 from .persistent import PersistentRequests
-from .recv import check_received, message_errors
+from .recv import check_received, message_error
 
 TAG = POINT_TO_POINT_TAG
 
@@ -29,13 +31,29 @@ class PassthroughSendrecv(PassthroughMultiSendRecv):
 
     @staticmethod
     def run_blocking(comm, stream, sendbuf, dest, recvbuf, src):
+        PassthroughSendrecv.blocking_call(comm, stream, sendbuf, dest, recvbuf, src)()
+
+    @staticmethod
+    def blocking_call(comm, stream, sendbuf, dest, recvbuf, src):
+        """``MPI_Sendrecv`` (``_replace`` in place) bound to the buffers and one status,
+        then the count check."""
         status = MPI.Status()
-        with message_errors(src):
-            if sendbuf is recvbuf:
-                comm._mpi.Sendrecv_replace(spec(recvbuf), dest, TAG, src, TAG, status)
-            else:
-                comm._mpi.Sendrecv(spec(sendbuf), dest, TAG, spec(recvbuf), src, TAG, status)
-        check_received(status, recvbuf, src)
+        if sendbuf is recvbuf:
+            exchange = functools.partial(comm.mpi_comm.Sendrecv_replace, spec(recvbuf), dest,
+                                         TAG, src, TAG, status)
+        else:
+            exchange = functools.partial(comm.mpi_comm.Sendrecv, spec(sendbuf), dest, TAG,
+                                         spec(recvbuf), src, TAG, status)
+        datatype, count = mpi_datatype(recvbuf.dtype), recvbuf.count
+
+        def call():
+            try:
+                exchange()
+            except MPI.Exception as exc:
+                raise message_error(exc, src) from exc
+            if status.Get_count(datatype) != count:
+                check_received(status, recvbuf, src)    # raises, saying what came
+        return call
 
     @classmethod
     def persistent(cls, comm, stream, sendbuf, dest, recvbuf, src) -> PersistentRequests | None:
