@@ -35,18 +35,8 @@ class PassthroughRecv(MPIRequestState):
     def blocking_call(comm, stream, buf, src):
         """``MPI_Recv`` bound to the buffer and one status, then the count check."""
         status = MPI.Status()
-        receive = functools.partial(comm.mpi_comm.Recv, spec(buf), src, POINT_TO_POINT_TAG,
-                                    status)
-        datatype, count = mpi_datatype(buf.dtype), buf.count
-
-        def call():
-            try:
-                receive()
-            except MPI.Exception as exc:
-                raise message_error(exc, src) from exc
-            if status.Get_count(datatype) != count:
-                check_received(status, buf, src)    # raises, saying what came
-        return call
+        return checked_receive(functools.partial(comm.mpi_comm.Recv, spec(buf), src,
+                                                 POINT_TO_POINT_TAG, status), status, buf, src)
 
     @classmethod
     def persistent(cls, comm, stream, buf, src) -> PersistentRequests:
@@ -69,6 +59,21 @@ class PassthroughRecv(MPIRequestState):
 
     def finish(self):
         check_received(self.status, self.buf, self.src)
+
+
+def checked_receive(receive, status: MPI.Status, buf, src: int):
+    """``receive()``, a blocking MPI call receiving ``buf`` from ``src`` into ``status``,
+    made to raise ``al.OperationError`` for a truncated message or one of another count."""
+    datatype, count = mpi_datatype(buf.dtype), buf.count
+
+    def call():
+        try:
+            receive()
+        except MPI.Exception as exc:
+            raise message_error(exc, src) from exc
+        if status.Get_count(datatype) != count:
+            check_received(status, buf, src)    # raises, saying what came
+    return call
 
 
 def check_received(status: MPI.Status, buf, src: int) -> None:

@@ -13,11 +13,10 @@ import functools
 
 from mpi4py import MPI
 
-from ..datatypes import mpi_datatype
 from .mpi_request import POINT_TO_POINT_TAG, spec
 from .multisendrecv import PassthroughMultiSendRecv, persistent_pairs
 from .persistent import PersistentRequests
-from .recv import check_received, message_error
+from .recv import checked_receive
 
 TAG = POINT_TO_POINT_TAG
 
@@ -44,16 +43,7 @@ class PassthroughSendrecv(PassthroughMultiSendRecv):
         else:
             exchange = functools.partial(comm.mpi_comm.Sendrecv, spec(sendbuf), dest, TAG,
                                          spec(recvbuf), src, TAG, status)
-        datatype, count = mpi_datatype(recvbuf.dtype), recvbuf.count
-
-        def call():
-            try:
-                exchange()
-            except MPI.Exception as exc:
-                raise message_error(exc, src) from exc
-            if status.Get_count(datatype) != count:
-                check_received(status, recvbuf, src)    # raises, saying what came
-        return call
+        return checked_receive(exchange, status, recvbuf, src)
 
     @classmethod
     def persistent(cls, comm, stream, sendbuf, dest, recvbuf, src) -> PersistentRequests | None:
