@@ -262,9 +262,10 @@ def test_ranks_that_reuse_buffers_and_ranks_that_do_not_still_match(comm, mode):
 
 
 def _every_op_on_fixed_buffers(comm):
-    """``{op: (call, expected)}``: ``call()`` runs the op blocking on buffers made once here,
-    after filling this rank's inputs for step ``s`` (``call(s)``); ``expected(s)`` is what
-    this rank's output buffer must then hold, from numpy alone (None: nothing to check)."""
+    """``{op: (call, output, expected)}``: ``call(s)`` fills this rank's inputs for step
+    ``s`` and runs the op blocking, always on the buffers made once here; ``output()`` is
+    this rank's output buffer, and ``expected(s)`` what it must then hold, from numpy alone
+    (None: nothing to check on this rank)."""
     size, rank, n = comm.size, comm.rank, 3
     root = size - 1
     right, left = (rank + 1) % size, (rank - 1) % size
@@ -281,41 +282,41 @@ def _every_op_on_fixed_buffers(comm):
         ("v_all", sum(counts)), ("msg", n), ("sr", n), ("recv", n), ("sent", n),
         ("got", n)]}
 
-    def fill(s, name, values):
+    def fill(name, values):
         b[name][:] = values
     cases = {
-        "allreduce": (lambda s: (fill(s, "in", mine(s)), al.allreduce(
+        "allreduce": (lambda s: (fill("in", mine(s)), al.allreduce(
             b["in"], comm, op=al.AVG, recvbuf=b["out"])), "out",
             lambda s: np.mean(every(s), axis=0)),
-        "reduce": (lambda s: (fill(s, "in", mine(s)), al.reduce(
+        "reduce": (lambda s: (fill("in", mine(s)), al.reduce(
             b["in"], comm, root=root, op=al.AVG, recvbuf=b["out"])), "out",
             lambda s: np.mean(every(s), axis=0) if rank == root else None),
-        "reduce_scatter": (lambda s: (fill(s, "rs_in", mine(s, count=n * size)),
+        "reduce_scatter": (lambda s: (fill("rs_in", mine(s, count=n * size)),
                                       al.reduce_scatter(b["rs_in"], comm, recvbuf=b["out"])),
                            "out", lambda s: np.sum(every(s, n * size), axis=0)[
                                rank * n:(rank + 1) * n]),
-        "allgather": (lambda s: (fill(s, "in", mine(s)), al.allgather(
+        "allgather": (lambda s: (fill("in", mine(s)), al.allgather(
             b["in"], comm, recvbuf=b["all"])), "all", lambda s: np.concatenate(every(s))),
-        "alltoall": (lambda s: (fill(s, "rs_in", mine(s, count=n * size)), al.alltoall(
+        "alltoall": (lambda s: (fill("rs_in", mine(s, count=n * size)), al.alltoall(
             b["rs_in"], comm, recvbuf=b["all"])), "all", lambda s: np.concatenate(
                 [x[rank * n:(rank + 1) * n] for x in every(s, n * size)])),
-        "allgatherv": (lambda s: (fill(s, "v_in", mine(s, count=counts[rank])), al.allgatherv(
+        "allgatherv": (lambda s: (fill("v_in", mine(s, count=counts[rank])), al.allgatherv(
             b["v_in"], counts, displs, comm, recvbuf=b["v_all"])), "v_all",
             lambda s: np.concatenate([mine(s, r, counts[r]) for r in range(size)])),
-        "bcast": (lambda s: (fill(s, "msg", mine(s) if rank == root else -1),
+        "bcast": (lambda s: (fill("msg", mine(s) if rank == root else -1),
                              al.bcast(b["msg"], comm, root=root)), "msg",
                   lambda s: mine(s, root)),
-        "gather": (lambda s: (fill(s, "in", mine(s)), al.gather(
+        "gather": (lambda s: (fill("in", mine(s)), al.gather(
             b["in"], comm, root=root, recvbuf=b["all"] if rank == root else None)), "all",
             lambda s: np.concatenate(every(s)) if rank == root else None),
-        "scatter": (lambda s: (fill(s, "all", np.concatenate(every(s)) if rank == root else -1),
+        "scatter": (lambda s: (fill("all", np.concatenate(every(s)) if rank == root else -1),
                                al.scatter(b["all"] if rank == root else None, comm, root=root,
                                           recvbuf=b["out"])), "out", lambda s: mine(s)),
         "barrier": (lambda s: al.barrier(comm), "out", lambda s: None),
-        "sendrecv": (lambda s: (fill(s, "sr", mine(s)), al.sendrecv(
+        "sendrecv": (lambda s: (fill("sr", mine(s)), al.sendrecv(
             b["sr"], right, b["recv"], left, comm)), "recv", lambda s: mine(s, left)),
         # (3 doubles go eagerly: every rank's send returns before its neighbour receives)
-        "send, recv": (lambda s: (fill(s, "sent", mine(s)), al.send(b["sent"], right, comm),
+        "send, recv": (lambda s: (fill("sent", mine(s)), al.send(b["sent"], right, comm),
                                   al.recv(b["got"], left, comm)), "got",
                        lambda s: mine(s, left)),
     }
@@ -325,8 +326,9 @@ def _every_op_on_fixed_buffers(comm):
 
 def test_repeated_blocking_calls_see_new_contents_and_match_numpy(comm):
     """From the second blocking call on the same buffers, the call's plan (found in the
-    cache) runs its state's blocking call bound once (``State.blocking_call``: MPI datatypes and buffer specs made once): each
-    run must still read the buffers' new contents, and finish (AVG) every time."""
+    cache) runs its state's blocking call bound once (``State.blocking_call``: MPI datatypes
+    and buffer specs made once): each run must still read the buffers' new contents, and
+    finish (AVG) every time."""
     for op, (call, output, expected) in _every_op_on_fixed_buffers(comm).items():
         for step in range(4):
             call(step)
