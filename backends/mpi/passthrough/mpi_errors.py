@@ -12,7 +12,6 @@ import functools
 from mpi4py import MPI
 
 from ....core.errors import OperationError
-from ....engine.state import State
 
 
 def operation_error(name: str, exc: MPI.Exception) -> OperationError:
@@ -23,8 +22,8 @@ def operation_error(name: str, exc: MPI.Exception) -> OperationError:
 
 
 def wrap_mpi_errors(cls: type) -> type:
-    """Make ``cls.run_blocking``, and the calls ``cls.blocking_call`` returns where the
-    class makes its own, raise ``operation_error`` instead of ``MPI.Exception``."""
+    """Make ``cls.run_blocking`` and the calls ``cls.blocking_call`` returns raise
+    ``operation_error`` instead of ``MPI.Exception``."""
     run_blocking = cls.run_blocking
 
     @functools.wraps(run_blocking)
@@ -36,8 +35,6 @@ def wrap_mpi_errors(cls: type) -> type:
 
     cls.run_blocking = staticmethod(checked_run_blocking)
     make_call = cls.blocking_call
-    if getattr(make_call, "__func__", None) is State.blocking_call.__func__:
-        return cls   # State's own binds run_blocking, checked above
 
     @functools.wraps(make_call)
     def checked_blocking_call(*args):

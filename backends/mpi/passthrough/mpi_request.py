@@ -54,10 +54,11 @@ class MPIRequestState(State):
         """The blocking MPI call (``<Op>``) bound to these arguments, then ``finish``: made
         like ``persistent``, from ``post`` against a stand-in communicator on which
         ``I<op>(...)`` binds ``<Op>`` to the arguments instead of calling anything.  States
-        that check a status take ``State``'s (``run_blocking`` bound)."""
+        that check a status take ``State``'s (``run_blocking`` bound): ``post`` does not
+        pass the status a blocking receive fills."""
         state = cls(comm, *args)
         if state.status is not None:
-            return State.blocking_call.__func__(cls, comm, *args)
+            return super().blocking_call(comm, *args)
         state.comm = _OtherForm(comm, persistent=False)
         try:
             call = state.post()
@@ -94,10 +95,11 @@ class _OtherForm:
 
     def __getattr__(self, name: str):
         if name.startswith("I") and name[1:2].islower():
-            blocking = getattr(self._comm.mpi_comm, name[1].upper() + name[2:]
-                               + ("_init" if self._persistent else ""))
-            return blocking if self._persistent else \
-                functools.partial(functools.partial, blocking)
+            blocking = name[1].upper() + name[2:]
+            if self._persistent:
+                return getattr(self._comm.mpi_comm, blocking + "_init")
+            call = getattr(self._comm.mpi_comm, blocking)
+            return lambda *arguments: functools.partial(call, *arguments)
         return getattr(self._comm, name)
 
 
