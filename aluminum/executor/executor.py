@@ -182,8 +182,13 @@ class Executor:
     def run(self, program: Program, feed: dict | None = None, fetch_list=None,
             scope: Scope | None = None) -> list[np.ndarray]:
         """Run every op of ``program`` in order; return copies of the fetched values.
-        Everything is checked before the first op runs."""
+        Everything is checked before the first op runs.  A placed program (``place``)
+        runs this rank's ops only, with its transfers (placement/runtime.py); a value
+        fetched that this rank does not hold comes back as None."""
         scope = global_scope() if scope is None else scope
+        if getattr(program, "cluster", None) is not None:
+            from .placement.runtime import run_placed
+            return run_placed(self, program, feed, fetch_list, scope)
         feed = dict(feed or {})
         names = fetch_names(fetch_list)
         check_feed(program, feed)
