@@ -289,6 +289,25 @@ class PlacedProgram:
         op.inputs = {k: [mine(n) for n in v] for k, v in op.inputs.items()}
         op.outputs = {k: [mine(n) for n in v] for k, v in op.outputs.items()}
 
+    def listing(self, rank: int) -> str:
+        """What ``rank`` runs, one line per op, transfers as ``kind var senders ->
+        receivers`` (the per-role programs of the design's example)."""
+        def slots(table):
+            return ", ".join(f"{slot}={','.join(names)}" for slot, names in table.items())
+        lines = [f"rank {rank} ({self.cluster.role_of(rank)}, "
+                 f"{self.cluster.endpoints[rank]}):"]
+        for op in self.for_rank(rank).global_block().ops:
+            if op.type in TRANSFER_TYPES:
+                item = next(i[1] for i in self.items if i[0] == "transfer"
+                            and i[1].var == op.attrs["var"] and i[1].group == tuple(
+                                op.attrs["group"]) and (i[1].source in op.input_names() or
+                                                        i[1].target in op.output_names()))
+                lines.append(f"  {'send' if op.inputs else 'recv'}: {item}")
+            else:
+                outs = ",".join(n for n in op.output_names() if n)
+                lines.append(f"  {outs} = {op.type}({slots(op.inputs)})")
+        return "\n".join(lines)
+
     def describe(self) -> str:
         """The crossing edges and their transfers, in order."""
         lines = []
