@@ -29,9 +29,12 @@ def data():
     return rng.normal(size=(BATCH, FEATURES)), rng.normal(size=(BATCH, 1))
 
 
+DECAY = {"boundaries": [2], "values": [LR, LR / 4]}   # piecewise: the lr after step 2
+
+
 def optimizer(name):
     return {"sgd": lambda: ex.SGD(LR), "momentum": lambda: ex.Momentum(LR, 0.9),
-            "adam": lambda: ex.Adam(0.05)}[name]()
+            "adam": lambda: ex.Adam(0.05), "sgd_decay": lambda: ex.SGD(LR, **DECAY)}[name]()
 
 
 def build(opt="sgd", split=None):
@@ -68,7 +71,8 @@ def reference(initial, steps, opt):
     x, y = data()
     state = {k: {"v": np.zeros_like(v), "m": np.zeros_like(v), "s": np.zeros_like(v),
                  "b1": 0.9, "b2": 0.999} for k, v in p.items()}
-    for _ in range(steps):
+    for step in range(steps):
+        lr = DECAY["values"][int(step >= DECAY["boundaries"][0])] if opt == "sgd_decay" else LR
         h = np.tanh(x @ p["h.w"] + p["h.b"])
         d = h @ p["out.w"] + p["out.b"] - y
         dp = 2 * d / d.size
@@ -76,8 +80,8 @@ def reference(initial, steps, opt):
         grads = {"out.w": h.T @ dp, "out.b": dp.sum(0), "h.w": x.T @ dz, "h.b": dz.sum(0)}
         for k, g in grads.items():
             s = state[k]
-            if opt == "sgd":
-                p[k] = p[k] - LR * g
+            if opt in ("sgd", "sgd_decay"):
+                p[k] = p[k] - lr * g
             elif opt == "momentum":
                 s["v"] = 0.9 * s["v"] + g
                 p[k] = p[k] - LR * s["v"]
@@ -165,7 +169,7 @@ def owned_everywhere(comm, cluster, held):
 
 
 @needs(3)
-@pytest.mark.parametrize("opt", ["sgd", "momentum", "adam"])
+@pytest.mark.parametrize("opt", ["sgd", "momentum", "adam", "sgd_decay"])
 def test_two_trainers_one_pserver(comm, opt):
     cluster, main, held = check_ps(comm, "trainer:2,pserver:1", opt)
     if comm.rank == 2:
@@ -203,6 +207,14 @@ def test_three_trainers_one_pserver(comm):
 @needs(4)
 def test_two_pservers_sequential_executor(comm):
     check_ps(comm, "trainer:2,pserver:2", "adam", executor="sequential")
+
+
+@needs(4)
+def test_learning_rate_decay_runs_on_every_pserver(comm):
+    """The decay op and its step counter are replicated over both pservers."""
+    cluster, main, held = check_ps(comm, "trainer:2,pserver:2", "sgd_decay")
+    decay = next(op for op in main.global_block().ops if op.type == "piecewise_decay")
+    assert cluster.ranks(decay.place) == (2, 3)
 
 
 # -- the model split (hand placement) ------------------------------------------------------

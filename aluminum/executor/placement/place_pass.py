@@ -326,7 +326,7 @@ def explain_placement(program: Program, cluster: Cluster | None = None) -> str:
         pieces = slices_of(block, var.name)
         text = where(var.place, var.name)
         if pieces:
-            text += "; sliced: " + ", ".join(
+            text = "sliced row-wise: " + ", ".join(
                 f"rows {a}:{b} on rank {list(cluster.ranks(p.place))}"
                 for p, (a, b) in zip(pieces, slice_rows(block, var.name)))
         lines.append(f"  {var.name}: {text}")
