@@ -37,6 +37,9 @@ class _Transfer(OpKind):
                                   f"respond: {exc}") from exc
 
     def peers(self, attrs, runtime) -> list[int]:
+        """Whom this rank waits for: the root, or (at the root) everyone else."""
+        if attrs["root"] != runtime.rank:
+            return [attrs["root"]]
         return [r for r in attrs["group"] if r != runtime.rank]
 
     def move(self, runtime, ins, attrs) -> dict:
