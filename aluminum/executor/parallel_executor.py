@@ -212,6 +212,8 @@ class ParallelExecutor:
                 stream.close()
         self._plans, self._destinations = {}, {}   # their ops hold views of the buckets
         self._context.buckets.release(self.scope)
+        if self._placed is not None:
+            self._placed.release(self.scope)
 
     def __del__(self) -> None:
         if hasattr(self, "_pool"):

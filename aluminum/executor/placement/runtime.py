@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -45,6 +46,14 @@ def default_cluster() -> Cluster:
     return _default
 
 
+@dataclass(eq=False)
+class Channel:
+    """A transfer's buffer and the persistent plan bound to it."""
+
+    buffer: np.ndarray
+    plan: object
+
+
 class _Context:
     """What transfer kernels get: ``ctx.placement``."""
 
@@ -56,7 +65,11 @@ class _Context:
 class PlacedRun:
     """One placed program on this rank (see the module docstring)."""
 
-    def __init__(self, program: Program, comm=None, gradient_scale: str = "coeff_num_device"):
+    def __init__(self, program: Program, comm=None, gradient_scale: str = "coeff_num_device",
+                 shared_memory: bool = True):
+        """``shared_memory``: the channels of collective transfers may be in
+        ``al.shared_empty`` memory (an executor that calls ``release`` when it closes)."""
+        self.shared_memory = shared_memory
         cluster = getattr(program, "cluster", None)
         if cluster is None:
             raise ProgramError("program: not placed; call ex.place(program, strategy, "
@@ -74,6 +87,7 @@ class PlacedRun:
         self.program = self.placed.for_rank(self.rank)
         self.context = _Context(self)
         self._groups: dict[tuple, object] = {}
+        self._channels: dict[int, Channel] = {}
         for group in self.placed.groups:      # collective: the same order on every rank
             if len(group) == comm.size:
                 self._groups[group] = comm
@@ -86,6 +100,31 @@ class PlacedRun:
                         for piece, rows in zip(slices_of(self.placed.block, var),
                                                slice_rows(self.placed.block, var))
                         if self.rank in cluster.ranks(piece.place, piece.name)]
+
+    def channel(self, attrs: dict, comm, make) -> Channel:
+        """The channel of the transfer whose op has ``attrs``: made on first use (a
+        collective over ``comm`` when it is shared memory; ``comm`` None: point to point,
+        private memory), with ``make(buffer)`` its plan."""
+        found = self._channels.get(id(attrs))
+        if found is None:
+            shape = tuple(attrs["shape"])     # the receiver's (the slice's, if rows)
+            shared = self.shared_memory and isinstance(comm, al.MPICommunicator) and \
+                comm.local_size == comm.size
+            buffer = al.shared_empty(shape, attrs["dtype"], comm) if shared else \
+                np.empty(shape, attrs["dtype"])
+            found = self._channels[id(attrs)] = Channel(buffer, make(buffer))
+        return found
+
+    def release(self, scope) -> None:
+        """Free the channels' plans; values of ``scope`` in their buffers become copies
+        (so the communicators can give shared memory back)."""
+        channels, self._channels = self._channels, {}
+        for channel in channels.values():
+            channel.plan.free()
+            for name, value in list(scope.items()):
+                if isinstance(value, np.ndarray) and np.may_share_memory(value,
+                                                                        channel.buffer):
+                    scope[name] = value.copy()
 
     def group_comm(self, group: tuple):
         return self._groups[tuple(group)]
@@ -129,7 +168,8 @@ def run_placed(executor, program: Program, feed, fetch_list, scope) -> list:
     cache = executor.__dict__.setdefault("_placed", {})
     entry = cache.get(id(program))
     if entry is None or entry[0] is not program:
-        entry = cache[id(program)] = (program, PlacedRun(program))
+        # no close() to give shared memory back: private channels
+        entry = cache[id(program)] = (program, PlacedRun(program, shared_memory=False))
     runtime = entry[1]
     mine = runtime.program
     feed = dict(feed or {})

@@ -3,8 +3,11 @@
 ``X`` (rows ``rows`` of it), a rank that receives with output ``Out``.  They run on the
 executor's ``placement`` context (runtime.py): the job's communicator for send/recv, the
 sub-communicator of the transfer's ``group`` (made once, with ``comm.split``) for bcast and
-reduce.  A variable whose declared shape has a batch dimension (-1) travels after a small
-header with its shape.  A peer that never arrives raises ``al.TimeoutError`` (under
+reduce.  A transfer of a fixed shape runs a persistent plan (``al.<op>_init``) bound to a
+buffer made on its first run (``al.shared_empty`` when the group's ranks share a node, as
+the data-parallel buckets; a receiver's output is that buffer, valid until the same
+transfer runs in the next step).  A variable whose declared shape has a batch dimension
+(-1) travels after a small header with its shape, through the blocking calls.  A peer that never arrives raises ``al.TimeoutError`` (under
 ``AL_TIMEOUT``) naming the peer's role, rank and endpoint.
 """
 from __future__ import annotations
@@ -74,8 +77,13 @@ class SendVar(_Transfer):
 
     def move(self, runtime, ins, attrs):
         value = _outgoing(ins, attrs)
-        if _dynamic(attrs):
-            al.send(np.array(value.shape, np.int64), attrs["peer"], runtime.comm)
+        if not _dynamic(attrs):
+            channel = runtime.channel(attrs, None, lambda buf: al.send_init(
+                buf, attrs["peer"], runtime.comm))
+            channel.buffer[...] = value
+            channel.plan.run()
+            return {}
+        al.send(np.array(value.shape, np.int64), attrs["peer"], runtime.comm)
         al.send(value, attrs["peer"], runtime.comm)
         return {}
 
@@ -91,10 +99,14 @@ class RecvVar(_Transfer):
 
     def move(self, runtime, ins, attrs):
         shape = tuple(attrs["shape"])
-        if _dynamic(attrs):
-            header = np.empty(len(shape), np.int64)
-            al.recv(header, attrs["peer"], runtime.comm)
-            shape = tuple(int(d) for d in header)
+        if not _dynamic(attrs):
+            channel = runtime.channel(attrs, None, lambda buf: al.recv_init(
+                buf, attrs["peer"], runtime.comm))
+            channel.plan.run()
+            return _received(channel.buffer, attrs)
+        header = np.empty(len(shape), np.int64)
+        al.recv(header, attrs["peer"], runtime.comm)
+        shape = tuple(int(d) for d in header)
         buffer = np.empty(shape, attrs["dtype"])
         al.recv(buffer, attrs["peer"], runtime.comm)
         return _received(buffer, attrs)
@@ -108,6 +120,13 @@ class BcastVar(_Transfer):
 
     def move(self, runtime, ins, attrs):
         comm, root = runtime.group_comm(attrs["group"]), attrs["group"].index(attrs["root"])
+        if not _dynamic(attrs):
+            channel = runtime.channel(attrs, comm, lambda buf: al.bcast_init(buf, comm,
+                                                                             root=root))
+            if "X" in ins:
+                channel.buffer[...] = _outgoing(ins, attrs)
+            channel.plan.run()
+            return {} if "X" in ins else {"Out": [channel.buffer]}
         if "X" in ins:
             value = _outgoing(ins, attrs)
             if _dynamic(attrs):
@@ -133,9 +152,12 @@ class ReduceVar(_Transfer):
 
     def move(self, runtime, ins, attrs):
         comm, root = runtime.group_comm(attrs["group"]), attrs["group"].index(attrs["root"])
+        channel = runtime.channel(attrs, comm, lambda buf: al.reduce_init(buf, comm,
+                                                                          root=root))
         if "X" in ins:
-            al.reduce(_outgoing(ins, attrs), comm, root=root)
+            channel.buffer[...] = _outgoing(ins, attrs)
+            channel.plan.run()
             return {}
-        buffer = np.zeros(tuple(attrs["shape"]), attrs["dtype"])
-        al.reduce(buffer, comm, root=root)
-        return _received(buffer, attrs)
+        channel.buffer[...] = 0
+        channel.plan.run()
+        return _received(channel.buffer, attrs)
