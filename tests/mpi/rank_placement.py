@@ -37,7 +37,7 @@ def optimizer(name):
             "adam": lambda: ex.Adam(0.05), "sgd_decay": lambda: ex.SGD(LR, **DECAY)}[name]()
 
 
-def build(opt="sgd", split=None):
+def build(opt="sgd", split=None, dtype="float64"):
     """The two-layer regression; ``split``: (group of layer 1, group of layer 2)."""
     ex.reset_unique_names()
     main, startup = ex.Program(), ex.Program()
@@ -46,10 +46,10 @@ def build(opt="sgd", split=None):
     second = ex.place_guard(split[1]) if split else _nothing()
     with ex.program_guard(main, startup):
         with first:
-            x = layers.data("x", [FEATURES], "float64")
+            x = layers.data("x", [FEATURES], dtype)
             hidden = layers.fc(x, HIDDEN, act="tanh", name="h")
         with second:
-            y = layers.data("y", [1], "float64")
+            y = layers.data("y", [1], dtype)
             loss = layers.mean(layers.square_error_cost(layers.fc(hidden, 1, name="out"), y))
         optimizer(opt).minimize(loss)
     return main, startup, loss
@@ -109,25 +109,28 @@ def values_here(main, scope, cluster, rank):
     return held
 
 
-def check_owned(main, scope, cluster, expected, rank):
+TOLERANCE = {"float64": dict(rtol=1e-10, atol=1e-12), "float32": dict(rtol=1e-5, atol=1e-6)}
+
+
+def check_owned(main, scope, cluster, expected, rank, dtype="float64"):
     held = values_here(main, scope, cluster, rank)
     for name, (rows, value) in held.items():
         want = expected[name] if rows is None else expected[name][rows[0]:rows[1]]
-        np.testing.assert_allclose(value, want, rtol=1e-10, atol=1e-12, err_msg=name)
+        np.testing.assert_allclose(value, want, **TOLERANCE[dtype], err_msg=name)
     return held
 
 
 # -- parameter server ----------------------------------------------------------------------
 
-def ps_train(comm, spec, opt, executor="parallel", steps=STEPS, **strategy):
+def ps_train(comm, spec, opt, executor="parallel", steps=STEPS, dtype="float64", **strategy):
     cluster = ex.Cluster.from_spec(spec, comm)
-    main, startup, loss = build(opt)
+    main, startup, loss = build(opt, dtype=dtype)
     ex.place(main, ex.ParameterServerStrategy(**strategy), cluster)
     scope = ex.Scope()
     ex.Executor().run(startup, scope=scope)
-    initial = {k: scope[k].copy() for k in PARAMS}
+    initial = {k: scope[k].astype(np.float64) for k in PARAMS}
     trainers = cluster.roles["trainer"]
-    x, y = data()
+    x, y = (v.astype(dtype) for v in data())
     feed = {}
     if comm.rank in trainers:
         for k in PARAMS:       # the trainers' own values must never be used
@@ -144,16 +147,17 @@ def ps_train(comm, spec, opt, executor="parallel", steps=STEPS, **strategy):
     return cluster, main, scope, initial, losses
 
 
-def check_ps(comm, spec, opt, executor="parallel", **strategy):
-    cluster, main, scope, initial, losses = ps_train(comm, spec, opt, executor, **strategy)
+def check_ps(comm, spec, opt, executor="parallel", dtype="float64", **strategy):
+    cluster, main, scope, initial, losses = ps_train(comm, spec, opt, executor, dtype=dtype,
+                                                     **strategy)
     if comm.rank in cluster.roles["trainer"]:
         assert all(loss is not None for loss in losses)
         behind = reference(initial, STEPS - 1, opt)
         for name in PARAMS:    # what the pservers sent at the start of the last step
-            np.testing.assert_allclose(scope[name], behind[name], rtol=1e-10, atol=1e-12)
+            np.testing.assert_allclose(scope[name], behind[name], **TOLERANCE[dtype])
         return cluster, main, {}
     assert losses == [None] * STEPS          # the pserver holds no loss
-    held = check_owned(main, scope, cluster, reference(initial, STEPS, opt), comm.rank)
+    held = check_owned(main, scope, cluster, reference(initial, STEPS, opt), comm.rank, dtype)
     return cluster, main, held
 
 
@@ -174,6 +178,31 @@ def test_two_trainers_one_pserver(comm, opt):
     cluster, main, held = check_ps(comm, "trainer:2,pserver:1", opt)
     if comm.rank == 2:
         assert set(held) == set(PARAMS)
+
+
+@needs(3)
+def test_float32_within_1e_5(comm):
+    check_ps(comm, "trainer:2,pserver:1", "momentum", dtype="float32")
+
+
+@needs(3)
+def test_parameter_server_equals_data_parallel_allreduce(comm):
+    """The same program trained data-parallel (allreduce over all 3 ranks, the batch in
+    thirds) ends where the pserver's parameters end."""
+    cluster, main, scope, _, _ = ps_train(comm, "trainer:2,pserver:1", "momentum")
+    on_pserver = comm.mpi_comm.bcast({k: scope[k] for k in PARAMS} if comm.rank == 2
+                                     else None, root=2)
+    dp_main, dp_startup, dp_loss = build("momentum")
+    dp_scope = ex.Scope()
+    ex.Executor().run(dp_startup, scope=dp_scope)
+    x, y = data()
+    feed = {"x": ex.shard(x, comm.size, comm.rank), "y": ex.shard(y, comm.size, comm.rank)}
+    runner = ex.ParallelExecutor(dp_main, loss_name=dp_loss.name, scope=dp_scope, comm=comm)
+    for _ in range(STEPS):
+        runner.run([dp_loss], feed)
+    runner.close()
+    for name in PARAMS:
+        np.testing.assert_allclose(dp_scope[name], on_pserver[name], rtol=1e-10, atol=1e-12)
 
 
 @needs(3)
