@@ -280,3 +280,16 @@ def test_a_placed_program_without_a_communicator_is_a_program_error():
         ex.Executor().run(main, {}, [], ex.Scope())
     with pytest.raises(ex.ProgramError, match="not placed"):
         build()[0].for_rank(0)
+
+
+@pytest.mark.bench
+def test_the_placement_bench_runs_on_three_ranks():
+    """A smoke run with tiny counts (the real timings are run by hand, on a quiet machine)."""
+    import subprocess
+    import sys
+    run = subprocess.run([sys.executable, "-m", "aluminum.run", "-n", "3", "python", "-m",
+                          "aluminum.bench.placement", "--steps", "1", "--repeats", "1",
+                          "--hidden", "8", "--batch", "6", "--sizes", "64KiB"],
+                         capture_output=True, text=True, timeout=180)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "ps       2 pserver" in run.stdout and "r+b       65536" in run.stdout, run.stdout
