@@ -2,7 +2,7 @@
 transfers a placed program implies and each rank's program (issue 27).  The multi-rank
 training checks are tests/mpi/rank_placement.py."""
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import aluminum.executor as ex
@@ -293,3 +293,35 @@ def test_the_placement_bench_runs_on_three_ranks():
                          capture_output=True, text=True, timeout=180)
     assert run.returncode == 0, run.stdout + run.stderr
     assert "ps       2 pserver" in run.stdout and "r+b       65536" in run.stdout, run.stdout
+
+
+@settings(max_examples=40, deadline=None)
+@given(trainers=st.integers(1, 3), pservers=st.integers(1, 3),
+       opt=st.sampled_from([ex.SGD, ex.Momentum, ex.Adam]), decay=st.booleans(),
+       slice_bytes=st.sampled_from([64, 1 << 20]), hidden=st.integers(1, 9))
+def test_every_rank_program_reads_only_what_it_holds(trainers, pservers, opt, decay,
+                                                     slice_bytes, hidden):
+    """For any parameter-server cluster: each rank's program reads only values it holds by
+    then (fed data on trainers, state placed on it, or what an earlier op or transfer of
+    its program wrote), every rank sees its transfers in the one global order, and the
+    optimizer side runs on pservers only."""
+    main, cluster = ps(f"trainer:{trainers},pserver:{pservers}", opt=opt, decay=decay,
+                       hidden=hidden, slice_bytes=slice_bytes)
+    placed = ex.plan_transfers(main)
+    block = main.global_block()
+    assert len(placed.transfers) == sum(len(e.transfers) for e in placed.edges)
+    for rank in range(cluster.size):
+        held = {"x", "y"} if cluster.role_of(rank) == "trainer" else set()
+        for var in block.vars.values():
+            if var.persistable and not slices_of(block, var.name) and (
+                    var.place is None or rank in cluster.ranks(var.place)):
+                held.add(var.name)
+        ops = placed.for_rank(rank).global_block().ops
+        for op in ops:
+            missing = [n for n in op.input_names() if n and n not in held]
+            assert not missing, (rank, str(op), missing)
+            held.update(op.output_names())
+            if cluster.role_of(rank) == "trainer":
+                assert op.attrs.get("op_role") != "optimize" and op.type != "piecewise_decay"
+        mine = [(op.attrs["var"], tuple(op.attrs["group"])) for op in ops if "group" in op.attrs]
+        assert mine == [(t.var, t.group) for t in placed.transfers if rank in t.group]

@@ -139,6 +139,8 @@ def ps_train(comm, spec, opt, executor="parallel", steps=STEPS, dtype="float64",
         feed = {"x": ex.shard(x, len(trainers), index), "y": ex.shard(y, len(trainers), index)}
     if executor == "parallel":
         runner = ex.ParallelExecutor(main, loss_name=loss.name, scope=scope, comm=comm)
+        if len(trainers) > 1:     # the SSA graph shows the transfers this rank runs
+            assert {"bcast_var", "reduce_var"} <= {h.op.type for h in runner.graph.ops}
         losses = [runner.run([loss], feed)[0] for _ in range(steps)]
         runner.close()
     else:

@@ -205,6 +205,7 @@ def place(program: Program, strategy: PlacementStrategy | None = None,
         if var.place is not None:
             cluster.ranks(var.place, f"variable {var.name!r}")
     program.cluster = cluster
+    program.__dict__.pop("_placed_run", None)    # the sequential executor's, of old places
     return program
 
 

@@ -116,8 +116,9 @@ class PlacedRun:
         return found
 
     def release(self, scope) -> None:
-        """Free the channels' plans; values of ``scope`` in their buffers become copies
-        (so the communicators can give shared memory back)."""
+        """Free the channels' plans and the sub-communicators; values of ``scope`` in the
+        channels' buffers become copies (so shared memory can go back).  Collective: every
+        rank of the job releases."""
         channels, self._channels = self._channels, {}
         for channel in channels.values():
             channel.plan.free()
@@ -125,6 +126,10 @@ class PlacedRun:
                 if isinstance(value, np.ndarray) and np.may_share_memory(value,
                                                                         channel.buffer):
                     scope[name] = value.copy()
+        groups, self._groups = self._groups, {}
+        for part in groups.values():
+            if part is not self.comm:
+                part.free()
 
     def group_comm(self, group: tuple):
         return self._groups[tuple(group)]
@@ -164,13 +169,13 @@ class PlacedRun:
 
 
 def run_placed(executor, program: Program, feed, fetch_list, scope) -> list:
-    """``Executor.run`` of a placed program: only this rank's ops, in order."""
-    cache = executor.__dict__.setdefault("_placed", {})
-    entry = cache.get(id(program))
-    if entry is None or entry[0] is not program:
+    """``Executor.run`` of a placed program: only this rank's ops, in order.  The
+    ``PlacedRun`` is made on the first run and kept with the program (its sub-communicators
+    too: one set per program, whichever executor runs it)."""
+    runtime = program.__dict__.get("_placed_run")
+    if runtime is None:
         # no close() to give shared memory back: private channels
-        entry = cache[id(program)] = (program, PlacedRun(program, shared_memory=False))
-    runtime = entry[1]
+        runtime = program.__dict__["_placed_run"] = PlacedRun(program, shared_memory=False)
     mine = runtime.program
     feed = dict(feed or {})
     names = fetch_names(fetch_list)

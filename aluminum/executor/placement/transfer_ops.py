@@ -32,12 +32,18 @@ class _Transfer(OpKind):
         if runtime is None:
             raise ExecutionError(f"op {self.type}: runs only in a placed program's executor "
                                  "(ex.place, then Executor or ParallelExecutor)")
+        start = al.trace.now_us() if al.trace.ENABLED else None
         try:
-            return self.move(runtime, ins, attrs)
+            outs = self.move(runtime, ins, attrs)
         except al.TimeoutError as exc:
             raise al.TimeoutError(f"{self.type} of {attrs['var']!r}: "
                                   f"{runtime.name_peers(self.peers(attrs, runtime))} did not "
                                   f"respond: {exc}") from exc
+        if start is not None:   # the timeline names the variable, next to the op's span
+            al.trace.span(f"{self.type} {attrs['var']}", "placement", start,
+                          al.trace.now_us(), {"group": list(attrs["group"]),
+                                              "root": attrs["root"], "rank": runtime.rank})
+        return outs
 
     def peers(self, attrs, runtime) -> list[int]:
         """Whom this rank waits for: the root, or (at the root) everyone else."""
