@@ -16,8 +16,6 @@ endpoint ``127.0.0.1:<7164 + rank>`` unless ``endpoints`` names one per rank.  T
 """
 from __future__ import annotations
 
-import hashlib
-import json
 import os
 import re
 from dataclasses import dataclass
@@ -198,9 +196,3 @@ class Cluster:
 
     def describe(self) -> str:
         return ", ".join(f"{role}:{list(ranks)}" for role, ranks in self.roles.items())
-
-    def digest(self) -> str:
-        """What every rank must agree on: roles and endpoints."""
-        text = json.dumps([sorted((k, list(v)) for k, v in self.roles.items()),
-                           list(self.endpoints)])
-        return hashlib.sha256(text.encode()).hexdigest()

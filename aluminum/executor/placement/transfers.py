@@ -25,7 +25,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-import numpy as np
 
 from ..errors import ProgramError
 from ..ir import Operator, Program
@@ -328,6 +327,3 @@ def plan_transfers(program: Program, cluster: Cluster | None = None,
                            "first")
     return PlacedProgram(program, cluster, gradient_scale)
 
-
-def slice_value(value, rows):
-    return np.ascontiguousarray(value if rows is None else value[rows[0]:rows[1]])
