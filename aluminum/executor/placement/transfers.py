@@ -25,7 +25,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-
 from ..errors import ProgramError
 from ..ir import Operator, Program
 from .cluster import Cluster, replicated
