@@ -12,14 +12,13 @@ slice is the state and the owners' values are what every reader receives.
 """
 from __future__ import annotations
 
-import hashlib
-import json
 from dataclasses import dataclass
 
 import numpy as np
 
 import aluminum as al
 
+from ..data_parallel import gather_if_ranks_differ
 from ..errors import ExecutionError, ProgramError
 from ..executor import (check_feed, check_fetch, check_readable, fetch_names, fetch_value,
                         run_op, store_feed)
@@ -195,25 +194,15 @@ def run_placed(executor, program: Program, feed, fetch_list, scope) -> list:
 def check_ranks_agree(program: Program, cluster: Cluster, gradient_scale: str, comm) -> None:
     """``ProgramError`` on every rank unless every rank placed the same program (ops,
     variables, places) over the same cluster; collective (one 32-byte allgather when they
-    agree), as the data-parallel check of the gradients' schedule."""
+    agree): the data-parallel check (``gather_if_ranks_differ``) over the placed program."""
     lines = [f"cluster {cluster.describe()} {list(cluster.endpoints)}",
              f"gradient_scale {gradient_scale}"]
     block = program.global_block()
     lines += [f"var {v.name} {list(v.shape)} {v.dtype} {v.place}" for v in block.vars.values()]
     lines += [f"op #{i} {op}" for i, op in enumerate(block.ops)]
-    encoded = np.frombuffer(json.dumps(lines).encode(), np.uint8)
-    digest = np.frombuffer(hashlib.sha256(encoded.tobytes()).digest(), np.uint8)
-    digests = np.empty(comm.size * digest.size, np.uint8)
-    al.allgather(digest, comm, recvbuf=digests)
-    if (digests.reshape(comm.size, -1) == digests[:digest.size]).all():
+    texts = gather_if_ranks_differ(lines, comm)
+    if texts is None:
         return
-    sizes = np.empty(comm.size, np.int64)
-    al.allgather(np.array([encoded.size], np.int64), comm, recvbuf=sizes)
-    everything = np.empty(int(sizes.sum()), np.uint8)
-    al.allgatherv(encoded, sizes, None, comm, recvbuf=everything)
-    offsets = np.concatenate([[0], np.cumsum(sizes)])
-    texts = [json.loads(everything[offsets[r]:offsets[r + 1]].tobytes())
-             for r in range(comm.size)]
     for rank, text in enumerate(texts[1:], start=1):
         for index in range(max(len(texts[0]), len(text))):
             ours = texts[0][index] if index < len(texts[0]) else "nothing"
