@@ -336,3 +336,28 @@ def test_a_placed_program_runs_as_is_from_json():
     assert [str(t) for t in ex.plan_transfers(loaded).transfers] == \
         [str(t) for t in ex.plan_transfers(main).transfers]
     assert all(str(loaded.for_rank(r)) == str(main.for_rank(r)) for r in range(4))
+
+
+@pytest.mark.parametrize("roles", ["trainer:2,pserver:0", "trainer:2", "trainer=3"])
+def test_the_launcher_refuses_roles_that_do_not_fit(roles, capsys):
+    from aluminum.run import main
+    with pytest.raises(SystemExit) as exit_:
+        main(["-n", "3", "--roles", roles, "script.py"])
+    assert exit_.value.code == 2 and "--roles" in capsys.readouterr().err
+
+
+def test_the_example_launches_with_roles_and_prints_each_roles_program():
+    import subprocess
+    import sys
+    from pathlib import Path
+    example = Path(__file__).resolve().parent.parent / "examples" / "fit_a_line_ps.py"
+    run = subprocess.run([sys.executable, "-m", "aluminum.run", "-n", "3", "--roles",
+                          "trainer:2,pserver:1", str(example)],
+                         capture_output=True, text=True, timeout=180)
+    assert run.returncode == 0, run.stdout + run.stderr
+    for line in ("--- trainer program ---", "--- pserver program ---",
+                 "send: reduce fc.w@GRAD [0, 1] -> fc.w@GRAD [2] x0.5",
+                 "fc.w = sgd(Param=fc.w, Grad=fc.w@GRAD, LearningRate=learning_rate_4)",
+                 "pserver rank 2: parameters equal one process's full-batch run: True",
+                 "over 3 ranks (trainer:[0, 1], pserver:[2]): ok"):
+        assert line in run.stdout, run.stdout
