@@ -276,6 +276,7 @@ class PlacedProgram:
             ops.append(op)
         block.ops = ops
         result.rank = rank
+        result.cluster = None     # what a rank runs, not a program to place and split again
         return result
 
     def _on_slices(self, op: Operator, rank: int) -> None:
