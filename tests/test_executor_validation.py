@@ -231,6 +231,24 @@ def test_an_unknown_op_after_the_updates_fails_before_any_parameter_changes():
         _assert_untouched(scope, before)
 
 
+def test_a_program_edited_after_a_good_run_is_checked_again():
+    main, _, loss, scope, feed = _fit_a_line()
+    runner = ex.Executor()
+    runner.run(main, feed, [loss], scope)
+    block = main.global_block()
+    block.ops.append(ex.Operator("frobnicate", {"X": [loss.name]}, {}))
+    before = _snapshot(scope)
+    with pytest.raises(ex.ProgramError, match=r"op 'frobnicate': no such op type"):
+        runner.run(main, feed, [loss], scope)
+    _assert_untouched(scope, before)
+    block.ops[-1] = ex.Operator("relu", {"X": [loss.name]}, {"Out": ["ghost"]})
+    with pytest.raises(ex.ProgramError, match=r"output variable 'ghost' is not declared"):
+        runner.run(main, feed, [loss], scope)
+    _assert_untouched(scope, before)
+    block.ops.pop()
+    runner.run(main, feed, [loss], scope)
+
+
 def test_a_hand_built_op_on_an_undeclared_variable_fails_before_anything_runs():
     main, _, loss, scope, feed = _fit_a_line()
     main.global_block().ops.append(ex.Operator("relu", {"X": [loss.name]}, {"Out": ["ghost"]}))

@@ -11,10 +11,10 @@ before any parameter is updated.
 Limits on program text (what surprises people: they are on the text, not on the program):
 at most ``MAX_PROGRAM_CHARS`` characters (64 Mi: about 170,000 ops as ``to_json`` writes
 them, 100,000 ops being 38.5 Mi; the length is compared before parsing, so a longer text
-costs nothing) and JSON nested at most ``MAX_NESTING`` levels (a program needs 7, plus its
-attrs' own nesting; text too deep for the parser is the same error, never a
-RecursionError).  Loading and checking is linear in the text: 100,000 ops take 2-5 s and
-about 0.5 GB on one core of the shared 2-core VM.
+costs nothing), and each attr value nested at most ``MAX_NESTING`` levels (the program
+around it is 6 deep; text nested too deep for the parser, about 1,000 levels, is refused
+naming the same limit, never with a RecursionError).  Loading and checking is linear in
+the text: 100,000 ops take 2-5 s and about 0.5 GB on one core of the shared 2-core VM.
 """
 from __future__ import annotations
 
@@ -84,18 +84,26 @@ def check_program(program) -> None:
     another type): ``Executor.run`` calls this on every run, and the full check costs
     about as much as a run of small ops.  What surprises people: an edit inside an op
     (its slots, attrs) or a variable (shape, dtype) after a run is not noticed."""
-    seen = _outline(program)
-    if _passed.get(program) == seen:
-        return
-    _check(program)
-    _passed[program] = seen
+    outline = _outline(program)
+    if not _same(_passed.get(program), outline):
+        _check(program)
+        _passed[program] = outline
 
 
 def _outline(program) -> list:
-    """What ``check_program`` compares to see whether a program changed (ops held, not
-    their ids, so that a new op at a freed op's address is still a new op)."""
+    """What ``check_program`` compares to see whether a program changed: per block, its
+    number of variables, its ops (held, so that a new op cannot reuse a freed one's id)
+    and their types."""
     return [(len(block.vars), list(block.ops), [op.type for op in block.ops])
             for block in program.blocks]
+
+
+def _same(before: list | None, now: list) -> bool:
+    """Outlines alike, ops compared by identity (an op's ``==`` compares its attrs)."""
+    return before is not None and len(before) == len(now) and all(
+        count == count_now and types == types_now and len(ops) == len(ops_now)
+        and all(a is b for a, b in zip(ops, ops_now))
+        for (count, ops, types), (count_now, ops_now, types_now) in zip(before, now))
 
 
 def _check(program) -> None:
