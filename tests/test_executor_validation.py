@@ -15,7 +15,8 @@ PLACES = ["cpu:0", "cpu:1"]
 
 
 def _limit(name):
-    """A documented limit of program_check (imported here: the module is new)."""
+    """A documented limit of program_check (imported when a test needs it, so the other
+    tests also run, and fail, against code that has no such module)."""
     from aluminum.executor import program_check
     return getattr(program_check, name)
 
