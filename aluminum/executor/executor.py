@@ -3,6 +3,7 @@ correctness reference the parallel executors are compared with."""
 from __future__ import annotations
 
 import functools
+import reprlib
 import threading
 
 import numpy as np
@@ -12,6 +13,7 @@ import aluminum as al
 from .errors import ExecutionError, ProgramError
 from .ir import Operator, Program
 from .ops import registry
+from .program_check import check_program
 from .scope import Scope, global_scope
 
 
@@ -121,19 +123,34 @@ def _execute_into(kind, op: Operator, inputs, outputs, scope: Scope, place: str,
 
 
 def check_feed(program: Program, feed: dict) -> None:
-    """Every fed name a declared variable, of a compatible shape and the declared dtype."""
+    """Every fed name a declared variable, fed an array (or what ``numpy.asarray`` makes a
+    numeric array of) of a compatible shape and the declared dtype."""
     block = program.global_block()
     for name, value in feed.items():
         if name not in block.vars:
             raise ProgramError(f"feed {name!r}: no such variable in the program")
         var = block.vars[name]
-        value = as_array(value)
+        value = _numeric_array(name, var, value)
         if len(value.shape) != len(var.shape) or any(
                 d != -1 and d != v for d, v in zip(var.shape, value.shape)):
             raise ProgramError(f"feed {name!r}: expected shape {list(var.shape)}, got "
                                f"{list(value.shape)}")
         if value.dtype != np.dtype(var.dtype):
             raise ProgramError(f"feed {name!r}: expected dtype {var.dtype}, got {value.dtype}")
+
+
+def _numeric_array(name: str, var, value):
+    """``as_array(value)``, or a ``ProgramError`` if that is no numeric array (a string, a
+    ragged list, a dict)."""
+    try:
+        array = as_array(value)
+    except (TypeError, ValueError):
+        array = None
+    if array is None or array.dtype.kind not in "biufc":
+        raise ProgramError(f"feed {name!r}: expected an array of {var.dtype} with shape "
+                           f"{list(var.shape)}, got {type(value).__name__} "
+                           f"{reprlib.repr(value)}")
+    return array
 
 
 def check_readable(program: Program, feed: dict, scope: Scope) -> None:
@@ -174,18 +191,24 @@ def check_fetch(program: Program, names: list[str]) -> None:
 
 
 class Executor:
-    """Sequential interpreter; ``place`` is a label for errors ("cpu")."""
+    """Sequential interpreter; ``place`` is a label for errors ("cpu").  ``check_nan_inf``:
+    check every float feed and every op's float outputs for NaN and Inf (see
+    nan_inf.py); off by default."""
 
-    def __init__(self, place: str = "cpu") -> None:
+    def __init__(self, place: str = "cpu", check_nan_inf: bool = False) -> None:
         self.place = place
+        self.check_nan_inf = check_nan_inf
 
     def run(self, program: Program, feed: dict | None = None, fetch_list=None,
             scope: Scope | None = None) -> list[np.ndarray]:
         """Run every op of ``program`` in order; return copies of the fetched values.
-        Everything is checked before the first op runs.  A placed program (``place``)
-        runs this rank's ops only, with its transfers (placement/runtime.py); a value
-        fetched that this rank does not hold comes back as None."""
+        Everything is checked before the first op runs (the whole program, as
+        ``check_program``, then the feed and fetch list): a ``ProgramError`` leaves the
+        scope as it was.  A placed program (``place``) runs this rank's ops only, with its
+        transfers (placement/runtime.py); a value fetched that this rank does not hold
+        comes back as None."""
         scope = global_scope() if scope is None else scope
+        check_program(program)
         if getattr(program, "cluster", None) is not None:
             from .placement.runtime import run_placed
             return run_placed(self, program, feed, fetch_list, scope)
@@ -194,7 +217,15 @@ class Executor:
         check_feed(program, feed)
         check_fetch(program, names)
         check_readable(program, feed, scope)
-        store_feed(scope, feed)
-        for op in program.global_block().ops:
-            run_op(op, scope, self.place)
+        if self.check_nan_inf:
+            from .nan_inf import check_feed_finite, check_outputs_finite
+            check_feed_finite(feed)
+            store_feed(scope, feed)
+            for op in program.global_block().ops:
+                run_op(op, scope, self.place)
+                check_outputs_finite(op, scope, self.place)
+        else:
+            store_feed(scope, feed)
+            for op in program.global_block().ops:
+                run_op(op, scope, self.place)
         return [fetch_value(name, scope, self.place) for name in names]

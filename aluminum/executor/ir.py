@@ -126,7 +126,9 @@ class Program:
         return self.blocks[0]
 
     def clone(self) -> Program:
-        copy = Program.from_json(self.to_json())
+        """A deep copy (not checked again: see ``from_json``); a placed program's copy
+        keeps its cluster."""
+        copy = Program._from_dict(json.loads(self.to_json()))
         if getattr(self, "cluster", None) is not None:   # set by placement.place
             copy.cluster = self.cluster
         return copy
@@ -151,10 +153,19 @@ class Program:
 
     @classmethod
     def from_json(cls, text: str) -> Program:
-        data = json.loads(text)
-        if data.get("format") != FORMAT:
-            raise ProgramError(f"program: expected format {FORMAT!r}, got "
-                               f"{data.get('format')!r}")
+        """The program ``text`` holds, checked as a built one is before it is returned:
+        every field of the format present and of its type, every op known, every variable
+        it uses declared, declared shapes agreeing with shape inference, the text within
+        the size and nesting limits; anything else is a ``ProgramError`` naming the field
+        (see program_check.py)."""
+        from .program_check import check_program, parse_program_json
+
+        program = cls._from_dict(parse_program_json(text))
+        check_program(program)
+        return program
+
+    @classmethod
+    def _from_dict(cls, data: dict) -> Program:
         program = cls()
         program.random_seed = data["random_seed"]
         program.blocks = []

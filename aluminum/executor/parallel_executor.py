@@ -20,8 +20,10 @@ from .data_parallel import broadcast_parameters, check_ranks_agree, data_paralle
 from .errors import ExecutionError, ProgramError
 from .executor import check_feed, check_fetch, check_readable, fetch_names, store_feed
 from .ir import Program
+from .nan_inf import check_feed_finite, check_plan_outputs
 from .parallel_context import get_parallel_context
 from .places import fetch_on_places, merge_fetched, split_feed
+from .program_check import check_program
 from .run_plan import RunPlan
 from .scheduler import Run, WorkerPool
 from .scope import Scope, global_scope
@@ -35,12 +37,15 @@ class ExecutionStrategy:
     op waits for a producer on another stream: ``"event"`` (its stream waits for the
     producer's event, the host goes on) or ``"wait"`` (the host blocks until the producer's
     stream has run it); see streams.py.  ``before_op``: called with each op handle just
-    before it runs, on its worker (tests inject random delays with it)."""
+    before it runs, on its worker (tests inject random delays with it).  ``check_nan_inf``:
+    check every float feed and every op's float outputs for NaN and Inf, naming the first
+    op found (see nan_inf.py); off by default, and then it costs nothing."""
 
     num_threads: int = 2
     _: KW_ONLY
     sync: str = "event"
     before_op: Callable[[OpHandle], None] | None = None
+    check_nan_inf: bool = False
 
     def __post_init__(self) -> None:
         if self.sync not in SYNC_MODES:
@@ -96,7 +101,10 @@ class ParallelExecutor:
         ``comm``: an aluminum communicator to train data-parallel over its ranks (each
         feeds its own shard of the batch; see data_parallel.py); None runs one rank, unless
         ``set_parallel_context(parallel_mode=ParallelMode.DATA_PARALLEL)`` said otherwise
-        (then its communicator, and without a ``build_strategy`` its ``gradients_mean``)."""
+        (then its communicator, and without a ``build_strategy`` its ``gradients_mean``).
+        The whole program is checked first (``check_program``): nothing runs or is
+        broadcast for a program that cannot run."""
+        check_program(main_program)
         if comm is None:
             context = get_parallel_context()
             comm = context.communicator()
@@ -159,10 +167,13 @@ class ParallelExecutor:
         return self._run(fetch_list, feed)
 
     def _run(self, fetch_list, feed: dict | None) -> list[np.ndarray]:
-        feed = split_feed(self.program, dict(feed or {}), len(self.places))
+        feed = dict(feed or {})
+        check_feed(self.program, feed)     # before the split, which takes arrays only
+        if self.exec_strategy.check_nan_inf:
+            check_feed_finite(feed)
+        feed = split_feed(self.program, feed, len(self.places))
         names = fetch_names(fetch_list)
         groups = fetch_on_places(self.program, names, len(self.places))
-        check_feed(self.program, feed)
         check_fetch(self.program, names)
         scope = self.scope
         for name in self.graph.external_inputs:
@@ -201,6 +212,8 @@ class ParallelExecutor:
             graph = self.graph.with_fetches(names) if names else self.graph
             plan = self._plans[tuple(names)] = RunPlan(graph, self._streams, self.scope,
                                                         self._context, self._destinations)
+            if self.exec_strategy.check_nan_inf:
+                check_plan_outputs(plan, self.places)
         return plan
 
     def close(self) -> None:

@@ -157,9 +157,29 @@ class Softmax(OpKind):
         return {"X": [y * (d - (d * y).sum(axis=-1, keepdims=True))]}
 
 
+def _labels(label, logits):
+    """``label`` as a vector of class indices, one per row of ``logits``, each in
+    [0, classes): numpy indexing would take a shorter batch, and -1 as the last class."""
+    rows, classes = logits.shape
+    if label.dtype.kind not in "iu":
+        raise ValueError(f"Label: expected an array of integers, got {label.dtype}")
+    if label.size != rows or label.ndim == 0 or label.shape[0] != rows:
+        raise ValueError(f"Label: expected one label per row of Logits (shape [{rows}, 1]), "
+                         f"got shape {list(label.shape)}")
+    label = label.reshape(-1)
+    outside = (label < 0) | (label >= classes)
+    if outside.any():
+        row = int(outside.argmax())
+        raise ValueError(f"Label: expected class indices in [0, {classes}), got "
+                         f"{int(label[row])} (row {row})")
+    return label
+
+
 @register
 class SoftmaxWithCrossEntropy(OpKind):
-    """``Loss[i] = -log softmax(Logits[i])[Label[i]]``; ``Label`` int64 [N, 1]."""
+    """``Loss[i] = -log softmax(Logits[i])[Label[i]]``; ``Label`` int64 [N, 1], one class
+    index in [0, C) per row of ``Logits`` [N, C], checked when the op runs (a shorter batch
+    or a label outside the range is an error, not numpy's wrap-around)."""
 
     type = "softmax_with_cross_entropy"
 
@@ -176,7 +196,7 @@ class SoftmaxWithCrossEntropy(OpKind):
         loss.shape, loss.dtype = (logits.shape[0], 1), logits.dtype
 
     def compute(self, ins, attrs, ctx, out):
-        logits, label = ins["Logits"][0], ins["Label"][0].reshape(-1)
+        logits, label = ins["Logits"][0], _labels(ins["Label"][0], ins["Logits"][0])
         shifted = logits - logits.max(axis=-1, keepdims=True)
         log_sum = np.log(np.exp(shifted).sum(axis=-1, keepdims=True))
         log_probs = shifted - log_sum
@@ -184,7 +204,7 @@ class SoftmaxWithCrossEntropy(OpKind):
         return {"Softmax": [np.exp(log_probs)], "Loss": [loss.astype(logits.dtype)]}
 
     def backward(self, ins, outs, douts, attrs, out):
-        softmax, label = outs["Softmax"][0], ins["Label"][0].reshape(-1)
+        softmax, label = outs["Softmax"][0], _labels(ins["Label"][0], outs["Softmax"][0])
         grad = softmax.copy()
         grad[np.arange(len(label)), label] -= 1
         grad *= douts["Loss"][0]
