@@ -118,6 +118,13 @@ class PlacedRun:
         """Free the channels' plans and the sub-communicators; values of ``scope`` in the
         channels' buffers become copies (so shared memory can go back).  Collective: every
         rank of the job releases."""
+        self._release_channels(scope)     # (its locals, buffers among them, gone on return)
+        groups, self._groups = self._groups, {}
+        for part in groups.values():
+            if part is not self.comm:
+                part.free()
+
+    def _release_channels(self, scope) -> None:
         channels, self._channels = self._channels, {}
         for channel in channels.values():
             channel.plan.free()
@@ -125,10 +132,6 @@ class PlacedRun:
                 if isinstance(value, np.ndarray) and np.may_share_memory(value,
                                                                         channel.buffer):
                     scope[name] = value.copy()
-        groups, self._groups = self._groups, {}
-        for part in groups.values():
-            if part is not self.comm:
-                part.free()
 
     def group_comm(self, group: tuple):
         return self._groups[tuple(group)]
