@@ -186,10 +186,18 @@ def run_placed(executor, program: Program, feed, fetch_list, scope) -> list:
     runtime.prepare(scope)
     check_readable(mine, feed, scope)
 
+    place = f"{executor.place}@rank{runtime.rank}"
+    checking = getattr(executor, "check_nan_inf", False)
+    if checking:
+        from ..nan_inf import check_feed_finite, check_outputs_finite
+        check_feed_finite(feed)
+
     def run_local(local: list[str]) -> list:
         store_feed(scope, feed)
         for op in mine.global_block().ops:
-            run_op(op, scope, f"{executor.place}@rank{runtime.rank}", context=runtime.context)
+            run_op(op, scope, place, context=runtime.context)
+            if checking:
+                check_outputs_finite(op, scope, place)
         return [fetch_value(name, scope, executor.place) for name in local]
     return runtime.run(run_local, names)
 
