@@ -441,9 +441,9 @@ def choose(comm, op: str, algo: str, nbytes: int, inplace: bool | None = None,
     """The State class that runs ``op`` on ``comm``'s backend with ``algo``; "automatic"
     asks ``select_algorithm`` with the call's placement and mode when known.
 
-    An automatic choice of an algorithm that needs every rank on one node (its class says
-    ``single_node = True``) falls back to the default on a communicator that spans nodes: a
-    table measured on one node must not break a multi-node job."""
+    An automatic choice of an algorithm that cannot run on ``comm``'s nodes (``runs_on``)
+    falls back to the default: a table measured on one node must not break a multi-node
+    job."""
     backend = comm.backend
     if algo != Algorithm.AUTOMATIC:
         return backend.state_class(op, algo)
@@ -451,6 +451,15 @@ def choose(comm, op: str, algo: str, nbytes: int, inplace: bool | None = None,
     chosen = select_algorithm(backend.name, op, comm.size, nbytes, default, inplace,
                               nonblocking)
     cls = backend.state_class(op, chosen)
+    return cls if runs_on(comm, cls) else backend.state_class(op, default)
+
+
+def runs_on(comm, cls: type) -> bool:
+    """Whether the algorithm ``cls`` can run on ``comm``'s nodes: ``single_node`` classes
+    need every rank on one node, ``uniform_nodes`` ones as many ranks on every node."""
     if getattr(cls, "single_node", False) and comm.local_size != comm.size:
-        return backend.state_class(op, default)
-    return cls
+        return False
+    nodes = getattr(comm, "nodes", None)
+    if getattr(cls, "uniform_nodes", False) and nodes is not None:
+        return len({len(node) for node in nodes}) == 1
+    return True
