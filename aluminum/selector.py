@@ -413,7 +413,7 @@ def _decide(table: Table, backend: str, op: str, comm_size: int, nbytes: int,
     if rules:
         return rules[_nearest(rules, comm_size)].choose(nbytes) or default
     if nodes is not None:
-        return _decide_across_nodes(table, backend, op, nbytes, default, nodes)
+        return _decide_across_nodes(table, backend, op, comm_size, nbytes, default, nodes)
     if _known is None:
         return default
     try:
@@ -427,8 +427,8 @@ def _decide(table: Table, backend: str, op: str, comm_size: int, nbytes: int,
     return costmodel.best(op, comm_size, nbytes, model.alpha, model.beta, candidates)
 
 
-def _decide_across_nodes(table: Table, backend: str, op: str, nbytes: int, default: str,
-                         nodes: tuple[int, int]) -> str:
+def _decide_across_nodes(table: Table, backend: str, op: str, comm_size: int, nbytes: int,
+                         default: str, nodes: tuple[int, int]) -> str:
     """No rule measured across nodes: the two-level model picks an allreduce (with the
     table's ``model`` inside nodes and ``inter_model`` between them), among the algorithms
     that run on nodes of ``nodes[1]`` ranks (0: nodes of different sizes)."""
@@ -445,9 +445,10 @@ def _decide_across_nodes(table: Table, backend: str, op: str, nbytes: int, defau
         return default
     intra = table.model or costmodel.AlphaBeta(DEFAULT_ALPHA, DEFAULT_BETA)
     inter = table.inter_model or two_level_model.DEFAULT_INTER
-    # Nodes of different sizes: modelled as nodes of the largest size (what the slowest
+    # Nodes of different sizes: modelled as nodes of the largest size (what the busiest
     # node's link carries).
-    return two_level_model.best_allreduce(two_level_model.Nodes(count, local or 1), nbytes,
+    local = local or -(-comm_size // count)
+    return two_level_model.best_allreduce(two_level_model.Nodes(count, local), nbytes,
                                           intra, inter, candidates)
 
 

@@ -37,14 +37,19 @@ def test_ranks(filename, nprocs, tmp_path):
 
 
 # Across emulated hosts (network namespaces, one Open MPI daemon each: TCP between hosts,
-# shared memory inside one): every operation in every mode, and every allreduce algorithm
-# offered there, on 2 hosts of 1 and of 2 ranks.
-ACROSS_HOSTS = [JOINED, "rank_algorithms.py"]
+# shared memory inside one): every operation in every mode, every allreduce algorithm
+# offered there, and the bytes that cross between hosts, on 2 hosts of 1 and of 2 ranks;
+# the algorithms and the traffic also on 3 hosts (not a power of two).
+ACROSS_HOSTS = [(name, hosts, nprocs)
+                for name in (JOINED, "rank_algorithms.py", "hosts_traffic.py")
+                for hosts, nprocs in ((2, 2), (2, 4))] + \
+               [(name, 3, 3) for name in ("rank_algorithms.py", "hosts_traffic.py")]
 
 
 @pytest.mark.skipif(NO_HOSTS is not None, reason=f"no emulated hosts here: {NO_HOSTS}")
-@pytest.mark.parametrize("hosts, nprocs", [(2, 2), (2, 4)], ids=["2x1", "2x2"])
-@pytest.mark.parametrize("filename", ACROSS_HOSTS)
+@pytest.mark.parametrize("filename, hosts, nprocs", ACROSS_HOSTS,
+                         ids=[f"{name}-{hosts}hosts-x{nprocs // hosts}"
+                              for name, hosts, nprocs in ACROSS_HOSTS])
 def test_ranks_across_hosts(filename, hosts, nprocs, tmp_path):
     run_ranks(filename, nprocs, tmp_path, hosts=hosts)
 
