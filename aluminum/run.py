@@ -2,8 +2,10 @@
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 
+from .core.errors import AluminumError
 from .launcher import launch
 
 
@@ -11,15 +13,30 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m aluminum.run", description=__doc__)
     parser.add_argument("-n", "--np", type=int, default=2, help="number of ranks (default 2)")
     parser.add_argument("--timeout", type=float, default=None, help="kill the job after this")
+    parser.add_argument("--hosts", type=int, default=None,
+                        help="spread the ranks over this many emulated hosts (network "
+                        "namespaces on this machine; needs root)")
+    parser.add_argument("--link-mbit", type=float, default=None,
+                        help="limit each emulated host's link to this rate (with --hosts)")
     parser.add_argument("program", nargs=argparse.REMAINDER,
                         help="script.py or a command such as: python -c '...'")
     args = parser.parse_args(argv)
     if not args.program:
         parser.error("expected a program to run")
+    # SIGTERM unwinds like Ctrl-C, so the job is stopped and emulated hosts are removed.
+    signal.signal(signal.SIGTERM, _raise_interrupt)
     try:
-        return launch(args.np, args.program, timeout=args.timeout).returncode
+        return launch(args.np, args.program, timeout=args.timeout, hosts=args.hosts,
+                      link_mbit=args.link_mbit).returncode
     except KeyboardInterrupt:
         return 130
+    except AluminumError as exc:
+        print(f"python -m aluminum.run: {exc}", file=sys.stderr)
+        return 2
+
+
+def _raise_interrupt(signum, frame):
+    raise KeyboardInterrupt
 
 
 if __name__ == "__main__":
