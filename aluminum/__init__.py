@@ -40,9 +40,16 @@ BOR, BAND, BXOR = ReductionOp.BOR, ReductionOp.BAND, ReductionOp.BXOR
 AVG = ReductionOp.AVG
 
 
-def algorithms(op: str, backend: str = "mpi") -> list[Algorithm]:
+def algorithms(op: str, backend: str = "mpi", comm=None) -> list[Algorithm]:
     """The algorithms ``algo=`` accepts for ``op`` on ``backend`` (besides automatic);
-    each an ``al.Algorithm``, which is also its plain string name."""
+    each an ``al.Algorithm``, which is also its plain string name.  With ``comm``, only
+    those that run on it (``backend`` is then ``comm``'s): an algorithm that needs every
+    rank on one node is left out where ``comm`` spans nodes, one that needs as many ranks
+    on every node where node sizes differ."""
     from .backends import get_backend
+    from .selector import runs_on
 
-    return get_backend(backend).algorithms(op)
+    if comm is None:
+        return get_backend(backend).algorithms(op)
+    return [algo for algo in comm.backend.algorithms(op)
+            if runs_on(comm, comm.backend.state_class(op, algo))]

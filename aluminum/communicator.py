@@ -58,6 +58,11 @@ class Communicator:
         self.local_rank, self.local_size = local.Get_rank(), local.Get_size()
         self._local = local
         self.rank, self.size = self._mpi.Get_rank(), self._mpi.Get_size()
+        # Every rank learns every node's ranks once (two small collectives at creation),
+        # so node-aware algorithms need no agreement per call.
+        seen = self._admin.allgather(tuple(local.allgather(self.rank)))
+        self.nodes: tuple[tuple[int, ...], ...] = tuple(sorted(set(seen)))
+        self.node_count = len(self.nodes)
         if stream is None and self.backend.default_stream is not None:
             stream = self.backend.default_stream()
         self._stream = stream

@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 from .core.errors import AluminumError
+from .emulated_hosts import emulated_hosts
 
 LAUNCH_ENV = {
     "OMPI_ALLOW_RUN_AS_ROOT": "1",
@@ -45,7 +46,7 @@ def launch_env(base: dict | None = None) -> dict:
     return env
 
 
-def command(nprocs: int, argv: list[str]) -> list[str]:
+def command(nprocs: int, argv: list[str], mpiexec_args: list[str] = ()) -> list[str]:
     """The full mpiexec command line; a leading ``*.py`` runs with this Python."""
     if nprocs < 1:
         raise AluminumError(f"-n: expected at least 1 process, got {nprocs}")
@@ -53,7 +54,7 @@ def command(nprocs: int, argv: list[str]) -> list[str]:
         argv = [sys.executable, *argv]
     elif argv and argv[0] in ("python", "python3"):
         argv = [sys.executable, *argv[1:]]
-    return [mpiexec_path(), "-n", str(nprocs), *argv]
+    return [mpiexec_path(), "-n", str(nprocs), *mpiexec_args, *argv]
 
 
 # mpiexec's own start-up failing now and then on a busy machine (Open MPI 5's PMIx server;
@@ -63,16 +64,30 @@ STARTUP_ATTEMPTS = 3
 
 
 def launch(nprocs: int, argv: list[str], *, timeout: float | None = None,
-           env: dict | None = None, capture: bool = False) -> subprocess.CompletedProcess:
+           env: dict | None = None, capture: bool = False, hosts: int | None = None,
+           link_mbit: float | None = None) -> subprocess.CompletedProcess:
     """Run ``argv`` on ``nprocs`` ranks and wait; on timeout the whole job is killed and
     ``subprocess.TimeoutExpired`` raised (so a hang never stalls the caller).
 
     ``capture``: return stdout and stderr together in ``.stdout`` instead of passing them
     through.  A job whose launcher failed to start (``STARTUP_FAILURE``) is retried.
+    ``hosts``: spread the ranks over that many emulated hosts (emulated_hosts.py), each
+    host's link limited to ``link_mbit`` if given; they are removed when the job ends.
     """
+    if hosts is None:
+        if link_mbit is not None:
+            raise AluminumError(f"--link-mbit: expected --hosts with it (links exist only "
+                                f"between emulated hosts), got --link-mbit {link_mbit} alone")
+        return _launch(command(nprocs, argv), launch_env(env), timeout, capture)
+    with emulated_hosts(hosts, nprocs, link_mbit) as cluster:
+        return _launch(command(nprocs, argv, cluster.mpiexec_args()), launch_env(env),
+                       timeout, capture)
+
+
+def _launch(cmd: list[str], env: dict, timeout: float | None,
+            capture: bool) -> subprocess.CompletedProcess:
     for attempt in range(1, STARTUP_ATTEMPTS + 1):
-        result, startup_failed = _launch_once(command(nprocs, argv), launch_env(env),
-                                              timeout, capture)
+        result, startup_failed = _launch_once(cmd, env, timeout, capture)
         if not startup_failed or attempt == STARTUP_ATTEMPTS:
             return result
         print(f"[aluminum] mpiexec failed to start (attempt {attempt} of "

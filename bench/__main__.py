@@ -5,6 +5,7 @@
     python -m aluminum.bench tune --np 2          # writes the selector's table
     python -m aluminum.bench tune --show          # prints the rules in use
     python -m aluminum.bench model --np 8 --alpha 2us --beta 0.15ns
+    python -m aluminum.bench --hosts 2 --np 4 allreduce --link-mbit 1000 --algo ring,hierarchical
     python -m aluminum.bench plot out.json out.png
 
 With ``--np N`` the command starts itself on N ranks with the bundled mpiexec (aluminum's
@@ -40,6 +41,9 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--np", dest="top_np", default=None, metavar="N",
                         help="start N ranks with the bundled mpiexec (also accepted after "
                              "the command)")
+    parser.add_argument("--hosts", dest="top_hosts", type=int, default=None, metavar="H",
+                        help="with --np: spread the ranks over H emulated hosts (also "
+                             "accepted after the command)")
     commands = parser.add_subparsers(dest="command", required=True, metavar="<op>|tune|model|plot")
 
     def common(sub: argparse.ArgumentParser, iters: int, warmup: int,
@@ -65,6 +69,11 @@ def _parser() -> argparse.ArgumentParser:
         sub.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
         sub.add_argument("--timeout", type=float, default=None,
                          help="with --np: kill the job after this many seconds")
+        sub.add_argument("--hosts", type=int, default=None,
+                         help="with --np: spread the ranks over this many emulated hosts "
+                              "(network namespaces; needs root)")
+        sub.add_argument("--link-mbit", type=float, default=None,
+                         help="with --hosts: limit each host's link to this rate")
 
     for op in [*SPECS, *ALIASES]:
         sub = commands.add_parser(op, help=f"sweep {op}" if op in SPECS else argparse.SUPPRESS)
@@ -174,7 +183,8 @@ def _without_jobs(argv: list[str]) -> list[str]:
     return _without_np(argv, "--jobs")
 
 
-def _launch(nps: list[int], argv: list[str], timeout: float | None, jobs: int = 1) -> int:
+def _launch(nps: list[int], argv: list[str], timeout: float | None, jobs: int = 1,
+            hosts: int | None = None, link_mbit: float | None = None) -> int:
     """One job per entry of `nps` (``tune --jobs K``: K jobs each, the first K - 1 recording
     their measurements for the last, which decides); a ``tune --fresh`` starts fresh only in
     the first, so the later jobs add their comm sizes to its table."""
@@ -189,18 +199,19 @@ def _launch(nps: list[int], argv: list[str], timeout: float | None, jobs: int = 
             for k in range(jobs):
                 extra = (["--record", records[k]] if k < jobs - 1 else
                          ["--earlier", ",".join(records)] if records else [])
-                code = _launch_one(n, [*argv, *extra], timeout)
+                code = _launch_one(n, [*argv, *extra], timeout, hosts, link_mbit)
                 if code:
                     return code
     return code
 
 
-def _launch_one(n: int, argv: list[str], timeout: float | None) -> int:
+def _launch_one(n: int, argv: list[str], timeout: float | None, hosts: int | None = None,
+                link_mbit: float | None = None) -> int:
     from aluminum.launcher import launch
 
     try:
-        return launch(n, [sys.executable, "-m", "aluminum.bench", *argv],
-                      timeout=timeout).returncode
+        return launch(n, [sys.executable, "-m", "aluminum.bench", *argv], timeout=timeout,
+                      hosts=hosts, link_mbit=link_mbit).returncode
     except KeyboardInterrupt:
         return 130
     except Exception as exc:  # noqa: BLE001 - report a failed launch plainly
@@ -220,6 +231,8 @@ def main(argv: list[str] | None = None) -> int:
                 parser.error(f"--np: expected an integer, got {args.top_np!r}")
         elif args.command not in ("model", "plot"):
             args.np = args.np or args.top_np
+    if args.top_hosts is not None and getattr(args, "hosts", None) is None:
+        args.hosts = args.top_hosts
     if args.command == "model":
         return _model(args, parser)
     if args.command == "plot":
@@ -238,7 +251,11 @@ def main(argv: list[str] | None = None) -> int:
         jobs = getattr(args, "jobs", 1)
         if jobs < 1:
             parser.error(f"--jobs: expected at least 1, got {jobs}")
-        return _launch(nps, _without_jobs(_without_np(argv)), args.timeout, jobs)
+        ranks_argv = _without_jobs(_without_np(argv))
+        for option in ("--hosts", "--link-mbit"):
+            ranks_argv = _without_np(ranks_argv, option)
+        return _launch(nps, ranks_argv, args.timeout, jobs, getattr(args, "hosts", None),
+                       getattr(args, "link_mbit", None))
     if args.command == "tune":
         if args.jobs != 1 and args.record is None and not args.earlier:
             parser.error("--jobs: needs --np (each job is a launch of its own)")

@@ -1,4 +1,5 @@
-"""Run every ``tests/mpi/rank_*.py`` file as a real MPI program on 1, 2, 3 and 4 ranks.
+"""Run every ``tests/mpi/rank_*.py`` file as a real MPI program on 1, 2, 3 and 4 ranks, and
+the operations and algorithms also across 2 emulated hosts.
 
 Each rank runs the same pytest file; a failure on any rank fails the test and shows that
 rank's output; every launch has a timeout, so a hang fails instead of stalling the suite.
@@ -10,7 +11,14 @@ from pathlib import Path
 
 import pytest
 
+from aluminum.emulated_hosts import EmulatedHostsError, check_privilege
 from aluminum.launcher import launch
+
+try:
+    check_privilege()
+    NO_HOSTS = None
+except EmulatedHostsError as exc:
+    NO_HOSTS = str(exc)
 
 HERE = Path(__file__).parent / "mpi"
 # The rank_ops_* files (every operation on every backend, in every mode, over every array
@@ -25,18 +33,41 @@ TIMEOUT = float(os.environ.get("AL_TEST_TIMEOUT", "300"))
 @pytest.mark.parametrize("nprocs", [1, 2, 3, 4])
 @pytest.mark.parametrize("filename", FILES)
 def test_ranks(filename, nprocs, tmp_path):
+    run_ranks(filename, nprocs, tmp_path)
+
+
+# Across emulated hosts (network namespaces, one Open MPI daemon each: TCP between hosts,
+# shared memory inside one): every operation in every mode, every allreduce algorithm
+# offered there, and the bytes that cross between hosts, on 2 hosts of 1 and of 2 ranks;
+# the algorithms and the traffic also on 3 hosts (not a power of two).
+ACROSS_HOSTS = [(name, hosts, nprocs)
+                for name in (JOINED, "rank_algorithms.py", "hosts_traffic.py")
+                for hosts, nprocs in ((2, 2), (2, 4))] + \
+               [(name, 3, 3) for name in ("rank_algorithms.py", "hosts_traffic.py")]
+
+
+@pytest.mark.skipif(NO_HOSTS is not None, reason=f"no emulated hosts here: {NO_HOSTS}")
+@pytest.mark.parametrize("filename, hosts, nprocs", ACROSS_HOSTS,
+                         ids=[f"{name}-{hosts}hosts-x{nprocs // hosts}"
+                              for name, hosts, nprocs in ACROSS_HOSTS])
+def test_ranks_across_hosts(filename, hosts, nprocs, tmp_path):
+    run_ranks(filename, nprocs, tmp_path, hosts=hosts)
+
+
+def run_ranks(filename, nprocs, tmp_path, hosts=None):
     env = dict(os.environ, AL_TEST_LOGDIR=str(tmp_path), PYTHONHASHSEED="0")
     files = sorted(HERE.glob(filename)) if filename == JOINED else [HERE / filename]
     argv = [sys.executable, str(HERE / "_rank_main.py"), *map(str, files)]
     try:
-        result = launch(nprocs, argv, timeout=TIMEOUT, env=env, capture=True)
+        result = launch(nprocs, argv, timeout=TIMEOUT, env=env, capture=True, hosts=hosts)
         failed = result.returncode != 0
         summary = f"exit code {result.returncode}"
         mpiexec_output = result.stdout
     except subprocess.TimeoutExpired as exc:
         failed, summary, mpiexec_output = True, f"timed out after {TIMEOUT:.0f} s", exc.output
     if failed:
-        pytest.fail(f"{filename} on {nprocs} ranks: {summary}\n"
+        where = f" on {hosts} emulated hosts" if hosts else ""
+        pytest.fail(f"{filename} on {nprocs} ranks{where}: {summary}\n"
                     f"{_rank_logs(tmp_path, nprocs)}\n--- mpiexec ---\n{mpiexec_output or ''}",
                     pytrace=False)
 

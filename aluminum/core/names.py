@@ -30,6 +30,7 @@ class Algorithm(_Name):
     RING = "ring"
     RABENSEIFNER = "rabenseifner"
     SHARED_MEMORY = "shared_memory"          # node-shared buffers (al.shared_empty)
+    HIERARCHICAL = "hierarchical"            # inside nodes, then across them
     HOST_TRANSFER = "host_transfer"          # the host-transfer backend's staging
     NCCL = "nccl"
 

@@ -9,7 +9,7 @@ import threading
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 import aluminum as al
@@ -18,7 +18,7 @@ from aluminum.core.buffers import as_buffer
 from conftest import rank_data
 from rank_allreduce import CASES, reference
 
-ALGOS = ["recursive_doubling", "ring", "rabenseifner", "shared_memory"]
+ALGOS = ["recursive_doubling", "ring", "rabenseifner", "shared_memory", "hierarchical"]
 FLOAT_DTYPES = [np.float16, np.float32, np.float64, al.bfloat16]
 SIZES = st.one_of(st.sampled_from([0, 1, 2, 3, 4, 5, 7, 1023]), st.integers(0, 3000))
 
@@ -27,6 +27,17 @@ def assert_identical_on_all_ranks(comm, result):
     gathered = comm.mpi_comm.allgather(result.tobytes())
     bad = [r for r, g in enumerate(gathered) if g != gathered[0]]
     assert not bad, f"ranks {bad} disagree with rank 0 on the result"
+
+
+def offered(comm, algos=ALGOS):
+    """The ``algos`` that run on ``comm`` (all of them on one node; launched on emulated
+    hosts, shared_memory needs one node and hierarchical equal nodes)."""
+    return [algo for algo in algos if algo in al.algorithms("allreduce", comm=comm)]
+
+
+def skip_unless_offered(comm, algo):
+    if algo not in offered(comm):
+        pytest.skip(f"{algo} does not run on nodes of {[len(n) for n in comm.nodes]} ranks")
 
 
 def run_allreduce(comm, mine, op, algo, inplace):
@@ -44,6 +55,7 @@ def run_allreduce(comm, mine, op, algo, inplace):
 @given(algo=st.sampled_from(ALGOS), count=SIZES, case=CASES, inplace=st.booleans(),
        seed=st.integers(0, 2**16))
 def test_allreduce_matches_numpy(comm, algo, count, case, inplace, seed):
+    assume(algo in offered(comm))
     dtype, op = case
     result = run_allreduce(comm, rank_data(count, dtype, comm.rank, seed), op, algo, inplace)
     np.testing.assert_array_equal(result, reference(count, dtype, op, comm.size, seed),
@@ -68,6 +80,7 @@ def inexact_data(count, dtype, op, rank, seed):
        op=st.sampled_from([al.SUM, al.PROD, al.MIN, al.MAX, al.AVG]), inplace=st.booleans(),
        seed=st.integers(0, 2**16))
 def test_inexact_floats_bit_identical_and_close(comm, algo, count, dtype, op, inplace, seed):
+    assume(algo in offered(comm))
     result = run_allreduce(comm, inexact_data(count, dtype, op, comm.rank, seed), op, algo,
                            inplace)
     assert_identical_on_all_ranks(comm, result)
@@ -85,6 +98,7 @@ def test_inexact_floats_bit_identical_and_close(comm, algo, count, dtype, op, in
 @pytest.mark.parametrize("algo", ALGOS)
 @pytest.mark.parametrize("count, dtype", [((1 << 18) + 3, np.float32), (1 << 17, np.int64)])
 def test_allreduce_about_a_mebibyte(comm, algo, count, dtype):
+    skip_unless_offered(comm, algo)
     mine = (np.arange(count) % 1000 + comm.rank).astype(dtype)
     expected = sum((np.arange(count) % 1000 + r).astype(dtype) for r in range(comm.size))
     result = run_allreduce(comm, mine, al.SUM, algo, inplace=False)
@@ -97,6 +111,7 @@ def small_chunk_comm():
     """A fresh communicator whose shared window has 4 KiB chunks: many pipelined rounds,
     short last chunks and slot reuse, on small vectors."""
     with al.MPICommunicator() as fresh:
+        skip_unless_offered(fresh, "shared_memory")
         fresh._scratch[SharedWindow.KEY] = SharedWindow(fresh.local_comm, chunk_bytes=4096)
         yield fresh
 
@@ -133,6 +148,7 @@ def test_repeat_calls_on_the_same_arrays(comm, algo, nonblocking):
     """A training loop reduces the same arrays every step: repeat calls skip validation (and,
     for states built straight from arrays, the Buffers) yet must see each step's values,
     in 2-D shapes, in place and out of place."""
+    skip_unless_offered(comm, algo)
     def run(*args, **kwargs):
         if nonblocking:
             al.nonblocking_allreduce(*args, **kwargs).wait()
@@ -164,7 +180,8 @@ def test_shared_memory_refuses_ranks_on_other_nodes(comm):
 
 def test_threads_on_different_communicators(comm):
     """Blocking calls from several threads at once, one communicator per thread."""
-    comms = [al.MPICommunicator() for _ in ALGOS]
+    algos = offered(comm)
+    comms = [al.MPICommunicator() for _ in algos]
     errors = []
 
     def work(thread_comm, algo, index):
@@ -179,7 +196,7 @@ def test_threads_on_different_communicators(comm):
             errors.append((algo, exc))
 
     threads = [threading.Thread(target=work, args=(c, a, i))
-               for i, (c, a) in enumerate(zip(comms, ALGOS))]
+               for i, (c, a) in enumerate(zip(comms, algos))]
     for thread in threads:
         thread.start()
     for thread in threads:
@@ -192,7 +209,8 @@ def test_threads_on_different_communicators(comm):
 def test_nonblocking_on_one_communicator(comm):
     """Operations of every algorithm in flight together on one communicator never mix."""
     pytest.importorskip("aluminum.engine.progress")
-    cases = [(ALGOS[i % len(ALGOS)], 777 * i + 5, i) for i in range(10)]
+    algos = offered(comm)
+    cases = [(algos[i % len(algos)], 777 * i + 5, i) for i in range(10)]
     buffers = [rank_data(count, np.int64, comm.rank, seed) for _, count, seed in cases]
     requests = [al.nonblocking_allreduce(buf, comm, algo=algo)
                 for buf, (algo, _, _) in zip(buffers, cases)]

@@ -1,10 +1,11 @@
-"""Custom MPI algorithms (ring, recursive doubling, Rabenseifner, shared memory).
+"""Custom MPI algorithms (ring, recursive doubling, Rabenseifner, shared memory, hierarchical).
 
 ``CUSTOM_ALGORITHMS[op][name]`` is the State class of algorithm ``name`` for ``op``.  Each
 class lives in its own file and writes its algorithm as one generator (program.py), so the
 blocking and the nonblocking call run the same code.
 """
 from ....core.names import Algorithm
+from .hierarchical import HierarchicalAllreduce
 from .rabenseifner import RabenseifnerAllreduce
 from .recursive_doubling import RecursiveDoublingAllreduce
 from .ring_allgather import RingAllgather
@@ -18,6 +19,7 @@ CUSTOM_ALGORITHMS: dict[str, dict[Algorithm, type]] = {
         Algorithm.RING: RingAllreduce,
         Algorithm.RABENSEIFNER: RabenseifnerAllreduce,
         Algorithm.SHARED_MEMORY: SharedMemoryAllreduce,
+        Algorithm.HIERARCHICAL: HierarchicalAllreduce,
     },
     "reduce_scatter": {Algorithm.RING: RingReduceScatter},
     "allgather": {Algorithm.RING: RingAllgather},

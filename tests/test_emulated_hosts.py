@@ -1,0 +1,138 @@
+"""Emulated hosts (``python -m aluminum.run --hosts H``): ranks land on H network namespaces
+that Open MPI sees as H nodes, links are shaped when asked, and nothing is left behind
+however the job ends.  Skipped, with the reason, where namespaces cannot be made."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+from aluminum.core.errors import AluminumError
+from aluminum.emulated_hosts import EmulatedHostsError, check_privilege, leftovers
+from aluminum.launcher import launch
+
+try:
+    check_privilege(need_tc=True)
+    UNAVAILABLE = None
+except EmulatedHostsError as exc:
+    UNAVAILABLE = str(exc)
+needs_namespaces = pytest.mark.skipif(UNAVAILABLE is not None, reason=UNAVAILABLE or "")
+
+REPORT = """
+import json, socket, subprocess
+import numpy as np
+import aluminum as al
+comm = al.MPICommunicator()
+buf = np.arange(1000, dtype=np.float64) * (comm.rank + 1)
+al.allreduce(buf, comm, algo="ring")
+qdisc = subprocess.run(["tc", "qdisc", "show", "dev", "eth0"], capture_output=True,
+                       text=True).stdout
+print("REPORT" + json.dumps({"rank": comm.rank, "host": socket.gethostname(),
+      "local_size": comm.local_size, "sum": buf.tolist(), "qdisc": qdisc}), flush=True)
+"""
+
+
+def reports(output: str) -> list[dict]:
+    found = [json.loads(line[len("REPORT"):]) for line in output.splitlines()
+             if line.startswith("REPORT")]
+    return sorted(found, key=lambda report: report["rank"])
+
+
+@needs_namespaces
+@pytest.mark.parametrize("hosts,nprocs,per_host", [(2, 4, [2, 2]), (2, 3, [2, 1]),
+                                                    (3, 3, [1, 1, 1])])
+def test_ranks_fill_the_hosts_in_order_and_reduce_across_them(hosts, nprocs, per_host):
+    before = leftovers()
+    result = launch(nprocs, [sys.executable, "-c", REPORT], hosts=hosts, capture=True,
+                    timeout=120)
+    assert result.returncode == 0, result.stdout
+    found = reports(result.stdout)
+    assert [r["rank"] for r in found] == list(range(nprocs)), result.stdout
+    names = [r["host"] for r in found]
+    assert [names.count(name) for name in dict.fromkeys(names)] == per_host
+    assert [r["local_size"] for r in found] == [per_host[list(dict.fromkeys(names)).index(n)]
+                                                for n in names]
+    expected = np.arange(1000, dtype=np.float64) * sum(range(1, nprocs + 1))
+    for report in found:
+        np.testing.assert_array_equal(report["sum"], expected)
+    assert leftovers() == before
+
+
+@needs_namespaces
+def test_a_link_limit_shapes_every_host_link_and_none_without_it():
+    shaped = reports(launch(2, [sys.executable, "-c", REPORT], hosts=2, link_mbit=250,
+                            capture=True, timeout=120).stdout)
+    plain = reports(launch(2, [sys.executable, "-c", REPORT], hosts=2, capture=True,
+                           timeout=120).stdout)
+    assert len(shaped) == len(plain) == 2
+    assert all("tbf" in r["qdisc"] and "250Mbit" in r["qdisc"] for r in shaped)
+    assert not any("tbf" in r["qdisc"] for r in plain)
+
+
+@needs_namespaces
+def test_nothing_is_left_after_a_failing_job():
+    before = leftovers()
+    result = launch(2, [sys.executable, "-c", "raise SystemExit(3)"], hosts=2,
+                    capture=True, timeout=120)
+    assert result.returncode != 0
+    assert leftovers() == before
+
+
+@needs_namespaces
+def test_nothing_is_left_after_a_job_killed_for_its_timeout():
+    before = leftovers()
+    with pytest.raises(subprocess.TimeoutExpired):
+        launch(2, [sys.executable, "-c", "import time; time.sleep(60)"], hosts=2,
+               capture=True, timeout=5)
+    assert leftovers() == before
+
+
+@needs_namespaces
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_nothing_is_left_when_the_launcher_is_signalled(sig):
+    before = leftovers()
+    runner = subprocess.Popen([sys.executable, "-m", "aluminum.run", "--hosts", "2", "-n", "2",
+                               "python", "-c", "import time; print('up', flush=True); "
+                               "time.sleep(60)"], stdout=subprocess.PIPE, text=True)
+    try:
+        assert runner.stdout.readline().strip() == "up"   # the job is running on the hosts
+        assert len(leftovers()) > len(before)
+        runner.send_signal(sig)
+        runner.wait(30)
+    finally:
+        if runner.poll() is None:
+            runner.kill()
+    assert runner.returncode != 0
+    deadline = time.monotonic() + 10
+    while leftovers() != before and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert leftovers() == before
+
+
+@pytest.mark.parametrize("kwargs,named", [
+    ({"hosts": 0}, "--hosts"),
+    ({"hosts": 3, "nprocs": 2}, "-n"),
+    ({"hosts": 2, "link_mbit": 0}, "--link-mbit"),
+    ({"link_mbit": 100}, "--link-mbit"),
+])
+def test_bad_host_arguments_are_refused_before_anything_is_made(kwargs, named):
+    nprocs = kwargs.pop("nprocs", 2)
+    with pytest.raises(AluminumError, match=named):
+        launch(nprocs, [sys.executable, "-c", "pass"], **kwargs)
+
+
+def test_without_root_it_says_so_and_makes_nothing(monkeypatch):
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    with pytest.raises(EmulatedHostsError, match="expected root"):
+        launch(2, [sys.executable, "-c", "pass"], hosts=2)
+
+
+def test_the_command_line_reports_a_refusal_with_exit_status_2():
+    done = subprocess.run([sys.executable, "-m", "aluminum.run", "--hosts", "0", "-n", "2",
+                           "python", "-c", "pass"], capture_output=True, text=True)
+    assert done.returncode == 2
+    assert "--hosts: expected at least 1 host, got 0" in done.stderr
