@@ -16,10 +16,14 @@ from .optimizer import SGD, Adam, Momentum
 from .parallel_context import (GradReducer, ParallelMode, get_parallel_context,
                                reset_parallel_context, set_parallel_context)
 from .parallel_executor import BuildStrategy, ExecutionStrategy, ParallelExecutor
+from .placement import (Cluster, HandPlacement, ParameterServerStrategy, explain_placement,
+                        parse_place_group, place, place_guard, plan_transfers, set_cluster)
 from .scope import Scope, global_scope
 from .ssa_graph import OpHandle, SSAGraph, VarHandle, build_graph
 
-__all__ = ["Adam", "Block", "BuildStrategy", "ExecutionError", "ExecutionStrategy", "Executor",
+__all__ = ["Adam", "Block", "BuildStrategy", "Cluster", "HandPlacement",
+           "ParameterServerStrategy", "explain_placement", "parse_place_group", "place",
+           "place_guard", "plan_transfers", "set_cluster", "ExecutionError", "ExecutionStrategy", "Executor",
            "GradReducer", "Momentum", "OpHandle", "Operator", "ParallelExecutor", "ParallelMode",
            "PlaceGroup", "Program", "ProgramError", "SGD", "SSAGraph", "Scope", "VarHandle",
            "Variable", "append_backward", "broadcast_parameters", "build_graph",

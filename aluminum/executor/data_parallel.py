@@ -164,20 +164,28 @@ def check_ranks_agree(program: Program, comm) -> None:
                            for block_var in [program.global_block().var(name)]]]
                 for op in program.global_block().ops if op.attrs.get("op_role") ==
                 "communication"]
-    encoded = np.frombuffer(json.dumps(schedule).encode(), np.uint8)
+    schedules = gather_if_ranks_differ(schedule, comm)
+    if schedules is not None:
+        raise ProgramError(_first_disagreement(schedules))
+
+
+def gather_if_ranks_differ(value, comm) -> list | None:
+    """None when every rank passed the same JSON-able ``value`` (one 32-byte allgather of
+    its digest), else every rank's value, by rank; collective.  The agreement checks of
+    data parallelism and of placement (placement/runtime.py) share it."""
+    encoded = np.frombuffer(json.dumps(value).encode(), np.uint8)
     digest = np.frombuffer(hashlib.sha256(encoded.tobytes()).digest(), np.uint8)
     digests = np.empty(comm.size * digest.size, np.uint8)
     al.allgather(digest, comm, recvbuf=digests)
     if (digests.reshape(comm.size, -1) == digests[:digest.size]).all():
-        return
+        return None
     sizes = np.empty(comm.size, np.int64)
     al.allgather(np.array([encoded.size], np.int64), comm, recvbuf=sizes)
     everything = np.empty(int(sizes.sum()), np.uint8)
     al.allgatherv(encoded, sizes, None, comm, recvbuf=everything)
     offsets = np.concatenate([[0], np.cumsum(sizes)])
-    schedules = [json.loads(everything[offsets[r]:offsets[r + 1]].tobytes())
-                 for r in range(comm.size)]
-    raise ProgramError(_first_disagreement(schedules))
+    return [json.loads(everything[offsets[r]:offsets[r + 1]].tobytes())
+            for r in range(comm.size)]
 
 
 def _first_disagreement(schedules: list) -> str:

@@ -204,11 +204,16 @@ class Executor:
         """Run every op of ``program`` in order; return copies of the fetched values.
         Everything is checked before the first op runs (the whole program, as
         ``check_program``, then the feed and fetch list): a ``ProgramError`` leaves the
-        scope as it was."""
+        scope as it was.  A placed program (``place``) runs this rank's ops only, with its
+        transfers (placement/runtime.py); a value fetched that this rank does not hold
+        comes back as None."""
         scope = global_scope() if scope is None else scope
+        check_program(program)
+        if getattr(program, "cluster", None) is not None:
+            from .placement.runtime import run_placed
+            return run_placed(self, program, feed, fetch_list, scope)
         feed = dict(feed or {})
         names = fetch_names(fetch_list)
-        check_program(program)
         check_feed(program, feed)
         check_fetch(program, names)
         check_readable(program, feed, scope)

@@ -27,6 +27,10 @@ class PlaceGroup:
     nodes: tuple = ()
     places: tuple = ()
 
+    def __str__(self) -> str:   # the seed's form: role/node/device:[ids]
+        from .placement.cluster import format_place_group
+        return format_place_group(self)
+
 
 @dataclass
 class Variable:
@@ -62,7 +66,8 @@ class Operator:
         def slots(table):
             return ", ".join(f"{slot}={names}" for slot, names in table.items())
         attrs = f" {self.attrs}" if self.attrs else ""
-        return f"{{{slots(self.outputs)}}} = {self.type}({slots(self.inputs)}){attrs}"
+        place = f" @ {self.place}" if self.place is not None else ""
+        return f"{{{slots(self.outputs)}}} = {self.type}({slots(self.inputs)}){attrs}{place}"
 
 
 class Block:
@@ -84,6 +89,8 @@ class Block:
             return self.vars[name]
         variable = self.vars[name] = Variable(name, tuple(shape), dtype, **kwargs)
         variable.block = self   # not a field: not serialized
+        if variable.place is None:
+            variable.place = current_place
         return variable
 
     def append_op(self, type: str, inputs: dict, outputs: dict, attrs: dict | None = None,
@@ -93,7 +100,8 @@ class Block:
         from .ops import registry
 
         op = Operator(type, {k: list(v) for k, v in inputs.items()},
-                      {k: list(v) for k, v in outputs.items()}, dict(attrs or {}))
+                      {k: list(v) for k, v in outputs.items()}, dict(attrs or {}),
+                      current_place)
         kind = registry.get(type)
         for name in op.input_names():
             if name and name not in self.vars:   # "": a gradient nobody computed
@@ -118,8 +126,18 @@ class Program:
         return self.blocks[0]
 
     def clone(self) -> Program:
-        """A deep copy (not checked again: see ``from_json``)."""
-        return Program._from_dict(json.loads(self.to_json()))
+        """A deep copy (not checked again: see ``from_json``); a placed program's copy
+        keeps its cluster."""
+        copy = Program._from_dict(json.loads(self.to_json()))
+        if getattr(self, "cluster", None) is not None:   # set by placement.place
+            copy.cluster = self.cluster
+        return copy
+
+    def for_rank(self, rank: int, cluster=None) -> Program:
+        """What ``rank`` runs of this placed program: its ops, with the transfers the
+        places imply (placement/transfers.py)."""
+        from .placement.transfers import plan_transfers
+        return plan_transfers(self, cluster).for_rank(rank)
 
     # -- serialization ------------------------------------------------------------------
 
@@ -227,6 +245,7 @@ def _place(raw: dict | None) -> PlaceGroup | None:
 
 _main = Program()
 _startup = Program()
+current_place: PlaceGroup | None = None   # set by placement.place_guard
 _names = itertools.count()
 
 

@@ -119,7 +119,18 @@ class ParallelExecutor:
         self.exec_strategy = exec_strategy or ExecutionStrategy()
         self.scope = global_scope() if scope is None else scope
         self._context = _Context(comm)
-        if comm is not None or len(self.places) > 1:
+        self._placed = None
+        if getattr(main_program, "cluster", None) is not None:   # placed: placement/
+            from .placement.runtime import PlacedRun
+            if len(self.places) > 1:
+                raise ProgramError(f"places: a placed program runs one place per rank, got "
+                                   f"{self.places}")
+            self._placed = PlacedRun(main_program, comm, build.gradient_scale)
+            self._placed.prepare(self.scope)
+            self._context.placement = self._placed
+            self._context.comm = comm = self._placed.comm
+            main_program = self._placed.program
+        elif comm is not None or len(self.places) > 1:
             if loss_name is None:
                 raise ProgramError("loss_name: data-parallel training needs the loss "
                                    "variable's name")
@@ -129,10 +140,11 @@ class ParallelExecutor:
                 build.overlap, build.fuse_grad_size_mb if build.fuse_all_reduce_ops else None,
                 build.first_bucket_mb, build.reduce_strategy, 0 if comm is None else comm.rank,
                 len(self.places), across_ranks=comm is not None)
-        if comm is not None:
+        if comm is not None and self._placed is None:
             check_ranks_agree(main_program, comm)
             if build.broadcast_parameters:
                 broadcast_parameters(main_program, self.scope, comm)
+        if comm is not None:
             self.place = f"{self.place}@rank{comm.rank}"
         self.program = main_program
         self.graph: SSAGraph = build_graph(main_program, self.place)
@@ -147,7 +159,14 @@ class ParallelExecutor:
     def run(self, fetch_list=None, feed: dict | None = None) -> list[np.ndarray]:
         """Run the graph once; return numpy copies of the fetched values (everything is
         checked before the first op runs; per-place values concatenated).  Returns once the
-        work every stream was given has run, so the scope holds this run's values."""
+        work every stream was given has run, so the scope holds this run's values.  Placed:
+        None for a fetched value this rank does not hold."""
+        if self._placed is not None:
+            return self._placed.run(lambda local: self._run(local, feed),
+                                    fetch_names(fetch_list))
+        return self._run(fetch_list, feed)
+
+    def _run(self, fetch_list, feed: dict | None) -> list[np.ndarray]:
         feed = dict(feed or {})
         check_feed(self.program, feed)     # before the split, which takes arrays only
         if self.exec_strategy.check_nan_inf:
@@ -206,6 +225,8 @@ class ParallelExecutor:
                 stream.close()
         self._plans, self._destinations = {}, {}   # their ops hold views of the buckets
         self._context.buckets.release(self.scope)
+        if self._placed is not None:
+            self._placed.release(self.scope)
 
     def __del__(self) -> None:
         if hasattr(self, "_pool"):

@@ -1,0 +1,169 @@
+"""The op kinds of the transfers placement inserts (transfers.py): ``send_var``,
+``recv_var``, ``bcast_var``, ``reduce_var``.  A rank that sends has the transfer with input
+``X`` (rows ``rows`` of it), a rank that receives with output ``Out``.  They run on the
+executor's ``placement`` context (runtime.py): the job's communicator for send/recv, the
+sub-communicator of the transfer's ``group`` (made once, with ``comm.split``) for bcast and
+reduce.  A transfer of a fixed shape runs a persistent plan (``al.<op>_init``) bound to a
+buffer made on its first run (``al.shared_empty`` when the group's ranks share a node, as
+the data-parallel buckets; a receiver's output is that buffer, valid until the same
+transfer runs in the next step).  A variable whose declared shape has a batch dimension
+(-1) travels after a small header with its shape, through the blocking calls.  A peer that never arrives raises ``al.TimeoutError`` (under
+``AL_TIMEOUT``) naming the peer's role, rank and endpoint.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+import aluminum as al
+
+from ..errors import ExecutionError
+from ..ops.registry import OpKind, register
+
+
+class _Transfer(OpKind):
+    differentiable = False
+    communicates = True
+
+    def infer(self, block, op):
+        pass
+
+    def compute(self, ins, attrs, ctx, out):
+        runtime = getattr(ctx, "placement", None)
+        if runtime is None:
+            raise ExecutionError(f"op {self.type}: runs only in a placed program's executor "
+                                 "(ex.place, then Executor or ParallelExecutor)")
+        start = al.trace.now_us() if al.trace.ENABLED else None
+        try:
+            outs = self.move(runtime, ins, attrs)
+        except al.TimeoutError as exc:
+            raise al.TimeoutError(f"{self.type} of {attrs['var']!r}: "
+                                  f"{runtime.name_peers(self.peers(attrs, runtime))} did not "
+                                  f"respond: {exc}") from exc
+        if start is not None:   # the timeline names the variable, next to the op's span
+            al.trace.span(f"{self.type} {attrs['var']}", "placement", start,
+                          al.trace.now_us(), {"group": list(attrs["group"]),
+                                              "root": attrs["root"], "rank": runtime.rank})
+        return outs
+
+    def peers(self, attrs, runtime) -> list[int]:
+        """Whom this rank waits for: the root, or (at the root) everyone else."""
+        if attrs["root"] != runtime.rank:
+            return [attrs["root"]]
+        return [r for r in attrs["group"] if r != runtime.rank]
+
+    def move(self, runtime, ins, attrs) -> dict:
+        raise NotImplementedError
+
+
+def _outgoing(ins, attrs):
+    value = ins["X"][0]
+    rows = attrs.get("rows")
+    return np.ascontiguousarray(value if rows is None else value[rows[0]:rows[1]])
+
+
+def _dynamic(attrs) -> bool:
+    return -1 in tuple(attrs.get("shape", ()))
+
+
+def _received(buffer, attrs) -> dict:
+    scale = attrs.get("scale")
+    if scale not in (None, 1.0):
+        buffer *= scale
+    return {"Out": [buffer]}
+
+
+@register
+class SendVar(_Transfer):
+    """Send ``X`` (rows ``rows``) to rank ``peer``; its header first if its shape varies."""
+
+    type = "send_var"
+
+    def peers(self, attrs, runtime):
+        return [attrs["peer"]]
+
+    def move(self, runtime, ins, attrs):
+        value = _outgoing(ins, attrs)
+        if not _dynamic(attrs):
+            channel = runtime.channel(attrs, None, lambda buf: al.send_init(
+                buf, attrs["peer"], runtime.comm))
+            channel.buffer[...] = value
+            channel.plan.run()
+            return {}
+        al.send(np.array(value.shape, np.int64), attrs["peer"], runtime.comm)
+        al.send(value, attrs["peer"], runtime.comm)
+        return {}
+
+
+@register
+class RecvVar(_Transfer):
+    """Receive ``Out`` from rank ``peer``."""
+
+    type = "recv_var"
+
+    def peers(self, attrs, runtime):
+        return [attrs["peer"]]
+
+    def move(self, runtime, ins, attrs):
+        shape = tuple(attrs["shape"])
+        if not _dynamic(attrs):
+            channel = runtime.channel(attrs, None, lambda buf: al.recv_init(
+                buf, attrs["peer"], runtime.comm))
+            channel.plan.run()
+            return _received(channel.buffer, attrs)
+        header = np.empty(len(shape), np.int64)
+        al.recv(header, attrs["peer"], runtime.comm)
+        shape = tuple(int(d) for d in header)
+        buffer = np.empty(shape, attrs["dtype"])
+        al.recv(buffer, attrs["peer"], runtime.comm)
+        return _received(buffer, attrs)
+
+
+@register
+class BcastVar(_Transfer):
+    """``root``'s ``X`` (rows ``rows``) to every other rank of ``group`` as ``Out``."""
+
+    type = "bcast_var"
+
+    def move(self, runtime, ins, attrs):
+        comm, root = runtime.group_comm(attrs["group"]), attrs["group"].index(attrs["root"])
+        if not _dynamic(attrs):
+            channel = runtime.channel(attrs, comm, lambda buf: al.bcast_init(buf, comm,
+                                                                             root=root))
+            if "X" in ins:
+                channel.buffer[...] = _outgoing(ins, attrs)
+            channel.plan.run()
+            return {} if "X" in ins else {"Out": [channel.buffer]}
+        if "X" in ins:
+            value = _outgoing(ins, attrs)
+            if _dynamic(attrs):
+                al.bcast(np.array(value.shape, np.int64), comm, root=root)
+            al.bcast(value, comm, root=root)
+            return {}
+        shape = tuple(attrs["shape"])
+        if _dynamic(attrs):
+            header = np.empty(len(shape), np.int64)
+            al.bcast(header, comm, root=root)
+            shape = tuple(int(d) for d in header)
+        buffer = np.empty(shape, attrs["dtype"])
+        al.bcast(buffer, comm, root=root)
+        return _received(buffer, attrs)
+
+
+@register
+class ReduceVar(_Transfer):
+    """The sum of the senders' ``X`` (rows ``rows``) at ``root`` as ``Out``, times
+    ``scale``; the root, not a sender, adds zeros."""
+
+    type = "reduce_var"
+
+    def move(self, runtime, ins, attrs):
+        comm, root = runtime.group_comm(attrs["group"]), attrs["group"].index(attrs["root"])
+        channel = runtime.channel(attrs, comm, lambda buf: al.reduce_init(buf, comm,
+                                                                          root=root))
+        if "X" in ins:
+            channel.buffer[...] = _outgoing(ins, attrs)
+            channel.plan.run()
+            return {}
+        channel.buffer[...] = 0
+        channel.plan.run()
+        return _received(channel.buffer, attrs)
