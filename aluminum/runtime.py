@@ -2,7 +2,8 @@
 
 ``init`` is idempotent and happens implicitly when the first communicator is built.  MPI is
 initialized by mpi4py with ``MPI_THREAD_MULTIPLE`` (the progress engine calls MPI from its own
-thread).  ``init`` is collective over the default group: the ranks agree on ``AL_DEBUG``
+thread), and without Open MPI's AVX op component unless ``OMPI_MCA_op`` says otherwise (it
+saturates 8/16-bit integer sums; aluminum's rule is wrap-around).  ``init`` is collective over the default group: the ranks agree on ``AL_DEBUG``
 there (``debug.agree``) and make the node's arrival board (``watchdog``).  ``finalize``
 waits for in-flight operations (bounded by ``AL_TIMEOUT``), stops the engine and frees every
 live communicator and the board; it does not finalize MPI, which mpi4py does at exit, so the
@@ -56,6 +57,11 @@ def init(mpi_comm=None) -> None:
         # that imported mpi4py.MPI itself first keeps its own settings.
         import mpi4py
 
+        if "mpi4py.MPI" not in sys.modules:
+            # Open MPI's AVX op component saturates 8/16-bit integer sums; aluminum's rule
+            # is wrap-around (backends/mpi/datatypes.py, which also copes when it is too
+            # late for this: MPI started by the user).
+            os.environ.setdefault("OMPI_MCA_op", "^avx")
         mpi4py.rc.thread_level = "multiple"
         from mpi4py import MPI
 

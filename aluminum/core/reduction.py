@@ -1,6 +1,7 @@
 """Reduction operators: the closed set, which dtypes each accepts, and how numpy computes it.
 
-All operators are commutative.  ``AVG`` is a sum followed by a division by the communicator
+All operators are commutative.  Integer SUM, PROD and AVG wrap around on overflow (two's
+complement, as C, numpy, NCCL and torch), on every backend and algorithm.  ``AVG`` is a sum followed by a division by the communicator
 size (floats: true division in the element type; integers: truncation toward zero, as NCCL's
 ``ncclAvg``).  Logical operators yield 0/1 (False/True) whatever the communicator size.
 """
