@@ -29,6 +29,10 @@ whole vector and reduces all of them itself, in rank order (same inputs, same or
 bits), which beats the pipeline's second synchronisation while the redundant arithmetic is
 cheap.
 
+In deterministic mode (``al.set_deterministic``) the pipeline's and the zero-copy path's
+owners reduce their slices in rank order too, through a scratch slice (one more copy of the
+slice), so every path gives the rank-order bits of the other algorithms.
+
 Buffers from ``al.shared_empty`` (shared_buffers.py) skip the staging: when every rank
 announces that its buffers lie in shared memory, each rank reduces its slice straight out of
 every rank's ``sendbuf`` and writes the result straight into every rank's ``recvbuf``, in
@@ -58,6 +62,7 @@ import functools
 import numpy as np
 
 from ....core.errors import OperationError, UnsupportedError
+from ....core.reduction import reduce_in_rank_order, sums_in_rank_order
 from .program import ProgramState
 from .shared_buffers import NOT_SHARED, SharedBuffers
 from .shared_window import ANNOUNCED, COPIED_IN, COPIED_OUT, REDUCED, SharedWindow
@@ -96,6 +101,7 @@ class SharedMemoryAllreduce(ProgramState):
                 f"rabenseifner or mpi_passthrough)")
         ProgramState.__init__(self, comm)
         self.send, self.recv, self.op = send, recv, op
+        self.rank_order = sums_in_rank_order(op, recv.dtype, comm.size)
         self.window = None
         count = recv.size
         if comm.size > 1 and count > 0:
@@ -154,7 +160,7 @@ class SharedMemoryAllreduce(ProgramState):
             yield
         self.progressed()
         registry = self.registry
-        key = (window.announced(), self.recv.dtype, self.op)
+        key = (window.announced(), self.recv.dtype, self.op, self.rank_order)
         plan = registry.plans.get(key)
         if plan is not None:
             return plan
@@ -181,6 +187,8 @@ class SharedMemoryAllreduce(ProgramState):
         cuts = self.cuts(self.recv.size)
         step = max(1, ZERO_COPY_CHUNK // self.recv.itemsize)
         plan = []
+        if self.rank_order:
+            return self.rank_order_plan(sends, recvs, cuts[rank], cuts[rank + 1], step)
         for start in range(cuts[rank], cuts[rank + 1], step):
             stop = min(cuts[rank + 1], start + step)
             result = recvs[rank][start:stop]
@@ -192,6 +200,24 @@ class SharedMemoryAllreduce(ProgramState):
                 plan.append(functools.partial(op.finish, result, size))
             plan.extend(vector_copier(recvs[(rank + peer) % size][start:stop], result)
                         for peer in range(1, size))
+        return plan
+
+    def rank_order_plan(self, sends, recvs, first: int, end: int, step: int) -> list:
+        """``zero_copy_plan`` in deterministic mode: each chunk reduced in rank order into
+        scratch (in place, this rank's own input is a later operand than the result), then
+        copied into every rank's recvbuf."""
+        size, op = self.window.size, self.op
+        scratch = np.empty(min(step, end - first), self.recv.dtype)
+        plan = []
+        for start in range(first, end, step):
+            stop = min(end, start + step)
+            result = scratch[:stop - start]
+            plan.append(functools.partial(reduce_in_rank_order, op,
+                                          [sends[q][start:stop] for q in range(size)],
+                                          out=result))
+            if op.finishes(size):
+                plan.append(functools.partial(op.finish, result, size))
+            plan.extend(vector_copier(recvs[q][start:stop], result) for q in range(size))
         return plan
 
     def zero_copy(self, plan):
@@ -239,6 +265,8 @@ class SharedMemoryAllreduce(ProgramState):
         """
         window, slots, end = self.window, self.window.slots, self.end_round
         self.staging = window.staging(self.recv.dtype)
+        if self.rank_order:
+            self.scratch = np.empty(self.chunk, self.recv.dtype)
         last = self.recv.size - (end - 1 - self.first_round) * self.chunk
         self.full_cuts, self.last_cuts = self.cuts(self.chunk), self.cuts(last)
         copied_in = reduced = copied_out = self.first_round
@@ -280,10 +308,18 @@ class SharedMemoryAllreduce(ProgramState):
         rank, size = window.rank, window.size
         lo, hi = cuts[rank], cuts[rank + 1]
         result = self.staging[(rank + 1) % size][slot][lo:hi]
-        self.op.ufunc(self.send[start + lo:start + hi], result, out=result)
-        for peer in range(2, size):
-            self.op.reduce_into(result, self.staging[(rank + peer) % size][slot][lo:hi])
-        self.op.finish(result, size)
+        if self.rank_order:   # deterministic mode: through scratch (result is operand rank+1)
+            operands = [self.send[start + lo:start + hi] if q == rank else
+                        self.staging[q][slot][lo:hi] for q in range(size)]
+            ordered = self.scratch[:hi - lo]
+            reduce_in_rank_order(self.op, operands, out=ordered)
+            self.op.finish(ordered, size)
+            copy_vector(result, ordered)
+        else:
+            self.op.ufunc(self.send[start + lo:start + hi], result, out=result)
+            for peer in range(2, size):
+                self.op.reduce_into(result, self.staging[(rank + peer) % size][slot][lo:hi])
+            self.op.finish(result, size)
         window.publish(round_, REDUCED)
         copy_vector(self.recv[start + lo:start + hi], result)
 
