@@ -6,7 +6,9 @@ thread), and without Open MPI's AVX op component unless ``OMPI_MCA_op`` says oth
 saturates 8/16-bit integer sums; aluminum's rule is wrap-around).  ``init`` is collective over the default group: the ranks agree on ``AL_DEBUG``
 there (``debug.agree``) and make the node's arrival board (``watchdog``).  ``finalize``
 waits for in-flight operations (bounded by ``AL_TIMEOUT``), stops the engine and frees every
-live communicator and the board; it does not finalize MPI, which mpi4py does at exit, so the
+communicator not yet freed (live ones and those garbage-collected without ``free()`` alike,
+in creation order, which every rank shares: closing shared windows is collective) and the
+board; it does not finalize MPI, which mpi4py does at exit, so the
 user's own mpi4py code keeps working.  It also runs at interpreter exit.
 
 ``finalize`` is collective too (freeing shared windows is).  With ``AL_TIMEOUT`` set, a rank
@@ -134,6 +136,11 @@ def finalize() -> None:
     global _state
     with _lock:
         was_initialized = _state == "initialized"
+        # Strong references from here on: a communicator that only the engine's last
+        # states or requests kept alive would otherwise be collected while the engine
+        # stops, after ``_release_dropped`` stops deferring, leaving its shared window to
+        # MPI_Finalize, which frees windows in a per-rank order and hangs.
+        live = list(_communicators.items())
         _state = "finalized"
     if not was_initialized:
         return
@@ -155,10 +162,11 @@ def finalize() -> None:
     collective = everyone == 1
     closers = {index: (lambda comm=comm: comm._release(
         collective=collective, keep=progress.abandoned_owner(comm)))
-        for index, comm in list(_communicators.items())}
+        for index, comm in live}
     if collective:
         closers.update(_deferred)
     _deferred.clear()
-    for index in sorted(closers):
+    del live
+    for index in sorted(closers):   # creation order: the same on every rank
         closers[index]()
     watchdog.close_board(collective)
