@@ -25,6 +25,7 @@ import itertools
 import os
 import sys
 import threading
+import time
 import warnings
 import weakref
 
@@ -128,6 +129,32 @@ def finalize_peers_timeout() -> float | None:
     return None if timeout is None else FINALIZE_PEERS_FACTOR * timeout
 
 
+def _given_up_peers_still_away(since: float):
+    """``rendezvous.wait``'s ``give_up`` for finalize: a rank that already raised
+    ``al.TimeoutError`` naming some peers waits one ``AL_TIMEOUT`` for them from ``since``
+    (when finalize began: stopping the engine counts), not the full finalize timeout, once
+    they are the only ranks that have not reached finalize (the arrival board shows it;
+    None where it cannot: no AL_TIMEOUT, nobody given up on, or a job spanning nodes)."""
+    from .engine.progress import get_engine
+
+    grace = get_engine().config.timeout_s
+    if grace is None or not watchdog.given_up_on():
+        return None
+
+    def give_up(waited: float) -> str | None:
+        if time.monotonic() - since < grace:
+            return None
+        away = watchdog.late_for_finalize()
+        given_up = watchdog.given_up_on()
+        if not away or not away <= given_up:
+            return None
+        return (f"ranks {sorted(away)} of this node, which an earlier al.TimeoutError of "
+                f"this rank named as never arrived, have not reached it either within "
+                f"AL_TIMEOUT={grace:g} s more (not waiting the full "
+                f"{finalize_peers_timeout():g} s for them)")
+    return give_up
+
+
 def finalize() -> None:
     """Complete or fail in-flight operations, stop the engine and free all communicators.
 
@@ -147,12 +174,15 @@ def finalize() -> None:
     from .backends.mpi import rendezvous
     from .engine import progress
 
+    began = time.monotonic()
+    watchdog.mark_finalizing()
     progress.finalize_engine()
     trace.write()
     healthy = not (progress.abandoned_any() or rendezvous.stranded_any())
     try:
         everyone = rendezvous.agree(_private, "al.finalize()", int(healthy),
-                                    timeout=finalize_peers_timeout())
+                                    timeout=finalize_peers_timeout(),
+                                    give_up=_given_up_peers_still_away(began))
     except TimeoutError as exc:
         warnings.warn(f"aluminum: {exc}; exiting now (status 1): MPI's own finalize would "
                       f"wait for those ranks forever", RuntimeWarning, stacklevel=2)

@@ -16,6 +16,11 @@ memory).  Who reads it:
 
 - ``AL_TIMEOUT``: an operation that times out, blocking ones included (they go through the
   engine, see ``ENABLED``), names the ranks that never arrived.
+- ``al.finalize()``: each rank marks on the board that it reached finalize (``FINALIZE_SLOT``,
+  never given to a communicator).  A rank that already raised ``al.TimeoutError`` naming
+  some peers (``given_up_on``) waits for those at finalize for one ``AL_TIMEOUT`` more, not
+  the full ``AL_FINALIZE_TIMEOUT``, once the board shows that they are the only ranks of the
+  job that have not reached it (``late_for_finalize``).
 - Without ``AL_TIMEOUT``, Horovod's stall inspector: a nonblocking ``wait()`` warns once
   after ``AL_STALL_WARN_S`` (60 s), and so does a blocking call stuck that long - watched by
   a monitor thread, since the caller is inside MPI - naming the operation and the ranks that
@@ -37,7 +42,10 @@ __all__ = ["ENABLED", "ArrivalCounters", "open_board", "close_board", "attach"]
 ENABLED = bool(os.environ.get("AL_TIMEOUT", "").strip())
 
 SLOTS = 1024               # communicators per process the board counts for at once
+FINALIZE_SLOT = SLOTS - 1  # 1 once the process has reached al.finalize()
 _board: _Board | None = None
+# Board indices of the peers an al.TimeoutError of this process named as never arrived.
+_given_up: set[int] = set()
 
 
 class _Board:
@@ -58,6 +66,8 @@ class _Board:
         for slot in range(SLOTS):
             self.mine[slot] = 0
         self.free = np.ones(SLOTS, np.uint8)     # 1: the slot is free on this process
+        self.free[FINALIZE_SLOT] = 0             # (the same on every rank: never agreed on)
+        self.whole_job = self.local.Get_size() == world.Get_size()
 
     def peers_of(self, comm) -> list[int] | None:
         """Board indices of ``comm``'s ranks in rank order; None unless all are here."""
@@ -101,20 +111,44 @@ def close_board(collective: bool) -> None:
         board.close()
 
 
+def mark_finalizing() -> None:
+    """Tell the node's other ranks that this one has reached ``al.finalize()``."""
+    board = _board
+    if board is not None and board.mine is not None:
+        board.mine[FINALIZE_SLOT] = 1
+
+
+def given_up_on() -> set[int]:
+    """Board indices of the peers that an ``al.TimeoutError`` of this process named as
+    never arrived (under ``AL_TIMEOUT``)."""
+    return set(_given_up)
+
+
+def late_for_finalize() -> set[int] | None:
+    """Board indices of the ranks that have not reached ``al.finalize()`` yet; None when
+    the board cannot tell (no board, or the job spans nodes)."""
+    board = _board
+    if board is None or not board.whole_job or board.mine is None:
+        return None
+    return {peer for peer, counters in enumerate(board.counters)
+            if counters[FINALIZE_SLOT] == 0}
+
+
 class ArrivalCounters:
     """The collectives entered on one communicator: this rank's count and its peers'.
 
     ``arrive()`` counts one more (a plan calls it before each run); ``inside`` is set by a
     blocking run while it lasts, for the monitor thread's stall warning."""
 
-    __slots__ = ("count", "inside", "_mine", "_slot", "_peers", "_warned", "describe",
-                 "__weakref__")
+    __slots__ = ("count", "inside", "_mine", "_slot", "_peers", "_peer_ids", "_warned",
+                 "describe", "__weakref__")
 
     def __init__(self, board: _Board, slot: int, peers: list[int], describe: str) -> None:
         self.count = 0
         self.inside = None        # (number, plan) while a blocking run is in progress
         self._mine, self._slot = board.mine, slot
         self._peers = [board.counters[peer] for peer in peers]
+        self._peer_ids = peers
         self._warned = None
         self.describe = describe  # "rank R of N", for the monitor's message
 
@@ -133,6 +167,8 @@ class ArrivalCounters:
         if not late:
             return (f"every rank entered it (collective #{number} on this communicator): "
                     f"they are all inside it, e.g. with mismatched arguments")
+        if ENABLED:   # (only AL_TIMEOUT's errors ask; stall warnings come without it)
+            _given_up.update(self._peer_ids[rank] for rank in late)
         return (f"ranks that never arrived at collective #{number} on this communicator: "
                 f"{late}")
 

@@ -105,7 +105,7 @@ class SharedMemoryAllreduce(ProgramState):
         self.window = None
         count = recv.size
         if comm.size > 1 and count > 0:
-            self.window = window = SharedWindow.of(comm)
+            self.window = window = SharedWindow.of(comm, self.describe(comm))
             self.chunk = window.chunk_bytes // recv.itemsize
             rounds = -(-count // self.chunk)
             self.ticket, self.first_round = window.reserve(rounds)
@@ -146,6 +146,16 @@ class SharedMemoryAllreduce(ProgramState):
             raise OperationError(f"shared_memory: rank {failed} of the node failed during this "
                                  f"allreduce; this rank's result is undefined (the "
                                  f"communicator stays usable)")
+
+    def describe(self, comm) -> str:
+        """``"allreduce/shared_memory (collective #3 on this communicator, rank 0 of 2)"``:
+        this operation in a message, numbered as the watchdog counts arrivals (the plan
+        counted this one before building the state; the engine's request number comes
+        later)."""
+        arrivals = comm.arrivals
+        number = "" if arrivals is None else f"collective #{arrivals.count} on this " \
+                                              "communicator, "
+        return f"{self.name} ({number}rank {comm.rank} of {comm.size})"
 
     def shared_buffers(self):
         """Announce where this rank's buffers lie; when every rank's are shared buffers,
