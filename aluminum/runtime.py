@@ -14,7 +14,9 @@ user's own mpi4py code keeps working.  It also runs at interpreter exit.
 ``finalize`` is collective too (freeing shared windows is).  With ``AL_TIMEOUT`` set, a rank
 whose peers do not all reach finalize within ``AL_FINALIZE_TIMEOUT`` (default 4 x
 ``AL_TIMEOUT``; a peer frozen, or stuck elsewhere) warns and ends the process with exit status
-1 (``os._exit``): MPI's own finalize would wait for that peer forever.  When some rank
+1 (``os._exit``): MPI's own finalize would wait for that peer forever.  For peers that an
+``al.TimeoutError`` of this rank already named, it waits one ``AL_TIMEOUT`` only (counted
+from the start of finalize), once the arrival board shows they are all that is missing.  When some rank
 abandoned operations (a timeout, a ``comm.free()`` that failed them), no rank closes shared
 windows: MPI may still be progressing those operations.
 """
