@@ -16,7 +16,8 @@ whose peers do not all reach finalize within ``AL_FINALIZE_TIMEOUT`` (default 4 
 ``AL_TIMEOUT``; a peer frozen, or stuck elsewhere) warns and ends the process with exit status
 1 (``os._exit``): MPI's own finalize would wait for that peer forever.  For peers that an
 ``al.TimeoutError`` of this rank already named, it waits one ``AL_TIMEOUT`` only (counted
-from the start of finalize), once the arrival board shows they are all that is missing.  When some rank
+from the start of finalize), once the arrival board shows they are all that is missing
+and stopped (SIGSTOP, a debugger); merely late peers get the full wait.  When some rank
 abandoned operations (a timeout, a ``comm.free()`` that failed them), no rank closes shared
 windows: MPI may still be progressing those operations.
 """
@@ -135,8 +136,9 @@ def _given_up_peers_still_away(since: float):
     """``rendezvous.wait``'s ``give_up`` for finalize: a rank that already raised
     ``al.TimeoutError`` naming some peers waits one ``AL_TIMEOUT`` for them from ``since``
     (when finalize began: stopping the engine counts), not the full finalize timeout, once
-    they are the only ranks that have not reached finalize (the arrival board shows it;
-    None where it cannot: no AL_TIMEOUT, nobody given up on, or a job spanning nodes)."""
+    they are the only ranks that have not reached finalize and all of them are stopped
+    (the arrival board shows both; None where it cannot: no AL_TIMEOUT, nobody given up
+    on, or a job spanning nodes).  Merely late peers keep the full wait."""
     from .engine.progress import get_engine
 
     grace = get_engine().config.timeout_s
@@ -148,12 +150,12 @@ def _given_up_peers_still_away(since: float):
             return None
         away = watchdog.late_for_finalize()
         given_up = watchdog.given_up_on()
-        if not away or not away <= given_up:
+        if not away or not away <= given_up or not all(map(watchdog.stopped, away)):
             return None
         return (f"ranks {sorted(away)} of this node, which an earlier al.TimeoutError of "
-                f"this rank named as never arrived, have not reached it either within "
-                f"AL_TIMEOUT={grace:g} s more (not waiting the full "
-                f"{finalize_peers_timeout():g} s for them)")
+                f"this rank named as never arrived, are stopped (SIGSTOP or a debugger) and "
+                f"have not reached it within AL_TIMEOUT={grace:g} s either (not waiting the "
+                f"full {finalize_peers_timeout():g} s for them)")
     return give_up
 
 

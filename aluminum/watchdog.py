@@ -17,10 +17,13 @@ memory).  Who reads it:
 - ``AL_TIMEOUT``: an operation that times out, blocking ones included (they go through the
   engine, see ``ENABLED``), names the ranks that never arrived.
 - ``al.finalize()``: each rank marks on the board that it reached finalize (``FINALIZE_SLOT``,
-  never given to a communicator).  A rank that already raised ``al.TimeoutError`` naming
-  some peers (``given_up_on``) waits for those at finalize for one ``AL_TIMEOUT`` more, not
-  the full ``AL_FINALIZE_TIMEOUT``, once the board shows that they are the only ranks of the
-  job that have not reached it (``late_for_finalize``).
+  never given to a communicator; ``PID_SLOT`` holds its process id).  A rank that already
+  raised ``al.TimeoutError`` naming some peers (``given_up_on``) waits for those at finalize
+  for one ``AL_TIMEOUT``, not the full ``AL_FINALIZE_TIMEOUT``, once the board shows that
+  they are the only ranks of the job that have not reached it (``late_for_finalize``) and
+  each of them is stopped (SIGSTOP, a debugger: ``stopped``).  A peer that is merely late
+  (asleep, busy, still running into its own timeouts) gets the full wait: nothing else
+  tells it from a dead one.
 - Without ``AL_TIMEOUT``, Horovod's stall inspector: a nonblocking ``wait()`` warns once
   after ``AL_STALL_WARN_S`` (60 s), and so does a blocking call stuck that long - watched by
   a monitor thread, since the caller is inside MPI - naming the operation and the ranks that
@@ -43,6 +46,7 @@ ENABLED = bool(os.environ.get("AL_TIMEOUT", "").strip())
 
 SLOTS = 1024               # communicators per process the board counts for at once
 FINALIZE_SLOT = SLOTS - 1  # 1 once the process has reached al.finalize()
+PID_SLOT = SLOTS - 2       # the process id, for ``stopped``
 _board: _Board | None = None
 # Board indices of the peers an al.TimeoutError of this process named as never arrived.
 _given_up: set[int] = set()
@@ -66,7 +70,8 @@ class _Board:
         for slot in range(SLOTS):
             self.mine[slot] = 0
         self.free = np.ones(SLOTS, np.uint8)     # 1: the slot is free on this process
-        self.free[FINALIZE_SLOT] = 0             # (the same on every rank: never agreed on)
+        self.free[FINALIZE_SLOT] = self.free[PID_SLOT] = 0   # (alike everywhere: never agreed on)
+        self.mine[PID_SLOT] = os.getpid()
         self.whole_job = self.local.Get_size() == world.Get_size()
 
     def peers_of(self, comm) -> list[int] | None:
@@ -132,6 +137,20 @@ def late_for_finalize() -> set[int] | None:
         return None
     return {peer for peer, counters in enumerate(board.counters)
             if counters[FINALIZE_SLOT] == 0}
+
+
+def stopped(peer: int) -> bool:
+    """Whether the process at board index ``peer`` is stopped (SIGSTOP, or a debugger's
+    trace stop: state T or t in /proc); False when it cannot be told."""
+    board = _board
+    if board is None or board.mine is None:
+        return False
+    try:
+        with open(f"/proc/{int(board.counters[peer][PID_SLOT])}/stat", "rb") as stat:
+            fields = stat.read().rsplit(b")", 1)[1].split()
+    except (OSError, IndexError, ValueError):
+        return False
+    return bool(fields) and fields[0] in (b"T", b"t")
 
 
 class ArrivalCounters:
