@@ -16,10 +16,10 @@ memory).  Who reads it:
 
 - ``AL_TIMEOUT``: an operation that times out, blocking ones included (they go through the
   engine, see ``ENABLED``), names the ranks that never arrived.
-- ``al.finalize()``: each rank marks on the board that it reached finalize (``FINALIZE_SLOT``,
-  never given to a communicator; ``PID_SLOT`` holds its process id).  A rank that already
-  raised ``al.TimeoutError`` naming some peers (``given_up_on``) waits for those at finalize
-  for one ``AL_TIMEOUT``, not the full ``AL_FINALIZE_TIMEOUT``, once the board shows that
+- ``al.finalize()``: each rank marks on the board that it reached finalize (in its last
+  slot, never given to a communicator; the one before holds the process id).  A rank that
+  already raised ``al.TimeoutError`` naming some peers (``given_up_on``) waits for those at
+  finalize for one ``AL_TIMEOUT``, not the full ``AL_FINALIZE_TIMEOUT``, once the board shows that
   they are the only ranks of the job that have not reached it (``late_for_finalize``) and
   each of them is stopped (SIGSTOP, a debugger: ``stopped``).  A peer that is merely late
   (asleep, busy, still running into its own timeouts) gets the full wait: nothing else
@@ -45,8 +45,6 @@ __all__ = ["ENABLED", "ArrivalCounters", "open_board", "close_board", "attach"]
 ENABLED = bool(os.environ.get("AL_TIMEOUT", "").strip())
 
 SLOTS = 1024               # communicators per process the board counts for at once
-FINALIZE_SLOT = SLOTS - 1  # 1 once the process has reached al.finalize()
-PID_SLOT = SLOTS - 2       # the process id, for ``stopped``
 _board: _Board | None = None
 # Board indices of the peers an al.TimeoutError of this process named as never arrived.
 _given_up: set[int] = set()
@@ -70,8 +68,11 @@ class _Board:
         for slot in range(SLOTS):
             self.mine[slot] = 0
         self.free = np.ones(SLOTS, np.uint8)     # 1: the slot is free on this process
-        self.free[FINALIZE_SLOT] = self.free[PID_SLOT] = 0   # (alike everywhere: never agreed on)
-        self.mine[PID_SLOT] = os.getpid()
+        # The last two slots, never agreed on (alike on every rank): 1 once this process
+        # has reached al.finalize(), and its process id (for ``stopped``).
+        self.finalize_slot, self.pid_slot = SLOTS - 1, SLOTS - 2
+        self.free[self.finalize_slot] = self.free[self.pid_slot] = 0
+        self.mine[self.pid_slot] = os.getpid()
         self.whole_job = self.local.Get_size() == world.Get_size()
 
     def peers_of(self, comm) -> list[int] | None:
@@ -120,7 +121,7 @@ def mark_finalizing() -> None:
     """Tell the node's other ranks that this one has reached ``al.finalize()``."""
     board = _board
     if board is not None and board.mine is not None:
-        board.mine[FINALIZE_SLOT] = 1
+        board.mine[board.finalize_slot] = 1
 
 
 def given_up_on() -> set[int]:
@@ -136,7 +137,7 @@ def late_for_finalize() -> set[int] | None:
     if board is None or not board.whole_job or board.mine is None:
         return None
     return {peer for peer, counters in enumerate(board.counters)
-            if counters[FINALIZE_SLOT] == 0}
+            if counters[board.finalize_slot] == 0}
 
 
 def stopped(peer: int) -> bool:
@@ -146,7 +147,7 @@ def stopped(peer: int) -> bool:
     if board is None or board.mine is None:
         return False
     try:
-        with open(f"/proc/{int(board.counters[peer][PID_SLOT])}/stat", "rb") as stat:
+        with open(f"/proc/{int(board.counters[peer][board.pid_slot])}/stat", "rb") as stat:
             fields = stat.read().rsplit(b")", 1)[1].split()
     except (OSError, IndexError, ValueError):
         return False
