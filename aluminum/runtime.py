@@ -1,15 +1,15 @@
 """Library lifetime: ``init``, ``finalize``, ``initialized``.
 
-``init`` is idempotent and happens implicitly when the first communicator is built.  MPI is
+``init`` is idempotent and happens implicitly when the first communicator is built. MPI is
 initialized by mpi4py with ``MPI_THREAD_MULTIPLE`` (the progress engine calls MPI from its own
 thread), and without Open MPI's AVX op component unless ``OMPI_MCA_op`` says otherwise (it
-saturates 8/16-bit integer sums; aluminum's rule is wrap-around).  ``init`` is collective over the default group: the ranks agree on ``AL_DEBUG``
-there (``debug.agree``) and make the node's arrival board (``watchdog``).  ``finalize``
-waits for in-flight operations (bounded by ``AL_TIMEOUT``), stops the engine and frees every
-communicator not yet freed (live ones and those garbage-collected without ``free()`` alike,
-in creation order, which every rank shares: closing shared windows is collective) and the
-board; it does not finalize MPI, which mpi4py does at exit, so the
-user's own mpi4py code keeps working.  It also runs at interpreter exit.
+saturates 8/16-bit integer sums; aluminum's rule is wrap-around). ``init`` is collective over
+the default group: the ranks agree on ``AL_DEBUG`` there (``debug.agree``) and make the node's
+arrival board (``watchdog``). ``finalize`` waits for in-flight operations (bounded by
+``AL_TIMEOUT``), stops the engine and frees every communicator not yet freed (live ones and
+those garbage-collected without ``free()`` alike, in creation order, which every rank shares:
+closing shared windows is collective) and the board; it does not finalize MPI, which mpi4py
+does at exit, so the user's own mpi4py code keeps working. It also runs at interpreter exit.
 
 ``finalize`` is collective too (freeing shared windows is).  With ``AL_TIMEOUT`` set, a rank
 whose peers do not all reach finalize within ``AL_FINALIZE_TIMEOUT`` (default 4 x

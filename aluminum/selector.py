@@ -19,13 +19,13 @@ operation and takes precedence over placement: a nonblocking call runs another c
 ranks, 1.9-2.9x slower than its blocking ``MPI_Allreduce`` at 1-16 MiB here), so its
 fastest algorithm may differ.
 
-Where the table comes from, first usable wins: ``$AL_TUNING_FILE``, then
-``user_table_path()`` (``$XDG_CACHE_HOME/aluminum/tuning.json`` or
-``~/.cache/aluminum/tuning.json``; silently skipped when absent), then the table shipped in
-``aluminum/data/default_tuning.json``. A table that cannot be used (unreadable, not a regular file, over 16 MiB, bad JSON,
-wrong format version, malformed rule, thresholds not strictly ascending, an algorithm its
-backend does not know) is rejected as a whole with a ``TuningTableWarning`` naming the file,
-the problem and the fallback; selection never raises because of a table. Rules for a backend
+Where the table comes from, first usable wins: ``$AL_TUNING_FILE``, then ``user_table_path()``
+(``$XDG_CACHE_HOME/aluminum/tuning.json`` or ``~/.cache/aluminum/tuning.json``; silently
+skipped when absent), then the table shipped in ``aluminum/data/default_tuning.json``. A table
+that cannot be used (unreadable, not a regular file, over 16 MiB, bad JSON, wrong format
+version, malformed rule, thresholds not strictly ascending, an algorithm its backend does not
+know) is rejected as a whole with a ``TuningTableWarning`` naming the file, the problem and the
+fallback; selection never raises because of a table. Rules for a backend
 this machine cannot load (a GPU table on a CPU host) are kept, unchecked and never used.
 
 Selection for (backend, op, comm_size, nbytes):

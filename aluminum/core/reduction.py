@@ -9,9 +9,11 @@ algorithm gives the same bits in all its modes (blocking, nonblocking, persisten
 every AL_* diagnostic setting, but algorithms differ from each other.  In deterministic mode
 (``set_deterministic(True)`` or ``AL_DETERMINISTIC=1``) every algorithm reduces those in rank
 order, ``((x0 + x1) + x2) + ...``, so the bits depend on the inputs and the rank count only
-(``sums_in_rank_order`` says where that applies; what it costs: docs/benchmarks.md).  ``AVG`` is a sum followed by a division by the communicator
-size (floats: true division in the element type; integers: truncation toward zero, as NCCL's
-``ncclAvg``).  Logical operators yield 0/1 (False/True) whatever the communicator size.
+(``sums_in_rank_order`` says where that applies; what it costs: docs/benchmarks.md).
+
+``AVG`` is a sum followed by a division by the communicator size (floats: true division in
+the element type; integers: truncation toward zero, as NCCL's ``ncclAvg``).  Logical
+operators yield 0/1 (False/True) whatever the communicator size.
 """
 from __future__ import annotations
 
