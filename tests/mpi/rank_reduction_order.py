@@ -88,3 +88,43 @@ def test_deterministic_mode_reduces_in_rank_order_everywhere(backend_comm, deter
              for form in FORMS
              if not same_bits(run(comm, form, algo, everyone[comm.rank], op), expected)]
     assert not wrong, f"not the rank-order bits: {wrong}"
+
+
+def run_rooted(comm, form, op_name, values):
+    """``al.reduce`` (root 0) or ``al.reduce_scatter`` of ``values`` in ``form``, out of
+    place; returns what this rank received (None off the root of a reduce)."""
+    if op_name == "reduce":
+        result = np.zeros_like(values) if comm.rank == 0 else None
+    else:
+        result = np.zeros(values.size // comm.size, values.dtype)
+    call = getattr(al, op_name)
+    if form == "blocking":
+        call(values, comm, recvbuf=result)
+        settle(comm)
+    elif form == "nonblocking":
+        getattr(al, "nonblocking_" + op_name)(values, comm, recvbuf=result).wait(timeout=WAIT_S)
+    else:
+        with getattr(al, op_name + "_init")(values, comm, recvbuf=result) as plan:
+            plan.start().wait(timeout=WAIT_S)
+            if form == "persistent run":
+                if result is not None:
+                    result[:] = 0
+                plan.run()
+                settle(comm)
+    return result
+
+
+@pytest.mark.parametrize("op_name", ["reduce", "reduce_scatter"])
+@pytest.mark.parametrize("dtype, count", [(F16, 7), (F16, 1000), (F32, 100000)],
+                         ids=lambda v: str(v))
+def test_reduce_and_reduce_scatter_give_one_answer_in_every_form(backend_comm, op_name,
+                                                                 dtype, count):
+    """MPI_Reduce and MPI_Ireduce differed on 3 ranks from 7 float16 up, MPI_Reduce_scatter
+    _block and its nonblocking form at 100000 per rank."""
+    comm = backend_comm
+    values = rank_values(count * comm.size, dtype, comm.rank, al.SUM)
+    blocking = run_rooted(comm, "blocking", op_name, values)
+    others = {form: run_rooted(comm, form, op_name, values) for form in FORMS[1:]}
+    differing = [form for form, result in others.items()
+                 if blocking is not None and not same_bits(result, blocking)]
+    assert not differing, f"{op_name} differs from its blocking call: {differing}"
