@@ -3,10 +3,11 @@
 Threads each run nonblocking ``shared_memory`` allreduces on a communicator of their own, and
 the program drops them all and exits (the probe: 8 threads of 50 allreduces; here 16 of 20,
 with which the old code hung in 5 runs of 6 instead of about 1 in 3). The communicators were
-then kept alive only by the progress engine (its per-communicator queues), so they were collected while
-``al.finalize()`` stopped the engine, too late for it to close their shared windows;
-MPI_Finalize then freed those one barrier at a time, in a per-rank order that depends on thread
-timing, and hung in about 1 run of 3. The job runs several times, each under a timeout."""
+then kept alive only by the progress engine (its per-communicator queues), so they were
+collected while ``al.finalize()`` stopped the engine, too late for it to close their shared
+windows; MPI_Finalize then freed those one barrier at a time, in a per-rank order that depends
+on thread timing, and hung in about 1 run of 3. The job runs several times, each under a
+timeout."""
 import os
 import subprocess
 import sys
