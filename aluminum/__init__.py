@@ -28,7 +28,7 @@ from .reduce import nonblocking_reduce, reduce, reduce_init
 from .reduce_scatter import (nonblocking_reduce_scatter, nonblocking_reduce_scatterv,
                              reduce_scatter, reduce_scatter_init, reduce_scatterv,
                              reduce_scatterv_init)
-from .core.reduction import ReductionOp
+from .core.reduction import ReductionOp, deterministic, set_deterministic
 from .runtime import finalize, init, initialized
 from .scatter import (nonblocking_scatter, nonblocking_scatterv, scatter, scatter_init,
                       scatterv, scatterv_init)

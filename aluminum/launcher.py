@@ -23,6 +23,7 @@ LAUNCH_ENV = {
     "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
     "PRTE_MCA_rmaps_default_mapping_policy": ":oversubscribe",
     "OMPI_MCA_osc": "^ucx",            # silences a harmless shared-window warning
+    "OMPI_MCA_op": "^avx",             # it saturates 8/16-bit integer sums; we wrap around
 }
 
 

@@ -1,17 +1,23 @@
 """Library lifetime: ``init``, ``finalize``, ``initialized``.
 
-``init`` is idempotent and happens implicitly when the first communicator is built.  MPI is
+``init`` is idempotent and happens implicitly when the first communicator is built. MPI is
 initialized by mpi4py with ``MPI_THREAD_MULTIPLE`` (the progress engine calls MPI from its own
-thread).  ``init`` is collective over the default group: the ranks agree on ``AL_DEBUG``
-there (``debug.agree``) and make the node's arrival board (``watchdog``).  ``finalize``
-waits for in-flight operations (bounded by ``AL_TIMEOUT``), stops the engine and frees every
-live communicator and the board; it does not finalize MPI, which mpi4py does at exit, so the
-user's own mpi4py code keeps working.  It also runs at interpreter exit.
+thread), and without Open MPI's AVX op component unless ``OMPI_MCA_op`` says otherwise (it
+saturates 8/16-bit integer sums; aluminum's rule is wrap-around). ``init`` is collective over
+the default group: the ranks agree on ``AL_DEBUG`` there (``debug.agree``) and make the node's
+arrival board (``watchdog``). ``finalize`` waits for in-flight operations (bounded by
+``AL_TIMEOUT``), stops the engine and frees every communicator not yet freed (live ones and
+those garbage-collected without ``free()`` alike, in creation order, which every rank shares:
+closing shared windows is collective) and the board; it does not finalize MPI, which mpi4py
+does at exit, so the user's own mpi4py code keeps working. It also runs at interpreter exit.
 
 ``finalize`` is collective too (freeing shared windows is).  With ``AL_TIMEOUT`` set, a rank
 whose peers do not all reach finalize within ``AL_FINALIZE_TIMEOUT`` (default 4 x
 ``AL_TIMEOUT``; a peer frozen, or stuck elsewhere) warns and ends the process with exit status
-1 (``os._exit``): MPI's own finalize would wait for that peer forever.  When some rank
+1 (``os._exit``): MPI's own finalize would wait for that peer forever.  For peers that an
+``al.TimeoutError`` of this rank already named, it waits one ``AL_TIMEOUT`` only (counted
+from the start of finalize), once the arrival board shows they are all that is missing
+and stopped (SIGSTOP, a debugger); merely late peers get the full wait.  When some rank
 abandoned operations (a timeout, a ``comm.free()`` that failed them), no rank closes shared
 windows: MPI may still be progressing those operations.
 """
@@ -22,6 +28,7 @@ import itertools
 import os
 import sys
 import threading
+import time
 import warnings
 import weakref
 
@@ -56,6 +63,11 @@ def init(mpi_comm=None) -> None:
         # that imported mpi4py.MPI itself first keeps its own settings.
         import mpi4py
 
+        if "mpi4py.MPI" not in sys.modules:
+            # Open MPI's AVX op component saturates 8/16-bit integer sums; aluminum's rule
+            # is wrap-around (backends/mpi/datatypes.py, which also copes when it is too
+            # late for this: MPI started by the user).
+            os.environ.setdefault("OMPI_MCA_op", "^avx")
         mpi4py.rc.thread_level = "multiple"
         from mpi4py import MPI
 
@@ -120,6 +132,33 @@ def finalize_peers_timeout() -> float | None:
     return None if timeout is None else FINALIZE_PEERS_FACTOR * timeout
 
 
+def _given_up_peers_still_away(since: float):
+    """``rendezvous.wait``'s ``give_up`` for finalize: a rank that already raised
+    ``al.TimeoutError`` naming some peers waits one ``AL_TIMEOUT`` for them from ``since``
+    (when finalize began: stopping the engine counts), not the full finalize timeout, once
+    they are the only ranks that have not reached finalize and all of them are stopped
+    (the arrival board shows both; None where it cannot: no AL_TIMEOUT, nobody given up
+    on, or a job spanning nodes).  Merely late peers keep the full wait."""
+    from .engine.progress import get_engine
+
+    grace = get_engine().config.timeout_s
+    if grace is None or not watchdog.given_up_on():
+        return None
+
+    def give_up(waited: float) -> str | None:
+        if time.monotonic() - since < grace:
+            return None
+        away = watchdog.late_for_finalize()
+        given_up = watchdog.given_up_on()
+        if not away or not away <= given_up or not all(map(watchdog.stopped, away)):
+            return None
+        return (f"ranks {sorted(away)} of this node, which an earlier al.TimeoutError of "
+                f"this rank named as never arrived, are stopped (SIGSTOP or a debugger) and "
+                f"have not reached it within AL_TIMEOUT={grace:g} s either (not waiting the "
+                f"full {finalize_peers_timeout():g} s for them)")
+    return give_up
+
+
 def finalize() -> None:
     """Complete or fail in-flight operations, stop the engine and free all communicators.
 
@@ -128,18 +167,26 @@ def finalize() -> None:
     global _state
     with _lock:
         was_initialized = _state == "initialized"
+        # Strong references from here on: a communicator that only the engine's last
+        # states or requests kept alive would otherwise be collected while the engine
+        # stops, after ``_release_dropped`` stops deferring, leaving its shared window to
+        # MPI_Finalize, which frees windows in a per-rank order and hangs.
+        live = list(_communicators.items())
         _state = "finalized"
     if not was_initialized:
         return
     from .backends.mpi import rendezvous
     from .engine import progress
 
+    began = time.monotonic()
+    watchdog.mark_finalizing()
     progress.finalize_engine()
     trace.write()
     healthy = not (progress.abandoned_any() or rendezvous.stranded_any())
     try:
         everyone = rendezvous.agree(_private, "al.finalize()", int(healthy),
-                                    timeout=finalize_peers_timeout())
+                                    timeout=finalize_peers_timeout(),
+                                    give_up=_given_up_peers_still_away(began))
     except TimeoutError as exc:
         warnings.warn(f"aluminum: {exc}; exiting now (status 1): MPI's own finalize would "
                       f"wait for those ranks forever", RuntimeWarning, stacklevel=2)
@@ -149,10 +196,11 @@ def finalize() -> None:
     collective = everyone == 1
     closers = {index: (lambda comm=comm: comm._release(
         collective=collective, keep=progress.abandoned_owner(comm)))
-        for index, comm in list(_communicators.items())}
+        for index, comm in live}
     if collective:
         closers.update(_deferred)
     _deferred.clear()
-    for index in sorted(closers):
+    del live
+    for index in sorted(closers):   # creation order: the same on every rank
         closers[index]()
     watchdog.close_board(collective)

@@ -19,13 +19,13 @@ operation and takes precedence over placement: a nonblocking call runs another c
 ranks, 1.9-2.9x slower than its blocking ``MPI_Allreduce`` at 1-16 MiB here), so its
 fastest algorithm may differ.
 
-Where the table comes from, first usable wins: ``$AL_TUNING_FILE``, then
-``user_table_path()`` (``$XDG_CACHE_HOME/aluminum/tuning.json`` or
-``~/.cache/aluminum/tuning.json``; silently skipped when absent), then the table shipped in
-``aluminum/data/default_tuning.json``. A table that cannot be used (unreadable, bad JSON,
-wrong format version, malformed rule, thresholds not strictly ascending, an algorithm its
-backend does not know) is rejected as a whole with a ``TuningTableWarning`` naming the file,
-the problem and the fallback; selection never raises because of a table. Rules for a backend
+Where the table comes from, first usable wins: ``$AL_TUNING_FILE``, then ``user_table_path()``
+(``$XDG_CACHE_HOME/aluminum/tuning.json`` or ``~/.cache/aluminum/tuning.json``; silently
+skipped when absent), then the table shipped in ``aluminum/data/default_tuning.json``. A table
+that cannot be used (unreadable, not a regular file, over 16 MiB, bad JSON, wrong format
+version, malformed rule, thresholds not strictly ascending, an algorithm its backend does not
+know) is rejected as a whole with a ``TuningTableWarning`` naming the file, the problem and the
+fallback; selection never raises because of a table. Rules for a backend
 this machine cannot load (a GPU table on a CPU host) are kept, unchecked and never used.
 
 Selection for (backend, op, comm_size, nbytes):
@@ -50,6 +50,7 @@ import json
 import re
 import operator
 import os
+import stat
 import threading
 import warnings
 from bisect import bisect_right
@@ -252,9 +253,26 @@ def parse_table(data: Any, source: str = "<memory>",
 
 def read_table(path: str | os.PathLike[str],
                known_algorithms: KnownAlgorithms | None = None) -> Table:
-    """Read and validate the table at `path`; raise TuningTableError on any problem."""
+    """Read and validate the table at `path`; raise TuningTableError on any problem.
+
+    Only a regular file of at most ``MAX_TABLE_BYTES`` is read, and never more than that:
+    ``/dev/zero``, a FIFO or a directory would otherwise be read without bound."""
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        # O_NONBLOCK: opening a FIFO for reading would wait for a writer.
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+        try:
+            mode = os.fstat(fd).st_mode
+            if not stat.S_ISREG(mode):
+                raise TuningTableError(f"expected a regular file, got {_file_kind(mode)}")
+            with os.fdopen(fd, "rb") as file:
+                fd = None
+                raw = file.read(MAX_TABLE_BYTES + 1)
+        finally:
+            if fd is not None:
+                os.close(fd)
+        if len(raw) > MAX_TABLE_BYTES:
+            raise TuningTableError(f"expected at most {MAX_TABLE_BYTES} bytes, got more")
+        text = raw.decode("utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise TuningTableError(f"cannot read it ({type(exc).__name__}: {exc})") from exc
     _check_shape(text)
@@ -266,9 +284,20 @@ def read_table(path: str | os.PathLike[str],
 
 
 MAX_TABLE_CHARS = 4 << 20     # tables the tuner writes are a few KiB
+MAX_TABLE_BYTES = 4 * MAX_TABLE_CHARS   # (UTF-8: at most 4 bytes a character)
 MAX_TABLE_DEPTH = 16          # the format nests 5 deep
 _JSON_STRING = re.compile(r'"(?:\\.|[^"\\])*"')
 _BRACKET = re.compile(r"[\[\]{}]")
+
+
+def _file_kind(mode: int) -> str:
+    """What a path that is not a regular file is, for the warning."""
+    for test, kind in ((stat.S_ISDIR, "a directory"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device"), (stat.S_ISFIFO, "a FIFO"),
+                       (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return kind
+    return "not a regular file"
 
 
 def _check_shape(text: str) -> None:

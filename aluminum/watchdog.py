@@ -16,6 +16,14 @@ memory).  Who reads it:
 
 - ``AL_TIMEOUT``: an operation that times out, blocking ones included (they go through the
   engine, see ``ENABLED``), names the ranks that never arrived.
+- ``al.finalize()``: each rank marks on the board that it reached finalize (in its last
+  slot, never given to a communicator; the one before holds the process id).  A rank that
+  already raised ``al.TimeoutError`` naming some peers (``given_up_on``) waits for those at
+  finalize for one ``AL_TIMEOUT``, not the full ``AL_FINALIZE_TIMEOUT``, once the board shows that
+  they are the only ranks of the job that have not reached it (``late_for_finalize``) and
+  each of them is stopped (SIGSTOP, a debugger: ``stopped``).  A peer that is merely late
+  (asleep, busy, still running into its own timeouts) gets the full wait: nothing else
+  tells it from a dead one.
 - Without ``AL_TIMEOUT``, Horovod's stall inspector: a nonblocking ``wait()`` warns once
   after ``AL_STALL_WARN_S`` (60 s), and so does a blocking call stuck that long - watched by
   a monitor thread, since the caller is inside MPI - naming the operation and the ranks that
@@ -38,6 +46,8 @@ ENABLED = bool(os.environ.get("AL_TIMEOUT", "").strip())
 
 SLOTS = 1024               # communicators per process the board counts for at once
 _board: _Board | None = None
+# Board indices of the peers an al.TimeoutError of this process named as never arrived.
+_given_up: set[int] = set()
 
 
 class _Board:
@@ -58,6 +68,12 @@ class _Board:
         for slot in range(SLOTS):
             self.mine[slot] = 0
         self.free = np.ones(SLOTS, np.uint8)     # 1: the slot is free on this process
+        # The last two slots, never agreed on (alike on every rank): 1 once this process
+        # has reached al.finalize(), and its process id (for ``stopped``).
+        self.finalize_slot, self.pid_slot = SLOTS - 1, SLOTS - 2
+        self.free[self.finalize_slot] = self.free[self.pid_slot] = 0
+        self.mine[self.pid_slot] = os.getpid()
+        self.whole_job = self.local.Get_size() == world.Get_size()
 
     def peers_of(self, comm) -> list[int] | None:
         """Board indices of ``comm``'s ranks in rank order; None unless all are here."""
@@ -101,20 +117,58 @@ def close_board(collective: bool) -> None:
         board.close()
 
 
+def mark_finalizing() -> None:
+    """Tell the node's other ranks that this one has reached ``al.finalize()``."""
+    board = _board
+    if board is not None and board.mine is not None:
+        board.mine[board.finalize_slot] = 1
+
+
+def given_up_on() -> set[int]:
+    """Board indices of the peers that an ``al.TimeoutError`` of this process named as
+    never arrived (under ``AL_TIMEOUT``)."""
+    return set(_given_up)
+
+
+def late_for_finalize() -> set[int] | None:
+    """Board indices of the ranks that have not reached ``al.finalize()`` yet; None when
+    the board cannot tell (no board, or the job spans nodes)."""
+    board = _board
+    if board is None or not board.whole_job or board.mine is None:
+        return None
+    return {peer for peer, counters in enumerate(board.counters)
+            if counters[board.finalize_slot] == 0}
+
+
+def stopped(peer: int) -> bool:
+    """Whether the process at board index ``peer`` is stopped (SIGSTOP, or a debugger's
+    trace stop: state T or t in /proc); False when it cannot be told."""
+    board = _board
+    if board is None or board.mine is None:
+        return False
+    try:
+        with open(f"/proc/{int(board.counters[peer][board.pid_slot])}/stat", "rb") as stat:
+            fields = stat.read().rsplit(b")", 1)[1].split()
+    except (OSError, IndexError, ValueError):
+        return False
+    return bool(fields) and fields[0] in (b"T", b"t")
+
+
 class ArrivalCounters:
     """The collectives entered on one communicator: this rank's count and its peers'.
 
     ``arrive()`` counts one more (a plan calls it before each run); ``inside`` is set by a
     blocking run while it lasts, for the monitor thread's stall warning."""
 
-    __slots__ = ("count", "inside", "_mine", "_slot", "_peers", "_warned", "describe",
-                 "__weakref__")
+    __slots__ = ("count", "inside", "_mine", "_slot", "_peers", "_peer_ids", "_warned",
+                 "describe", "__weakref__")
 
     def __init__(self, board: _Board, slot: int, peers: list[int], describe: str) -> None:
         self.count = 0
         self.inside = None        # (number, plan) while a blocking run is in progress
         self._mine, self._slot = board.mine, slot
         self._peers = [board.counters[peer] for peer in peers]
+        self._peer_ids = peers
         self._warned = None
         self.describe = describe  # "rank R of N", for the monitor's message
 
@@ -133,6 +187,8 @@ class ArrivalCounters:
         if not late:
             return (f"every rank entered it (collective #{number} on this communicator): "
                     f"they are all inside it, e.g. with mismatched arguments")
+        if ENABLED:   # (only AL_TIMEOUT's errors ask; stall warnings come without it)
+            _given_up.update(self._peer_ids[rank] for rank in late)
         return (f"ranks that never arrived at collective #{number} on this communicator: "
                 f"{late}")
 

@@ -436,3 +436,34 @@ def test_automatic_never_picks_a_single_node_algorithm_across_nodes(tmp_path, mo
         "allreduce/shared_memory"
     assert selector.choose(two_nodes, "allreduce", "automatic", 1 << 20).name == \
         "allreduce/mpi_passthrough"
+
+
+def _fifo(tmp_path):
+    import os
+
+    path = tmp_path / "table.fifo"
+    os.mkfifo(path)
+    return path
+
+
+def _oversized(tmp_path):
+    path = tmp_path / "huge.json"
+    with open(path, "wb") as file:     # sparse: no disk used
+        file.truncate(selector.MAX_TABLE_BYTES + 1)
+    return path
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("make, problem", [
+    (lambda tmp_path: "/dev/zero", "expected a regular file, got a character device"),
+    (_fifo, "expected a regular file, got a FIFO"),
+    (lambda tmp_path: tmp_path, "expected a regular file, got a directory"),
+    (_oversized, f"expected at most {4 * (4 << 20)} bytes"),
+], ids=["dev-zero", "fifo", "directory", "oversized"])
+def test_a_path_that_is_not_a_sane_regular_file_warns_and_falls_back(
+        tmp_path, monkeypatch, make, problem):
+    path = make(tmp_path)
+    monkeypatch.setenv("AL_TUNING_FILE", str(path))
+    with pytest.warns(selector.TuningTableWarning, match=re.escape(problem)) as record:
+        assert selector.current_table().source == str(selector.SHIPPED_TABLE_PATH)
+    assert str(path) in str(record[0].message)

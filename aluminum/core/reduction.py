@@ -1,12 +1,24 @@
 """Reduction operators: the closed set, which dtypes each accepts, and how numpy computes it.
 
-All operators are commutative.  ``AVG`` is a sum followed by a division by the communicator
-size (floats: true division in the element type; integers: truncation toward zero, as NCCL's
-``ncclAvg``).  Logical operators yield 0/1 (False/True) whatever the communicator size.
+All operators are commutative.  Integer SUM, PROD and AVG wrap around on overflow (two's
+complement, as C, numpy, NCCL and torch), on every backend and algorithm.
+
+Floating-point SUM, PROD and AVG depend on the order of the operands once there are three or
+more (two operands: IEEE addition and multiplication are commutative, bit for bit).  Every
+algorithm gives the same bits in all its modes (blocking, nonblocking, persistent) and under
+every AL_* diagnostic setting, but algorithms differ from each other.  In deterministic mode
+(``set_deterministic(True)`` or ``AL_DETERMINISTIC=1``) every algorithm reduces those in rank
+order, ``((x0 + x1) + x2) + ...``, so the bits depend on the inputs and the rank count only
+(``sums_in_rank_order`` says where that applies; what it costs: docs/benchmarks.md).
+
+``AVG`` is a sum followed by a division by the communicator size (floats: true division in
+the element type; integers: truncation toward zero, as NCCL's ``ncclAvg``).  Logical
+operators yield 0/1 (False/True) whatever the communicator size.
 """
 from __future__ import annotations
 
 import enum
+import os
 
 import numpy as np
 
@@ -49,6 +61,11 @@ class ReductionOp(enum.Enum):
     def reduce_into(self, inout: np.ndarray, other: np.ndarray) -> None:
         """``inout = inout (op) other`` element-wise, in place (AVG accumulates a sum)."""
         _UFUNCS[self](inout, other, out=inout)
+
+    def order_sensitive(self, dtype: np.dtype) -> bool:
+        """Whether the result's bits may depend on the order of three or more operands
+        (floating-point SUM, PROD and AVG)."""
+        return self in _ARITHMETIC and dtypes.is_floating(dtype)
 
     def finishes(self, comm_size: int) -> bool:
         """Whether ``finish`` may change a result for a communicator of ``comm_size`` ranks
@@ -131,3 +148,41 @@ def _hint(op: ReductionOp, dtype: np.dtype) -> str:
     if dtype == np.bool_:
         return " (bool buffers take logical, bitwise, MIN and MAX ops)"
     return " (floating types take SUM, PROD, MIN, MAX and AVG)"
+
+
+# Deterministic mode (AL_DETERMINISTIC=1 or set_deterministic); read where an operation is
+# issued, on the calling thread, so every rank decides the same for the same call.
+DETERMINISTIC = os.environ.get("AL_DETERMINISTIC", "").strip() not in ("", "0")
+
+
+def set_deterministic(enabled: bool = True) -> None:
+    """Turn deterministic mode on or off (``al.set_deterministic``): floating-point SUM,
+    PROD and AVG reductions on three or more ranks are then computed in rank order by every
+    algorithm, ``((x0 + x1) + x2) + ...``, so results do not depend on the algorithm, the
+    mode or the selector's choice.  Every rank must make the same call at the same point of
+    its program; operations issued before it keep the order they were issued with."""
+    global DETERMINISTIC
+    DETERMINISTIC = bool(enabled)
+
+
+def deterministic() -> bool:
+    """Whether deterministic mode is on."""
+    return DETERMINISTIC
+
+
+def sums_in_rank_order(op: ReductionOp, dtype: np.dtype, comm_size: int) -> bool:
+    """Whether an allreduce of ``dtype`` with ``op`` on ``comm_size`` ranks must reduce in
+    rank order: deterministic mode, an order-sensitive reduction, three ranks or more."""
+    return DETERMINISTIC and comm_size > 2 and op.order_sensitive(dtype)
+
+
+def reduce_in_rank_order(op: ReductionOp, operands, out: np.ndarray) -> None:
+    """``out = ((operands[0] (op) operands[1]) (op) operands[2]) ...`` element-wise, before
+    ``finish``.  ``out`` may be ``operands[0]`` or ``operands[1]``, no later one."""
+    if len(operands) == 1:
+        np.copyto(out, operands[0])
+        return
+    ufunc = _UFUNCS[op]
+    ufunc(operands[0], operands[1], out=out)
+    for operand in operands[2:]:
+        ufunc(out, operand, out=out)

@@ -4,6 +4,14 @@ MPI has no float16/bfloat16 reductions, so those (and every op on them) go throu
 commutative MPI ops computed in numpy, which rounds each pairwise result to the element type
 (Aluminum reduces halves in fp32 the same way).  Bool has only logical ops in MPI, so bitwise
 and MIN/MAX on bool map to their logical equivalents.  AVG is reduced as SUM and divided after.
+
+Integer overflow wraps around (as C, numpy, NCCL and torch; every algorithm of every backend
+follows this rule).  Open MPI's AVX op component saturates 8- and 16-bit integer sums of 16
+elements or more instead (open-mpi/ompi#8045, won't fix): ``al.init`` and ``aluminum.run``
+keep it out (``OMPI_MCA_op=^avx``) when they start MPI, and where MPI was started without
+that (by the user's own ``from mpi4py import MPI``), ``mpi_op`` finds out by reducing a
+probe locally (``MPI_Reduce_local``) and reduces those dtypes with numpy's wrapping kernels
+through a custom op instead.
 """
 from __future__ import annotations
 
@@ -42,7 +50,7 @@ def mpi_op(op: ReductionOp, dtype: np.dtype) -> MPI.Op:
     key = (op, dtype)
     found = _ops.get(key)
     if found is None:
-        if dtype in HALF_PRECISION:
+        if dtype in HALF_PRECISION or not _wraps(op, dtype):
             found = MPI.Op.Create(_numpy_reducer(op, dtype), commute=True)
         elif dtype == np.bool_:
             found = _BOOL_OPS.get(op, _NATIVE_OPS[op])
@@ -50,6 +58,23 @@ def mpi_op(op: ReductionOp, dtype: np.dtype) -> MPI.Op:
             found = _NATIVE_OPS[op]
         _ops[key] = found
     return found
+
+
+_PROBE_COUNT = 64   # Open MPI's AVX kernels take over from 16 (8-bit) elements
+
+
+def _wraps(op: ReductionOp, dtype: np.dtype) -> bool:
+    """Whether MPI's own ``op`` on ``dtype`` wraps on overflow, as numpy does: checked on a
+    probe that overflows, for the integer sums and products that some MPI op kernels
+    (Open MPI's AVX component) saturate; assumed elsewhere."""
+    if dtype.kind not in "iu" or dtype.itemsize > 2 or \
+            op not in (ReductionOp.SUM, ReductionOp.AVG, ReductionOp.PROD):
+        return True
+    big = np.iinfo(dtype).max - 2
+    inout, operand = np.full(_PROBE_COUNT, big, dtype), np.full(_PROBE_COUNT, big, dtype)
+    expected = op.ufunc(inout, operand)
+    _NATIVE_OPS[op].Reduce_local(operand, inout)
+    return bool(np.array_equal(inout, expected))
 
 
 _plans: dict[tuple[ReductionOp, np.dtype], tuple[MPI.Datatype, MPI.Op, bool]] = {}

@@ -49,11 +49,14 @@ def limits() -> tuple[float | None, float]:
 
 
 def wait(comm: MPI.Comm, request: MPI.Request, what: str, timeout: float | None = None,
-         missing: Callable[[], str] | None = None) -> None:
+         missing: Callable[[], str] | None = None,
+         give_up: Callable[[float], str | None] | None = None) -> None:
     """Poll ``request``, a nonblocking collective on ``comm``, until it completes; raise
     ``al.TimeoutError`` naming ``what`` after ``timeout`` seconds (default ``AL_TIMEOUT``;
     None: never), leaving ``comm`` ``stranded``.  ``missing()`` words which ranks never
-    arrived, when someone knows (shared-memory arrival counters)."""
+    arrived, when someone knows (shared-memory arrival counters).  ``give_up(waited)``,
+    asked at every poll, may end the wait sooner: the reason it returns goes into the
+    error."""
     default, stall_s = limits()
     limit = default if timeout is None else timeout
     start = time.monotonic()
@@ -61,13 +64,17 @@ def wait(comm: MPI.Comm, request: MPI.Request, what: str, timeout: float | None 
     warned = False
     while not _test(request, what):
         waited = time.monotonic() - start
-        if limit is not None and waited >= limit:
+        early = None if give_up is None else give_up(waited)
+        if early is not None or (limit is not None and waited >= limit):
             who = missing() if missing is not None else (
                 "which ranks never arrived is unknown here (a nonblocking collective cannot "
                 "tell); rerun with AL_TRACE to compare the ranks' last operations")
-            error = TimeoutError(f"{what}: not every rank arrived within "
-                                 f"{'AL_TIMEOUT=' if timeout is None else 'timeout='}"
-                                 f"{limit:g} s; {who}")
+            if early is not None:
+                error = TimeoutError(f"{what}: {early}")
+            else:
+                error = TimeoutError(f"{what}: not every rank arrived within "
+                                     f"{'AL_TIMEOUT=' if timeout is None else 'timeout='}"
+                                     f"{limit:g} s; {who}")
             _stranded.append(comm)
             dumped = trace.dump_flight_record(str(error))
             if dumped is not None:
@@ -94,10 +101,11 @@ def _test(request: MPI.Request, what: str) -> bool:
 
 
 def agree(comm: MPI.Comm, what: str, value: int, timeout: float | None = None,
-          missing: Callable[[], str] | None = None) -> int:
+          missing: Callable[[], str] | None = None,
+          give_up: Callable[[float], str | None] | None = None) -> int:
     """The minimum of every rank's ``value`` over ``comm``, bounded like ``wait``."""
     mine, result = np.array([value], np.int64), np.zeros(1, np.int64)
-    wait(comm, comm.Iallreduce(mine, result, MPI.MIN), what, timeout, missing)
+    wait(comm, comm.Iallreduce(mine, result, MPI.MIN), what, timeout, missing, give_up)
     return int(result[0])
 
 

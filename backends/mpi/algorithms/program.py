@@ -18,6 +18,7 @@ from typing import Iterator
 import numpy as np
 from mpi4py import MPI
 
+from ....core.reduction import reduce_in_rank_order
 from ....engine.state import Action, State
 from ..passthrough.mpi_errors import operation_error
 from .vector_copy import copy_vector
@@ -121,3 +122,26 @@ def partition(count: int, parts: int) -> list[int]:
     the first ``count % parts`` blocks hold one element more, and blocks may be empty."""
     base, extra = divmod(count, parts)
     return [i * base + min(i, extra) for i in range(parts + 1)]
+
+
+def rank_order_allreduce(state: ProgramState, result: np.ndarray):
+    """Deterministic mode's allreduce, for the message-passing algorithms (``state`` has
+    ``comm`` and ``op``; ``result`` holds this rank's contribution): each block of the
+    vector goes to the rank that owns it, unreduced, in ``p - 1`` pairwise exchanges; the
+    owner reduces the ``p`` copies in rank order, ``((x0 + x1) + x2) + ...``; the reduced
+    blocks come back in ``p - 1`` more.  2(p−1)α + 2((p−1)/p)nβ, as the ring, and ``n``
+    elements of scratch."""
+    rank, size, op = state.comm.rank, state.comm.size, state.op
+    offsets = partition(result.size, size)
+    blocks = [result[offsets[b]:offsets[b + 1]] for b in range(size)]
+    mine = blocks[rank]
+    copies = np.empty((size, mine.size), result.dtype)
+    copies[rank] = mine
+    for s in range(1, size):
+        dest, source = (rank + s) % size, (rank - s) % size
+        yield from state.exchange(blocks[dest], dest, copies[source], source)
+    reduce_in_rank_order(op, copies, out=mine)
+    op.finish(mine, size)
+    for s in range(1, size):
+        dest, source = (rank + s) % size, (rank - s) % size
+        yield from state.exchange(mine, dest, blocks[source], source)

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from ....core.reduction import sums_in_rank_order
 from .power_of_two import PowerOfTwoFold, fold_in, fold_out
-from .program import ProgramState, partition, result_buffer
+from .program import ProgramState, partition, rank_order_allreduce, result_buffer
 
 
 class RabenseifnerAllreduce(ProgramState):
@@ -23,9 +24,13 @@ class RabenseifnerAllreduce(ProgramState):
     def __init__(self, comm, stream, sendbuf, recvbuf, op):
         super().__init__(comm)
         self.sendbuf, self.recvbuf, self.op = sendbuf, recvbuf, op
+        self.rank_order = sums_in_rank_order(op, recvbuf.dtype, comm.size)
 
     def program(self):
         result = result_buffer(self.sendbuf, self.recvbuf)
+        if self.rank_order:                             # deterministic mode
+            yield from rank_order_allreduce(self, result)
+            return
         fold = PowerOfTwoFold(self.comm.rank, self.comm.size)
         offsets = partition(result.size, fold.size)
         incoming = None

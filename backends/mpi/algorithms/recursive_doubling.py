@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from ....core.reduction import sums_in_rank_order
 from .power_of_two import PowerOfTwoFold, fold_in, fold_out
-from .program import ProgramState, result_buffer
+from .program import ProgramState, rank_order_allreduce, result_buffer
 from .vector_copy import copy_vector
 
 
@@ -22,9 +23,13 @@ class RecursiveDoublingAllreduce(ProgramState):
     def __init__(self, comm, stream, sendbuf, recvbuf, op):
         super().__init__(comm)
         self.sendbuf, self.recvbuf, self.op = sendbuf, recvbuf, op
+        self.rank_order = sums_in_rank_order(op, recvbuf.dtype, comm.size)
 
     def program(self):
         result = result_buffer(self.sendbuf, self.recvbuf)
+        if self.rank_order:                             # deterministic mode
+            yield from rank_order_allreduce(self, result)
+            return
         fold = PowerOfTwoFold(self.comm.rank, self.comm.size)
         scratch = None if fold.sits_out or fold.size == 1 else np.empty_like(result)
         yield from fold_in(self, fold, result, scratch)

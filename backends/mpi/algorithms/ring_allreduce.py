@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .program import ProgramState, partition, result_buffer
+from ....core.reduction import sums_in_rank_order
+from .program import ProgramState, partition, rank_order_allreduce, result_buffer
 
 
 class RingAllreduce(ProgramState):
@@ -22,9 +23,13 @@ class RingAllreduce(ProgramState):
     def __init__(self, comm, stream, sendbuf, recvbuf, op):
         super().__init__(comm)
         self.sendbuf, self.recvbuf, self.op = sendbuf, recvbuf, op
+        self.rank_order = sums_in_rank_order(op, recvbuf.dtype, comm.size)
 
     def program(self):
         result = result_buffer(self.sendbuf, self.recvbuf)
+        if self.rank_order:                             # deterministic mode
+            yield from rank_order_allreduce(self, result)
+            return
         rank, size = self.comm.rank, self.comm.size
         offsets = partition(result.size, size)
         block = [result[offsets[b]:offsets[b + 1]] for b in range(size)]

@@ -29,6 +29,10 @@ whole vector and reduces all of them itself, in rank order (same inputs, same or
 bits), which beats the pipeline's second synchronisation while the redundant arithmetic is
 cheap.
 
+In deterministic mode (``al.set_deterministic``) the pipeline's and the zero-copy path's
+owners reduce their slices in rank order too, through a scratch slice (one more copy of the
+slice), so every path gives the rank-order bits of the other algorithms.
+
 Buffers from ``al.shared_empty`` (shared_buffers.py) skip the staging: when every rank
 announces that its buffers lie in shared memory, each rank reduces its slice straight out of
 every rank's ``sendbuf`` and writes the result straight into every rank's ``recvbuf``, in
@@ -58,6 +62,7 @@ import functools
 import numpy as np
 
 from ....core.errors import OperationError, UnsupportedError
+from ....core.reduction import reduce_in_rank_order, sums_in_rank_order
 from .program import ProgramState
 from .shared_buffers import NOT_SHARED, SharedBuffers
 from .shared_window import ANNOUNCED, COPIED_IN, COPIED_OUT, REDUCED, SharedWindow
@@ -96,10 +101,11 @@ class SharedMemoryAllreduce(ProgramState):
                 f"rabenseifner or mpi_passthrough)")
         ProgramState.__init__(self, comm)
         self.send, self.recv, self.op = send, recv, op
+        self.rank_order = sums_in_rank_order(op, recv.dtype, comm.size)
         self.window = None
         count = recv.size
         if comm.size > 1 and count > 0:
-            self.window = window = SharedWindow.of(comm)
+            self.window = window = SharedWindow.of(comm, self.describe(comm))
             self.chunk = window.chunk_bytes // recv.itemsize
             rounds = -(-count // self.chunk)
             self.ticket, self.first_round = window.reserve(rounds)
@@ -141,6 +147,16 @@ class SharedMemoryAllreduce(ProgramState):
                                  f"allreduce; this rank's result is undefined (the "
                                  f"communicator stays usable)")
 
+    def describe(self, comm) -> str:
+        """``"allreduce/shared_memory (collective #3 on this communicator, rank 0 of 2)"``:
+        this operation in a message, numbered as the watchdog counts arrivals (the plan
+        counted this one before building the state; the engine's request number comes
+        later)."""
+        arrivals = comm.arrivals
+        number = "" if arrivals is None else f"collective #{arrivals.count} on this " \
+                                              "communicator, "
+        return f"{self.name} ({number}rank {comm.rank} of {comm.size})"
+
     def shared_buffers(self):
         """Announce where this rank's buffers lie; when every rank's are shared buffers,
         return this rank's zero-copy plan (``zero_copy_plan``), None when any rank's are
@@ -154,7 +170,7 @@ class SharedMemoryAllreduce(ProgramState):
             yield
         self.progressed()
         registry = self.registry
-        key = (window.announced(), self.recv.dtype, self.op)
+        key = (window.announced(), self.recv.dtype, self.op, self.rank_order)
         plan = registry.plans.get(key)
         if plan is not None:
             return plan
@@ -181,6 +197,8 @@ class SharedMemoryAllreduce(ProgramState):
         cuts = self.cuts(self.recv.size)
         step = max(1, ZERO_COPY_CHUNK // self.recv.itemsize)
         plan = []
+        if self.rank_order:
+            return self.rank_order_plan(sends, recvs, cuts[rank], cuts[rank + 1], step)
         for start in range(cuts[rank], cuts[rank + 1], step):
             stop = min(cuts[rank + 1], start + step)
             result = recvs[rank][start:stop]
@@ -192,6 +210,24 @@ class SharedMemoryAllreduce(ProgramState):
                 plan.append(functools.partial(op.finish, result, size))
             plan.extend(vector_copier(recvs[(rank + peer) % size][start:stop], result)
                         for peer in range(1, size))
+        return plan
+
+    def rank_order_plan(self, sends, recvs, first: int, end: int, step: int) -> list:
+        """``zero_copy_plan`` in deterministic mode: each chunk reduced in rank order into
+        scratch (in place, this rank's own input is a later operand than the result), then
+        copied into every rank's recvbuf."""
+        size, op = self.window.size, self.op
+        scratch = np.empty(min(step, end - first), self.recv.dtype)
+        plan = []
+        for start in range(first, end, step):
+            stop = min(end, start + step)
+            result = scratch[:stop - start]
+            plan.append(functools.partial(reduce_in_rank_order, op,
+                                          [sends[q][start:stop] for q in range(size)],
+                                          out=result))
+            if op.finishes(size):
+                plan.append(functools.partial(op.finish, result, size))
+            plan.extend(vector_copier(recvs[q][start:stop], result) for q in range(size))
         return plan
 
     def zero_copy(self, plan):
@@ -239,6 +275,8 @@ class SharedMemoryAllreduce(ProgramState):
         """
         window, slots, end = self.window, self.window.slots, self.end_round
         self.staging = window.staging(self.recv.dtype)
+        if self.rank_order:
+            self.scratch = np.empty(self.chunk, self.recv.dtype)
         last = self.recv.size - (end - 1 - self.first_round) * self.chunk
         self.full_cuts, self.last_cuts = self.cuts(self.chunk), self.cuts(last)
         copied_in = reduced = copied_out = self.first_round
@@ -280,10 +318,18 @@ class SharedMemoryAllreduce(ProgramState):
         rank, size = window.rank, window.size
         lo, hi = cuts[rank], cuts[rank + 1]
         result = self.staging[(rank + 1) % size][slot][lo:hi]
-        self.op.ufunc(self.send[start + lo:start + hi], result, out=result)
-        for peer in range(2, size):
-            self.op.reduce_into(result, self.staging[(rank + peer) % size][slot][lo:hi])
-        self.op.finish(result, size)
+        if self.rank_order:   # deterministic mode: through scratch (result is operand rank+1)
+            operands = [self.send[start + lo:start + hi] if q == rank else
+                        self.staging[q][slot][lo:hi] for q in range(size)]
+            ordered = self.scratch[:hi - lo]
+            reduce_in_rank_order(self.op, operands, out=ordered)
+            self.op.finish(ordered, size)
+            copy_vector(result, ordered)
+        else:
+            self.op.ufunc(self.send[start + lo:start + hi], result, out=result)
+            for peer in range(2, size):
+                self.op.reduce_into(result, self.staging[(rank + peer) % size][slot][lo:hi])
+            self.op.finish(result, size)
         window.publish(round_, REDUCED)
         copy_vector(self.recv[start + lo:start + hi], result)
 

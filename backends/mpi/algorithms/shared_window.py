@@ -50,28 +50,32 @@ class SharedWindow:
     SLOTS = 2
 
     @classmethod
-    def of(cls, comm) -> "SharedWindow":
+    def of(cls, comm, needed_by: str = "shared_memory") -> "SharedWindow":
         """The communicator's window, allocated on first use (collective over the node,
         bounded by ``AL_TIMEOUT``: a rank that never comes makes the others raise
-        ``al.TimeoutError`` naming it, and the communicator's shared_memory is then unusable:
-        later uses raise ``OperationError`` at once, since its ranks are out of step)."""
+        ``al.TimeoutError`` naming the operation that needed it (``needed_by``, e.g.
+        ``"allreduce/shared_memory (collective #3 on this communicator, rank 0 of 2)"``)
+        and the ranks that never came, and the communicator's shared_memory is then
+        unusable: later uses raise ``OperationError`` at once, since its ranks are out of
+        step)."""
         found = comm.scratch(cls.KEY)
         if found is None:
             try:
-                found = comm.scratch(cls.KEY, lambda: cls(comm.local_comm, missing=_missing(comm)))
+                found = comm.scratch(cls.KEY, lambda: cls(comm.local_comm, missing=_missing(comm),
+                                                          needed_by=needed_by))
             except TimeoutError as exc:
                 comm.scratch(cls.KEY, lambda: exc)
                 raise
         if isinstance(found, TimeoutError):
-            raise OperationError("shared_memory: allocating this communicator's shared window "
+            raise OperationError(f"{needed_by}: allocating this communicator's shared window "
                                  "timed out earlier; shared_memory cannot be used on it "
                                  "(use another algorithm or a new communicator)") from found
         return found
 
     def __init__(self, local: MPI.Comm, chunk_bytes: int = CHUNK_BYTES, slots: int = SLOTS,
-                 missing=None):
+                 missing=None, needed_by: str = "shared_memory"):
         self.rank, self.size = local.Get_rank(), local.Get_size()
-        rendezvous.enter(local, "shared_memory: allocating the communicator's shared window "
+        rendezvous.enter(local, f"{needed_by}: allocating the communicator's shared window "
                                 "(MPI_Win_allocate_shared, on its first shared_memory use)",
                          missing)
         self.chunk_bytes, self.slots = chunk_bytes, slots

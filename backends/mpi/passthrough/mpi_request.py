@@ -30,6 +30,24 @@ class MPIRequestState(State):
     def finish(self) -> None:
         """Nothing to post-process by default."""
 
+    def order_sensitive(self) -> bool:
+        """Whether MPI may reduce this call's operands in another order when blocking than
+        when not (a floating-point SUM, PROD or AVG on 3 ranks or more: Open MPI's
+        ``MPI_Reduce`` and ``MPI_Ireduce`` did on 3 ranks): then every form runs the
+        nonblocking call, so that all give the same bits.  False by default (no
+        reduction)."""
+        return False
+
+    @classmethod
+    def ordered_run_blocking(cls, comm, *args) -> bool:
+        """For ``run_blocking`` overrides: run the call as ``blocking_call`` would when its
+        order matters, returning True; False (nothing run) when it does not."""
+        state = cls(comm, *args)
+        if not state.order_sensitive():
+            return False
+        _post_and_wait(state)
+        return True
+
     @classmethod
     def persistent(cls, comm, *args) -> PersistentRequest | None:
         """The same call as an MPI-4 persistent operation on these arguments: ``post`` runs
@@ -37,7 +55,7 @@ class MPIRequestState(State):
         every state's ``post`` serves both forms).  None for states that check a status
         (receives) or where the MPI library lacks the persistent form."""
         state = cls(comm, *args)
-        if state.status is not None:
+        if state.status is not None or state.order_sensitive():
             return None
         state.comm = _OtherForm(comm, persistent=True)
         try:
@@ -59,6 +77,8 @@ class MPIRequestState(State):
         state = cls(comm, *args)
         if state.status is not None:
             return super().blocking_call(comm, *args)
+        if state.order_sensitive():   # in the nonblocking call's order
+            return functools.partial(_post_and_wait, state)
         state.comm = _OtherForm(comm, persistent=False)
         try:
             call = state.post()
@@ -81,6 +101,11 @@ class MPIRequestState(State):
             return Action.CONTINUE
         self.finish()
         return Action.COMPLETE
+
+
+def _post_and_wait(state: MPIRequestState) -> None:
+    state.post().Wait()
+    state.finish()
 
 
 class _OtherForm:

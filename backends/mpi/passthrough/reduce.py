@@ -1,4 +1,5 @@
-"""Reduce by calling MPI: ``MPI_Reduce`` when blocking, ``MPI_Ireduce`` polled when not.
+"""Reduce by calling MPI: ``MPI_Reduce`` when blocking, ``MPI_Ireduce`` polled when not
+(``MPI_Ireduce`` waited for where the order of the operands matters, ``order_sensitive``).
 
 State arguments: ``(comm, stream, sendbuf, recvbuf, op, root)``.  ``recvbuf`` is None on
 every rank but the root; at the root ``sendbuf is recvbuf`` means in place.
@@ -16,10 +17,15 @@ class PassthroughReduce(MPIRequestState):
         self.comm, self.sendbuf, self.recvbuf = comm, sendbuf, recvbuf
         self.op, self.root = op, root
 
-    @staticmethod
-    def run_blocking(comm, stream, sendbuf, recvbuf, op, root):
+    @classmethod
+    def run_blocking(cls, comm, stream, sendbuf, recvbuf, op, root):
+        if cls.ordered_run_blocking(comm, stream, sendbuf, recvbuf, op, root):
+            return
         comm._mpi.Reduce(*_arguments(sendbuf, recvbuf, op), root)
         _finish(comm, recvbuf, op)
+
+    def order_sensitive(self):
+        return self.comm.size > 2 and self.op.order_sensitive(self.sendbuf.dtype)
 
     def post(self):
         return self.comm._mpi.Ireduce(*_arguments(self.sendbuf, self.recvbuf, self.op),

@@ -16,11 +16,16 @@ class PassthroughReduceScatter(MPIRequestState):
     def __init__(self, comm, stream, sendbuf, recvbuf, op):
         self.comm, self.sendbuf, self.recvbuf, self.op = comm, sendbuf, recvbuf, op
 
-    @staticmethod
-    def run_blocking(comm, stream, sendbuf, recvbuf, op):
+    @classmethod
+    def run_blocking(cls, comm, stream, sendbuf, recvbuf, op):
+        if cls.ordered_run_blocking(comm, stream, sendbuf, recvbuf, op):
+            return
         comm._mpi.Reduce_scatter_block(send_spec(sendbuf, recvbuf), spec(recvbuf),
                                        mpi_op(op, recvbuf.dtype))
         _finish(comm, sendbuf, recvbuf, op)
+
+    def order_sensitive(self):
+        return self.comm.size > 2 and self.op.order_sensitive(self.recvbuf.dtype)
 
     def post(self):
         return self.comm._mpi.Ireduce_scatter_block(

@@ -18,11 +18,16 @@ class PassthroughReduceScatterv(MPIRequestState):
         self.comm, self.sendbuf, self.recvbuf = comm, sendbuf, recvbuf
         self.op, self.counts = op, counts
 
-    @staticmethod
-    def run_blocking(comm, stream, sendbuf, recvbuf, op, counts):
+    @classmethod
+    def run_blocking(cls, comm, stream, sendbuf, recvbuf, op, counts):
+        if cls.ordered_run_blocking(comm, stream, sendbuf, recvbuf, op, counts):
+            return
         comm._mpi.Reduce_scatter(send_spec(sendbuf, recvbuf), spec(recvbuf), counts,
                                  mpi_op(op, recvbuf.dtype))
         op.finish(recvbuf.array[:counts[comm.rank]], comm.size)
+
+    def order_sensitive(self):
+        return self.comm.size > 2 and self.op.order_sensitive(self.recvbuf.dtype)
 
     def post(self):
         return self.comm._mpi.Ireduce_scatter(
