@@ -48,7 +48,7 @@ def wrapped_reference(values, op):
 
 
 def algorithms_of(comm):
-    return al.algorithms("allreduce", comm.backend.name)
+    return al.algorithms("allreduce", comm=comm)
 
 
 @given(data=st.data(), dtype=st.sampled_from(INT_DTYPES), op=st.sampled_from(WRAPPING_OPS),

@@ -66,7 +66,7 @@ def test_every_form_of_an_algorithm_gives_its_blocking_bits(backend_comm, dtype,
     comm = backend_comm
     values = rank_values(count, dtype, comm.rank, al.SUM)
     differing = []
-    for algo in al.algorithms("allreduce", comm.backend.name):
+    for algo in al.algorithms("allreduce", comm=comm):
         blocking = run(comm, "blocking", algo, values, al.SUM)
         differing += [f"{algo} {form}" for form in FORMS[1:]
                       if not same_bits(run(comm, form, algo, values, al.SUM), blocking)]
@@ -84,7 +84,7 @@ def test_deterministic_mode_reduces_in_rank_order_everywhere(backend_comm, deter
     if op is al.AVG and comm.size > 1:
         expected = expected / np.dtype(dtype).type(comm.size)
     wrong = [f"{algo} {form}"
-             for algo in ["automatic", *al.algorithms("allreduce", comm.backend.name)]
+             for algo in ["automatic", *al.algorithms("allreduce", comm=comm)]
              for form in FORMS
              if not same_bits(run(comm, form, algo, everyone[comm.rank], op), expected)]
     assert not wrong, f"not the rank-order bits: {wrong}"

@@ -12,7 +12,8 @@ from __future__ import annotations
 import numpy as np
 
 from ....core.errors import UnsupportedError
-from .program import ProgramState, partition, result_buffer
+from ....core.reduction import sums_in_rank_order
+from .program import ProgramState, partition, rank_order_allreduce, result_buffer
 
 
 class HierarchicalAllreduce(ProgramState):
@@ -26,7 +27,8 @@ class HierarchicalAllreduce(ProgramState):
 
     Every element is reduced by exactly one rank per level and then copied, so every rank
     ends with the same bits; the order of the sum is fixed (node ring, then node order), the
-    same for the blocking and the nonblocking call.  Messages go between the ranks of this
+    same for the blocking and the nonblocking call; in deterministic mode it is rank order,
+    as in every algorithm (and no longer two-level).  Messages go between the ranks of this
     communicator (no sub-communicators): the ranks of a node from ``comm.nodes``.
 
     Needs the same number of ranks on every node (``UnsupportedError`` otherwise; the
@@ -46,9 +48,13 @@ class HierarchicalAllreduce(ProgramState):
                 f"rabenseifner or mpi_passthrough)")
         super().__init__(comm)
         self.sendbuf, self.recvbuf, self.op = sendbuf, recvbuf, op
+        self.rank_order = sums_in_rank_order(op, recvbuf.dtype, comm.size)
 
     def program(self):
         result = result_buffer(self.sendbuf, self.recvbuf)
+        if self.rank_order:                # deterministic mode: one order for every algorithm
+            yield from rank_order_allreduce(self, result)
+            return
         nodes = self.comm.nodes
         node = next(ranks for ranks in nodes if self.comm.rank in ranks)
         local = node.index(self.comm.rank)
