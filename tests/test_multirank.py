@@ -38,13 +38,23 @@ def test_ranks(filename, nprocs, tmp_path):
 
 # Across emulated hosts (network namespaces, one Open MPI daemon each: TCP between hosts,
 # shared memory inside one): every operation in every mode, and every allreduce algorithm
-# offered there, on 2 hosts of 1 and of 2 ranks.
-ACROSS_HOSTS = [JOINED, "rank_algorithms.py"]
+# offered there, on 2 hosts of 1 and of 2 ranks; data-parallel training (the executor,
+# aluminum.torch.DistributedDataParallel, torch DDP and torch's collectives over the
+# "aluminum" backend, each against its single-process or gloo reference) on 2 hosts of 2
+# ranks only, which has both links, to keep CI time down.
+BOTH_SHAPES = [(2, 2), (2, 4)]
+ACROSS_HOSTS = [(filename, hosts, nprocs)
+                for filename, shapes in [(JOINED, BOTH_SHAPES),
+                                         ("rank_algorithms.py", BOTH_SHAPES),
+                                         ("rank_executor_data_parallel.py", [(2, 4)]),
+                                         ("rank_torch_ddp.py", [(2, 4)]),
+                                         ("rank_torch_collectives.py", [(2, 4)])]
+                for hosts, nprocs in shapes]
 
 
 @pytest.mark.skipif(NO_HOSTS is not None, reason=f"no emulated hosts here: {NO_HOSTS}")
-@pytest.mark.parametrize("hosts, nprocs", [(2, 2), (2, 4)], ids=["2x1", "2x2"])
-@pytest.mark.parametrize("filename", ACROSS_HOSTS)
+@pytest.mark.parametrize("filename, hosts, nprocs", ACROSS_HOSTS,
+                         ids=[f"{f}-{h}x{n // h}" for f, h, n in ACROSS_HOSTS])
 def test_ranks_across_hosts(filename, hosts, nprocs, tmp_path):
     run_ranks(filename, nprocs, tmp_path, hosts=hosts)
 
