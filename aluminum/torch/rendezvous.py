@@ -82,12 +82,16 @@ def _shared_network_address(comm: al.MPICommunicator) -> str:
     collective); sets this rank's ``GLOO_SOCKET_IFNAME`` to its interface there unless set.
     Rank 0's host name when the nodes share no network (routed clusters: DNS knows it)."""
     everyone = comm.mpi_comm.allgather(_interfaces())
-    for network in sorted({network for _, _, network in everyone[0]}, key=str):
-        on_it = [[name for name, _, net in mine if net == network] for mine in everyone]
-        if all(on_it):
+    elsewhere = {address for node in comm.nodes if 0 not in node for rank in node
+                 for _, address, _ in everyone[rank]}
+    for _, address, network in sorted(everyone[0], key=lambda found: str(found[2])):
+        on_it = [[mine for mine, _, net in interfaces if net == network]
+                 for interfaces in everyone]
+        # (an address other nodes have too is a private network each has, e.g. docker0)
+        if all(on_it) and address not in elsewhere:
             if "GLOO_SOCKET_IFNAME" not in os.environ:
                 os.environ["GLOO_SOCKET_IFNAME"] = on_it[comm.rank][0]
-            return next(str(address) for _, address, net in everyone[0] if net == network)
+            return str(address)
     return comm.mpi_comm.bcast(socket.getfqdn() if comm.rank == 0 else None, root=0)
 
 
