@@ -16,8 +16,9 @@ timeout holds a *roll call*: this rank sends its count to each of them and liste
 theirs (``roll_call_seconds()``: half of AL_TIMEOUT within 1 to 5 s), which they send when
 their own wait ends the same way.  A rank that answers with a lower count never arrived;
 one that does not answer never arrived or cannot be reached (its host, or the link to it,
-is down) - both named with their host, ``[2, 3] (host node7)``.  The messages go over the communicator's administrative MPI
-communicator (never the one operations run on) under a tag of their own.
+is down) - both named with their host, ``[2, 3] (host node7)``.  The messages go over the
+communicator's administrative MPI communicator (never the one operations run on) under a
+tag of their own.
 
 Counting is on always: a plan bumps its counter before each run (a store into shared
 memory).  Who reads it:
