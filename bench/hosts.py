@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 
 _MPI_ENV = ("OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_SIZE", "PMI_RANK")
@@ -46,8 +47,14 @@ def launch_on_hosts(args: argparse.Namespace, script: str, argv: list[str]) -> i
         elif not arg.startswith(tuple(f"{option}=" for option in _OPTIONS)):
             rest.append(arg)
     nprocs = args.np if args.np is not None else 2 * args.hosts
+    # SIGTERM (timeout(1), a scheduler) unwinds like Ctrl-C: the job stops, the hosts go.
+    signal.signal(signal.SIGTERM, _raise_interrupt)
     try:
         return launch(nprocs, [sys.executable, script, *rest], hosts=args.hosts,
                       link_mbit=args.link_mbit).returncode
     except KeyboardInterrupt:
         return 130
+
+
+def _raise_interrupt(signum, frame):
+    raise KeyboardInterrupt
