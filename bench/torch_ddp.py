@@ -73,6 +73,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--batch", type=int, default=8, help="samples per rank per step")
+    parser.add_argument("--repeats", type=int, default=15,
+                        help="latency: batches of calls per size (median over them)")
     hosts.add_options(parser)
     args = parser.parse_args()
     launched = hosts.launch_on_hosts(args, __file__, sys.argv[1:])
@@ -96,7 +98,8 @@ def main() -> None:
     times = step_times(parallels, args.steps, args.batch, barrier)
     parallels["aluminum-dp"].close()
     rows = [(mode, statistics.median(seconds)) for mode, seconds in times.items()]
-    latency = [(n, latency_us(gloo, n, 50, 15), latency_us(ours, n, 500, 15)) for n in SIZES]
+    latency = [(n, latency_us(gloo, n, 50, args.repeats),
+                latency_us(ours, n, 500, args.repeats)) for n in SIZES]
     if rank != 0:
         dist.destroy_process_group()
         return

@@ -212,7 +212,8 @@ def main(argv: list[str] | None = None) -> int:
     if comm.rank == 0:
         gradients_mb = sum(a * b + b for a, b in zip(WIDTHS, WIDTHS[1:])) * 4 / 2 ** 20
         compute = rows[1][1][0]
-        print(f"# np={comm.size} on {comm.node_count} host(s), batch {args.batch}/rank, MLP {WIDTHS} ({gradients_mb:.0f} "
+        print(f"# np={comm.size} on {comm.node_count} host(s), batch {args.batch}/rank, "
+              f"MLP {WIDTHS} ({gradients_mb:.0f} "
               f"MiB of float32 gradients), {args.threads} threads, median of {args.steps}, "
               f"{cores_per_rank(comm):g} cores per rank")
         print(f"{'set-up':30s} {'step ms':>9s} {'samples/s':>10s} {'comm wait':>10s} "

@@ -57,7 +57,8 @@ RANKS = textwrap.dedent('''
                       aluminum=isinstance(exc, al.AluminumError), at=time.time())
     with open(os.path.join(out, f"rank{comm.rank}.tmp"), "w") as f:
         json.dump(report, f)
-    os.rename(os.path.join(out, f"rank{comm.rank}.tmp"), os.path.join(out, f"rank{comm.rank}.json"))
+    os.rename(os.path.join(out, f"rank{comm.rank}.tmp"),
+              os.path.join(out, f"rank{comm.rank}.json"))
     os._exit(0)    # MPI_Finalize would wait for the hosts it cannot reach
 ''')
 
