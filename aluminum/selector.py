@@ -57,7 +57,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Collection
 
-from aluminum import costmodel
+from aluminum import costmodel, two_level_model
 from aluminum.core.errors import AluminumError, ArgumentError
 from aluminum.core.names import Algorithm, Mode, Placement
 
@@ -90,6 +90,7 @@ class Rule:
     by_bytes: tuple[tuple[int, str], ...]
     placement: Placement | None = None   # None: both
     mode: Mode | None = None             # None: both
+    nodes: int | None = None             # None: measured on one node (only used there)
 
     def choose(self, nbytes: int) -> str | None:
         """Return the algorithm of the nearest threshold <= nbytes; None below the first."""
@@ -105,15 +106,20 @@ class Table:
     model: costmodel.AlphaBeta | None = None
     metadata: dict[str, Any] = field(default_factory=dict)
     source: str = "<none>"
+    inter_model: costmodel.AlphaBeta | None = None   # between nodes (two_level_model)
 
     def rules_for(self, backend: str, op: str, placement: str | None = None,
-                  mode: str | None = None) -> dict[int, Rule]:
+                  mode: str | None = None, nodes: int = 1) -> dict[int, Rule]:
         """Return the rules of (backend, op) keyed by comm size: per size the most specific
         rule that applies to calls of ``placement`` and ``mode`` (None: unknown, only rules
-        without that key apply); a matching mode outranks a matching placement."""
+        without that key apply); a matching mode outranks a matching placement.  On one node
+        only rules without ``nodes`` apply; on several, those of the nearest node count."""
+        measured = {rule.nodes for rule in self.rules
+                    if rule.backend == backend and rule.op == op and rule.nodes is not None}
+        wanted = None if nodes == 1 else _nearest(measured, nodes) if measured else -1
         chosen: dict[int, tuple[tuple[bool, bool], Rule]] = {}
         for rule in self.rules:
-            if rule.backend == backend and rule.op == op \
+            if rule.backend == backend and rule.op == op and rule.nodes == wanted \
                     and rule.placement in (None, placement) and rule.mode in (None, mode):
                 rank = (rule.mode is not None, rule.placement is not None)
                 if rule.comm_size not in chosen or rank > chosen[rule.comm_size][0]:
@@ -125,7 +131,11 @@ class Table:
         data: dict[str, Any] = {"format": FORMAT, **self.metadata}
         if self.model is not None:
             data["model"] = {"alpha": self.model.alpha, "beta": self.model.beta}
+        if self.inter_model is not None:
+            data["inter_model"] = {"alpha": self.inter_model.alpha,
+                                   "beta": self.inter_model.beta}
         data["rules"] = [{"backend": r.backend, "op": r.op, "comm_size": r.comm_size,
+                          **({"nodes": r.nodes} if r.nodes else {}),
                           **({"placement": r.placement} if r.placement else {}),
                           **({"mode": r.mode} if r.mode else {}),
                           "by_bytes": [list(e) for e in r.by_bytes]} for r in self.rules]
@@ -148,16 +158,16 @@ def _require(data: dict[str, Any], key: str, kind: type, where: str) -> Any:
     return value
 
 
-def _parse_model(raw: Any) -> costmodel.AlphaBeta:
+def _parse_model(raw: Any, where: str = "model") -> costmodel.AlphaBeta:
     if not isinstance(raw, dict):
-        raise TuningTableError(f"model: expected an object, got {_json_type(raw)}")
+        raise TuningTableError(f"{where}: expected an object, got {_json_type(raw)}")
     values = []
     for key in ("alpha", "beta"):
         if key not in raw:
-            raise TuningTableError(f"model: missing key {key!r}")
+            raise TuningTableError(f"{where}: missing key {key!r}")
         value = raw[key]
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
-            raise TuningTableError(f"model.{key}: expected a number >= 0, got {value!r}")
+            raise TuningTableError(f"{where}.{key}: expected a number >= 0, got {value!r}")
         values.append(float(value))
     return costmodel.AlphaBeta(*values)
 
@@ -172,6 +182,10 @@ def _parse_rule(where: str, raw: Any, known: KnownAlgorithms | None) -> Rule:
         raise TuningTableError(f"{where}.comm_size: expected an integer >= 1, got {comm_size}")
     placement = _member(Placement, raw, "placement", where)
     mode = _member(Mode, raw, "mode", where)
+    nodes = raw.get("nodes")
+    if nodes is not None and (type(nodes) is not int or nodes < 2):
+        raise TuningTableError(f"{where}.nodes: expected an integer >= 2 (a rule measured "
+                               f"across that many nodes) or no key, got {nodes!r}")
     entries = _require(raw, "by_bytes", list, where)
     if not entries:
         raise TuningTableError(f"{where}.by_bytes: expected at least one [bytes, algorithm]")
@@ -199,7 +213,7 @@ def _parse_rule(where: str, raw: Any, known: KnownAlgorithms | None) -> Rule:
         if unknown:
             raise TuningTableError(f"{where}: unknown {op} algorithm(s) {unknown} for backend "
                                    f"{backend!r}; expected one of {sorted(names)}")
-    return Rule(backend, op, comm_size, tuple(by_bytes), placement, mode)
+    return Rule(backend, op, comm_size, tuple(by_bytes), placement, mode, nodes)
 
 
 def parse_table(data: Any, source: str = "<memory>",
@@ -216,21 +230,24 @@ def parse_table(data: Any, source: str = "<memory>",
         raise TuningTableError(f"format: expected {FORMAT!r}, got {data['format']!r}")
     raw_rules = _require(data, "rules", list, "table")
     rules: list[Rule] = []
-    seen: dict[tuple[str, str, int, str | None, str | None], int] = {}
+    seen: dict[tuple[str, str, int, str | None, str | None, int | None], int] = {}
     for i, raw in enumerate(raw_rules):
         rule = _parse_rule(f"rules[{i}]", raw, known_algorithms)
-        key = (rule.backend, rule.op, rule.comm_size, rule.placement, rule.mode)
+        key = (rule.backend, rule.op, rule.comm_size, rule.placement, rule.mode, rule.nodes)
         if key in seen:
             placement = "" if key[3] is None else f", placement {key[3]!r}"
             mode = "" if key[4] is None else f", mode {key[4]!r}"
+            nodes = "" if key[5] is None else f", nodes {key[5]}"
             raise TuningTableError(f"rules[{i}]: duplicates rules[{seen[key]}] for backend "
                                    f"{key[0]!r}, op {key[1]!r}, comm_size {key[2]}{placement}"
-                                   f"{mode}")
+                                   f"{mode}{nodes}")
         seen[key] = i
         rules.append(rule)
     model = _parse_model(data["model"]) if "model" in data else None
-    metadata = {k: v for k, v in data.items() if k not in ("format", "rules", "model")}
-    return Table(tuple(rules), model, metadata, source)
+    inter = _parse_model(data["inter_model"], "inter_model") if "inter_model" in data else None
+    metadata = {k: v for k, v in data.items()
+                if k not in ("format", "rules", "model", "inter_model")}
+    return Table(tuple(rules), model, metadata, source, inter)
 
 
 def read_table(path: str | os.PathLike[str],
@@ -286,7 +303,7 @@ def user_table_path() -> Path:
     return base / "aluminum" / "tuning.json"
 
 
-_cache: dict[tuple[str, str, int, int, str, bool | None, bool | None], str] = {}
+_cache: dict[tuple, str] = {}
 _table: Table | None = None
 
 
@@ -389,10 +406,14 @@ def mode_of(nonblocking: bool | None) -> Mode | None:
 
 
 def _decide(table: Table, backend: str, op: str, comm_size: int, nbytes: int,
-            default: str, inplace: bool | None, nonblocking: bool | None) -> str:
-    rules = table.rules_for(backend, op, placement_of(inplace), mode_of(nonblocking))
+            default: str, inplace: bool | None, nonblocking: bool | None,
+            nodes: tuple[int, int] | None = None) -> str:
+    rules = table.rules_for(backend, op, placement_of(inplace), mode_of(nonblocking),
+                            1 if nodes is None else nodes[0])
     if rules:
         return rules[_nearest(rules, comm_size)].choose(nbytes) or default
+    if nodes is not None:
+        return _decide_across_nodes(table, backend, op, comm_size, nbytes, default, nodes)
     if _known is None:
         return default
     try:
@@ -406,8 +427,34 @@ def _decide(table: Table, backend: str, op: str, comm_size: int, nbytes: int,
     return costmodel.best(op, comm_size, nbytes, model.alpha, model.beta, candidates)
 
 
+def _decide_across_nodes(table: Table, backend: str, op: str, comm_size: int, nbytes: int,
+                         default: str, nodes: tuple[int, int]) -> str:
+    """No rule measured across nodes: the two-level model picks an allreduce (with the
+    table's ``model`` inside nodes and ``inter_model`` between them), among the algorithms
+    that run on nodes of ``nodes[1]`` ranks (0: nodes of different sizes)."""
+    if op != "allreduce" or _known is None:
+        return default
+    try:
+        known = set(_known(backend, op))
+    except Exception:  # noqa: BLE001 - the backend or op is not registered: nothing to model
+        return default
+    count, local = nodes
+    candidates = [a for a in two_level_model.ALGORITHMS if a in known
+                  and (local or a != "hierarchical")]
+    if not candidates:
+        return default
+    intra = table.model or costmodel.AlphaBeta(DEFAULT_ALPHA, DEFAULT_BETA)
+    inter = table.inter_model or two_level_model.DEFAULT_INTER
+    # Nodes of different sizes: modelled as nodes of the largest size (what the busiest
+    # node's link carries).
+    local = local or -(-comm_size // count)
+    return two_level_model.best_allreduce(two_level_model.Nodes(count, local), nbytes,
+                                          intra, inter, candidates)
+
+
 def _select_uncached(backend: str, op: str, comm_size: int, nbytes: int,
-                     default: str, inplace: bool | None, nonblocking: bool | None) -> str:
+                     default: str, inplace: bool | None, nonblocking: bool | None,
+                     nodes: tuple[int, int] | None = None) -> str:
     comm_size, nbytes = operator.index(comm_size), operator.index(nbytes)
     if comm_size < 1:
         raise ArgumentError(f"comm_size: expected an integer >= 1, got {comm_size}")
@@ -415,25 +462,29 @@ def _select_uncached(backend: str, op: str, comm_size: int, nbytes: int,
         raise ArgumentError(f"nbytes: expected an integer >= 0, got {nbytes}")
     with _lock:
         algo = _decide(current_table(), backend, op, comm_size, nbytes, default, inplace,
-                       nonblocking)
+                       nonblocking, nodes)
         if len(_cache) >= _CACHE_LIMIT:
             _cache.clear()
-        _cache[(backend, op, comm_size, nbytes, default, inplace, nonblocking)] = algo
+        _cache[(backend, op, comm_size, nbytes, default, inplace, nonblocking, nodes)] = algo
     return algo
 
 
 def select_algorithm(backend: str, op: str, comm_size: int, nbytes: int, default: str,
-                     inplace: bool | None = None, nonblocking: bool | None = None) -> str:
+                     inplace: bool | None = None, nonblocking: bool | None = None,
+                     nodes: tuple[int, int] | None = None) -> str:
     """Return the algorithm to run `op` on `backend` for comm_size ranks and nbytes bytes.
 
     `inplace`, `nonblocking`: the call's placement and mode, for rules that depend on them
-    (None: unknown, only rules without that key apply).  `default` is returned where neither
-    the table nor the cost model decides. Loads the table on first use; a bad table warns
-    once per load and never raises here."""
+    (None: unknown, only rules without that key apply).  `nodes`: (node count, ranks per
+    node, 0 if nodes differ) of a communicator spanning several nodes, None on one node:
+    then only rules measured across nodes apply, else the two-level model.  `default` is
+    returned where neither the table nor a cost model decides. Loads the table on first
+    use; a bad table warns once per load and never raises here."""
     try:
-        return _cache[(backend, op, comm_size, nbytes, default, inplace, nonblocking)]
+        return _cache[(backend, op, comm_size, nbytes, default, inplace, nonblocking, nodes)]
     except KeyError:
-        return _select_uncached(backend, op, comm_size, nbytes, default, inplace, nonblocking)
+        return _select_uncached(backend, op, comm_size, nbytes, default, inplace, nonblocking,
+                                nodes)
 
 
 def choose(comm, op: str, algo: str, nbytes: int, inplace: bool | None = None,
@@ -449,9 +500,19 @@ def choose(comm, op: str, algo: str, nbytes: int, inplace: bool | None = None,
         return backend.state_class(op, algo)
     default = backend.default_for(op)
     chosen = select_algorithm(backend.name, op, comm.size, nbytes, default, inplace,
-                              nonblocking)
+                              nonblocking, node_layout(comm))
     cls = backend.state_class(op, chosen)
     return cls if runs_on(comm, cls) else backend.state_class(op, default)
+
+
+def node_layout(comm) -> tuple[int, int] | None:
+    """(node count, ranks per node or 0 where nodes differ) of a communicator spanning
+    nodes; None on one node."""
+    nodes = getattr(comm, "nodes", ())
+    if len(nodes) < 2:
+        return None
+    sizes = {len(node) for node in nodes}
+    return len(nodes), sizes.pop() if len(sizes) == 1 else 0
 
 
 def runs_on(comm, cls: type) -> bool:

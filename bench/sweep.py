@@ -272,7 +272,7 @@ def run(config: Config, comm, world: MPI.Comm, peers: list) -> list[Series]:
                 point.algo = selector.select_algorithm(
                     comm.backend.name, spec.name, p, spec.selector_bytes(case.size, p), default,
                     config.inplace if spec.name == "allreduce" else None,  # as al.allreduce
-                    config.nonblocking)
+                    config.nonblocking, selector.node_layout(comm))
             series[i].points.append(point)
         progress.point_done(case.size,
                             {series[i].name: pt.avg_us for i, pt in sorted(best.items())})

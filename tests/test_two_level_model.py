@@ -1,0 +1,156 @@
+"""The two-level α-β model (aluminum/two_level_model.py) against values worked out by hand,
+and the selector's choices on communicators that span nodes."""
+import json
+
+import pytest
+
+from aluminum import selector
+from aluminum import two_level_model as model
+from aluminum.costmodel import AlphaBeta
+from aluminum.core.errors import ArgumentError
+
+INTRA = AlphaBeta(alpha=1e-6, beta=1e-10)
+INTER = AlphaBeta(alpha=50e-6, beta=8e-9)
+MIB = 1 << 20
+
+
+def test_ring_across_two_nodes_of_two_waits_on_the_link_every_step():
+    # p = 4: 6 steps of n/4 bytes, each over a node's link
+    n = 4 * MIB
+    expected = 6 * (50e-6 + n / 4 * 8e-9)
+    assert model.predict_allreduce("ring", model.Nodes(2, 2), n, INTRA, INTER) == \
+        pytest.approx(expected)
+
+
+def test_hierarchical_is_two_node_rings_and_one_ring_of_shards_across():
+    n = 4 * MIB
+    inside = 2 * 1 * (1e-6 + n / 2 * 1e-10)          # L = 2: one step each way
+    across = 2 * 1 * (50e-6 + n / 2 * 8e-9)          # N = 2: node's link carries n/2 a step
+    assert model.predict_allreduce("hierarchical", model.Nodes(2, 2), n, INTRA, INTER) == \
+        pytest.approx(inside + across)
+
+
+def test_recursive_doubling_crosses_with_every_rank_of_the_node():
+    n = 1000.0
+    # Nodes(2, 2): distance 1 inside the node, distance 2 across with both ranks' vectors
+    expected = (1e-6 + n * 1e-10) + (50e-6 + 2 * n * 8e-9)
+    assert model.predict_allreduce("recursive_doubling", model.Nodes(2, 2), n, INTRA,
+                                   INTER) == pytest.approx(expected)
+
+
+def test_rabenseifner_halves_across_nodes_first():
+    n = 1000.0
+    # q = 4: distance 2 (across, both ranks, n/2 each), then distance 1 (inside, n/4); x2
+    expected = 2 * ((50e-6 + 2 * n / 2 * 8e-9) + (1e-6 + n / 4 * 1e-10))
+    assert model.predict_allreduce("rabenseifner", model.Nodes(2, 2), n, INTRA, INTER) == \
+        pytest.approx(expected)
+
+
+def test_one_node_is_the_one_level_ring_with_intra_parameters():
+    n, p = 3 * MIB, 4
+    ring = 2 * (p - 1) * 1e-6 + 2 * (p - 1) / p * n * 1e-10
+    for algo in ("ring", "hierarchical"):
+        assert model.predict_allreduce(algo, model.Nodes(1, p), n, INTRA, INTER) == \
+            pytest.approx(ring)
+
+
+def test_the_bound_is_what_each_node_must_send_at_the_link_rate():
+    assert model.lower_bound(model.Nodes(2, 2), 4 * MIB, INTER) == \
+        pytest.approx(4 * MIB * 8e-9)
+    assert model.lower_bound(model.Nodes(3, 4), 3 * MIB, INTER) == \
+        pytest.approx(2 * 3 * MIB * 2 / 3 * 8e-9)
+    assert model.lower_bound(model.Nodes(1, 8), MIB, INTER) == 0.0
+
+
+@pytest.mark.parametrize("nodes", [model.Nodes(2, 2), model.Nodes(3, 2), model.Nodes(64, 8)])
+def test_latency_wins_small_and_the_hierarchy_wins_large(nodes):
+    assert model.best_allreduce(nodes, 4, INTRA, INTER) == "recursive_doubling"
+    assert model.best_allreduce(nodes, 256 * MIB, INTRA, INTER) == "hierarchical"
+    # and hierarchical never predicts more than the link bound plus the node's own work
+    for n in (MIB, 16 * MIB):
+        assert model.predict_allreduce("hierarchical", nodes, n, INTRA, INTER) >= \
+            model.lower_bound(nodes, n, INTER)
+
+
+def test_crossovers_list_each_change_once():
+    changes = model.crossovers(model.Nodes(2, 2), INTRA, INTER, [4 << i for i in range(24)])
+    winners = [algo for _, algo in changes]
+    assert winners[0] == "recursive_doubling" and winners[-1] == "hierarchical"
+    assert all(a != b for a, b in zip(winners, winners[1:]))
+
+
+@pytest.mark.parametrize("call", [
+    lambda: model.predict_allreduce("mpi_passthrough", model.Nodes(2, 2), 8, INTRA, INTER),
+    lambda: model.predict_allreduce("ring", model.Nodes(0, 2), 8, INTRA, INTER),
+    lambda: model.best_allreduce(model.Nodes(2, 2), 8, INTRA, INTER, candidates=["nccl"]),
+])
+def test_bad_arguments_are_argument_errors(call):
+    with pytest.raises(ArgumentError):
+        call()
+
+
+# --- the selector across nodes ---------------------------------------------------------------
+
+KNOWN = {"mpi_passthrough", "recursive_doubling", "ring", "rabenseifner", "shared_memory",
+         "hierarchical"}
+
+
+@pytest.fixture
+def table(tmp_path, monkeypatch):
+    """Write a table and make it the selector's; the registry knows KNOWN for allreduce."""
+    monkeypatch.delenv("AL_TUNING_FILE", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    previous = selector.set_known_algorithms(lambda backend, op: KNOWN)
+
+    def use(rules, **extra):
+        path = tmp_path / "tuning.json"
+        path.write_text(json.dumps({"format": "aluminum-tuning/1", "rules": rules, **extra}))
+        monkeypatch.setenv("AL_TUNING_FILE", str(path))
+        selector.reload()
+    yield use
+    selector.set_known_algorithms(previous)
+
+
+def rule(by_bytes, comm_size=4, **extra):
+    return {"backend": "mpi", "op": "allreduce", "comm_size": comm_size,
+            "by_bytes": by_bytes, **extra}
+
+
+def select(nbytes, nodes=None, comm_size=4):
+    return selector.select_algorithm("mpi", "allreduce", comm_size, nbytes, "DEFAULT",
+                                     nodes=nodes)
+
+
+def test_rules_measured_on_one_node_do_not_apply_across_nodes_and_back(table):
+    table([rule([[0, "shared_memory"]]), rule([[0, "ring"], [MIB, "hierarchical"]], nodes=2)])
+    assert select(4 * MIB) == "shared_memory"
+    assert select(4, nodes=(2, 2)) == "ring"
+    assert select(4 * MIB, nodes=(2, 2)) == "hierarchical"
+    assert select(4 * MIB, nodes=(3, 2)) == "hierarchical"   # the nearest node count
+
+
+def test_without_rules_across_nodes_the_two_level_model_decides(table):
+    inter = {"alpha": 50e-6, "beta": 8e-9}
+    table([rule([[0, "shared_memory"]])], model={"alpha": 1e-6, "beta": 1e-10},
+          inter_model=inter)
+    assert select(4, nodes=(2, 2)) == "recursive_doubling"
+    assert select(64 * MIB, nodes=(2, 2)) == "hierarchical"
+    # nodes of different sizes: hierarchical cannot run, the model picks among the rest
+    assert select(64 * MIB, nodes=(2, 0), comm_size=3) in {"ring", "rabenseifner"}
+
+
+def test_a_rule_for_one_node_is_refused_with_the_table(table):
+    table([rule([[0, "ring"]], nodes=1)])
+    with pytest.warns(selector.TuningTableWarning, match=r"rules\[0\]\.nodes: expected an "
+                      r"integer >= 2.*got 1"):
+        selector.current_table()
+
+
+def test_node_rules_and_the_inter_model_survive_a_write_and_read(tmp_path):
+    table = selector.parse_table({"format": "aluminum-tuning/1", "inter_model":
+                                  {"alpha": 5e-5, "beta": 8e-9},
+                                  "rules": [rule([[0, "hierarchical"]], nodes=2)]})
+    path = selector.write_table(table, tmp_path / "t.json")
+    again = selector.read_table(path)
+    assert again.inter_model == AlphaBeta(5e-5, 8e-9)
+    assert again.rules[0].nodes == 2
