@@ -59,7 +59,7 @@ class _Board:
 
         self.local = world.Split_type(MPI.COMM_TYPE_SHARED)
         self.world_group = world.Get_group()
-        self.hosts = world.allgather(MPI.Get_processor_name())   # (for messages)
+        self.hosts = _host_names(world)     # (for messages)
         rendezvous.enter(self.local, "al.init() (the arrival board's shared window)")
         self.window = MPI.Win.Allocate_shared(SLOTS * 8, 8, comm=self.local)
         self.group = self.local.Get_group()
@@ -99,6 +99,21 @@ class _Board:
             self.group.Free()
             self.world_group.Free()
             self.local.Free()
+
+
+def _host_names(world) -> list[str]:
+    """Every rank's host name (``MPI_Get_processor_name``), bounded like every wait at
+    ``al.init()`` (a nonblocking allgather of fixed-size names)."""
+    from mpi4py import MPI
+
+    from .backends.mpi import rendezvous
+
+    mine = np.zeros(MPI.MAX_PROCESSOR_NAME, np.uint8)
+    name = MPI.Get_processor_name().encode()[:MPI.MAX_PROCESSOR_NAME - 1]
+    mine[:len(name)] = np.frombuffer(name, np.uint8)
+    everyone = np.zeros((world.Get_size(), MPI.MAX_PROCESSOR_NAME), np.uint8)
+    rendezvous.wait(world, world.Iallgather(mine, everyone), "al.init() (host names)")
+    return [row.tobytes().rstrip(b"\0").decode(errors="replace") for row in everyone]
 
 
 def open_board(world) -> None:
