@@ -32,6 +32,7 @@ import os
 import re
 import secrets
 import shutil
+import signal
 import subprocess
 import tempfile
 from contextlib import contextmanager
@@ -188,10 +189,27 @@ def _run(cluster: EmulatedHosts, argv: list[str], undo: list[str] | None = None)
 
 
 def _remove(cluster: EmulatedHosts) -> None:
-    """Undo every step that succeeded, newest first; keep going past failures."""
+    """Stop what still runs on the hosts, then undo every step that succeeded, newest
+    first; keep going past failures."""
+    _stop_processes(cluster.names)
     while cluster._undo:
         subprocess.run(cluster._undo.pop(), capture_output=True)
     shutil.rmtree(cluster.workdir, ignore_errors=True)
+
+
+def _stop_processes(names: list[str]) -> None:
+    """Kill every process left in the hosts' namespaces.  A host cut off (its link down)
+    keeps its Open MPI daemon: mpiexec's order to end never reaches it, and it is not in
+    mpiexec's session, so the launcher's kill misses it; it would keep the namespace
+    alive after ``ip netns del``."""
+    for name in names:
+        listing = subprocess.run(["ip", "netns", "pids", name], capture_output=True,
+                                 text=True).stdout
+        for pid in listing.split():
+            try:
+                os.kill(int(pid), signal.SIGKILL)
+            except (OSError, ValueError):
+                pass
 
 
 def leftovers(token: str = "[0-9a-f]{6}") -> list[str]:

@@ -8,8 +8,17 @@ The counts live on the *arrival board*, one small node-wide MPI-3 shared window 
 ``al.init()`` (``SLOTS`` counters per process); each communicator takes a slot, the lowest
 free on all its ranks, agreed with one allreduce when it is made, and gives it back when
 freed or garbage-collected (no collective needed: a slot is only reused once free on every
-rank of the new communicator).  A communicator spanning nodes, or one made when a rank has
-no free slot left, has no counters: messages say the late ranks are unknown.
+rank of the new communicator).  A communicator made when a rank has no free slot left has
+no counters: messages say the late ranks are unknown.
+
+Across nodes the board shows only this node's peers.  For the ranks on other nodes a
+timeout holds a *roll call*: this rank sends its count to each of them and listens for
+theirs (``roll_call_seconds()``: half of AL_TIMEOUT within 1 to 5 s), which they send when
+their own wait ends the same way.  A rank that answers with a lower count never arrived;
+one that does not answer never arrived or cannot be reached (its host, or the link to it,
+is down) - both named with their host, ``[2, 3] (host node7)``.  The messages go over the
+communicator's administrative MPI communicator (never the one operations run on) under a
+tag of their own.
 
 Counting is on always: a plan bumps its counter before each run (a store into shared
 memory).  Who reads it:
@@ -59,6 +68,8 @@ class _Board:
         from .backends.mpi import rendezvous
 
         self.local = world.Split_type(MPI.COMM_TYPE_SHARED)
+        self.world_group = world.Get_group()
+        self.hosts = _host_names(world)     # (for messages)
         rendezvous.enter(self.local, "al.init() (the arrival board's shared window)")
         self.window = MPI.Win.Allocate_shared(SLOTS * 8, 8, comm=self.local)
         self.group = self.local.Get_group()
@@ -75,16 +86,20 @@ class _Board:
         self.mine[self.pid_slot] = os.getpid()
         self.whole_job = self.local.Get_size() == world.Get_size()
 
-    def peers_of(self, comm) -> list[int] | None:
-        """Board indices of ``comm``'s ranks in rank order; None unless all are here."""
+    def peers_of(self, comm) -> tuple[list[int | None], list[str]]:
+        """Board indices of ``comm``'s ranks in rank order (None for a rank on another
+        node), and each rank's host name."""
         from mpi4py import MPI
 
         group = comm.mpi_comm.Get_group()
+        ranks = list(range(comm.size))
         try:
-            found = group.Translate_ranks(list(range(comm.size)), self.group)
+            found = group.Translate_ranks(ranks, self.group)
+            in_world = group.Translate_ranks(ranks, self.world_group)
         finally:
             group.Free()
-        return None if MPI.UNDEFINED in found else list(found)
+        hosts = [self.hosts[rank] if rank != MPI.UNDEFINED else "?" for rank in in_world]
+        return [None if index == MPI.UNDEFINED else index for index in found], hosts
 
     def give_back(self, slot: int) -> None:
         self.mine[slot] = 0          # before the slot can be agreed on again
@@ -98,7 +113,23 @@ class _Board:
         if not MPI.Is_finalized():
             self.window.Free()
             self.group.Free()
+            self.world_group.Free()
             self.local.Free()
+
+
+def _host_names(world) -> list[str]:
+    """Every rank's host name (``MPI_Get_processor_name``), bounded like every wait at
+    ``al.init()`` (a nonblocking allgather of fixed-size names)."""
+    from mpi4py import MPI
+
+    from .backends.mpi import rendezvous
+
+    mine = np.zeros(MPI.MAX_PROCESSOR_NAME, np.uint8)
+    name = MPI.Get_processor_name().encode()[:MPI.MAX_PROCESSOR_NAME - 1]
+    mine[:len(name)] = np.frombuffer(name, np.uint8)
+    everyone = np.zeros((world.Get_size(), MPI.MAX_PROCESSOR_NAME), np.uint8)
+    rendezvous.wait(world, world.Iallgather(mine, everyone), "al.init() (host names)")
+    return [row.tobytes().rstrip(b"\0").decode(errors="replace") for row in everyone]
 
 
 def open_board(world) -> None:
@@ -161,14 +192,17 @@ class ArrivalCounters:
     blocking run while it lasts, for the monitor thread's stall warning."""
 
     __slots__ = ("count", "inside", "_mine", "_slot", "_peers", "_peer_ids", "_warned",
-                 "describe", "__weakref__")
+                 "describe", "_hosts", "_admin", "__weakref__")
 
-    def __init__(self, board: _Board, slot: int, peers: list[int], describe: str) -> None:
+    def __init__(self, board: _Board, slot: int, peers: list[int | None], describe: str,
+                 hosts: list[str] | None = None, admin=None) -> None:
         self.count = 0
         self.inside = None        # (number, plan) while a blocking run is in progress
         self._mine, self._slot = board.mine, slot
-        self._peers = [board.counters[peer] for peer in peers]
+        # (None: a rank on another node, asked by roll call over ``admin``)
+        self._peers = [None if peer is None else board.counters[peer] for peer in peers]
         self._peer_ids = peers
+        self._hosts, self._admin = hosts, admin
         self._warned = None
         self.describe = describe  # "rank R of N", for the monitor's message
 
@@ -183,14 +217,42 @@ class ArrivalCounters:
         if self._mine is None:
             return "the ranks that never arrived are unknown: the communicator was freed"
         slot = self._slot
-        late = [rank for rank, counters in enumerate(self._peers) if counters[slot] < number]
-        if not late:
+        late = [rank for rank, counters in enumerate(self._peers)
+                if counters is not None and counters[slot] < number]
+        elsewhere = [rank for rank, counters in enumerate(self._peers) if counters is None]
+        silent = []
+        if elsewhere:
+            heard = _roll_call(self._admin, self.count, number, elsewhere,
+                               roll_call_seconds())
+            late = sorted(late + [rank for rank, count in heard.items() if count < number])
+            silent = [rank for rank in elsewhere if rank not in heard]
+        words = []
+        if late:
+            words.append(f"ranks that never arrived at collective #{number} on this "
+                         f"communicator: {late}{self._where(late)}")
+        if silent:
+            words.append(f"no answer within {roll_call_seconds():g} s from ranks {silent}"
+                         f"{self._where(silent)}: they never arrived at collective #{number} "
+                         f"on this communicator or cannot be reached (host or link down?)")
+        if not words:
             return (f"every rank entered it (collective #{number} on this communicator): "
                     f"they are all inside it, e.g. with mismatched arguments")
         if ENABLED:   # (only AL_TIMEOUT's errors ask; stall warnings come without it)
-            _given_up.update(self._peer_ids[rank] for rank in late)
-        return (f"ranks that never arrived at collective #{number} on this communicator: "
-                f"{late}")
+            _given_up.update(self._peer_ids[rank] for rank in late
+                             if self._peer_ids[rank] is not None)
+        return "; ".join(words)
+
+    def _where(self, ranks: list[int]) -> str:
+        """`` (host a)`` or `` (hosts a: 1, 2; b: 5)`` for ``ranks``; "" on one node."""
+        if not any(counters is None for counters in self._peers):
+            return ""
+        by_host: dict[str, list[int]] = {}
+        for rank in ranks:
+            by_host.setdefault(self._hosts[rank], []).append(rank)
+        if len(by_host) == 1:
+            return f" (host {next(iter(by_host))})"
+        return " (hosts " + "; ".join(f"{host}: {', '.join(map(str, members))}"
+                                      for host, members in by_host.items()) + ")"
 
     def release(self) -> None:
         """Give the slot back (idempotent; no MPI call, so also at garbage collection)."""
@@ -214,7 +276,8 @@ def attach(comm) -> ArrivalCounters | None:
     from .backends.mpi import rendezvous
 
     board = _board
-    peers = None if board is None or comm.backend.uses_streams else board.peers_of(comm)
+    peers, hosts = (None, None) if board is None or comm.backend.uses_streams else \
+        board.peers_of(comm)
     slots = SLOTS if board is None else len(board.free)   # (alike on every rank)
     mine = board.free if peers is not None else np.zeros(slots, np.uint8)
     common = np.zeros(slots, np.uint8)
@@ -225,9 +288,56 @@ def attach(comm) -> ArrivalCounters | None:
         return None
     slot = int(free_everywhere[0])
     board.free[slot] = 0
-    counters = ArrivalCounters(board, slot, peers, f"rank {comm.rank} of {comm.size}")
+    counters = ArrivalCounters(board, slot, peers, f"rank {comm.rank} of {comm.size}",
+                               hosts, comm._admin if comm.node_count > 1 else None)
     _watch(counters)
     return counters
+
+
+# -- the roll call: ranks on other nodes ---------------------------------------------------
+
+ROLL_CALL_TAG = 32767     # above every operation's tag (communicator.next_tag), on _admin
+_sent: list = []          # roll-call messages nobody received (a peer unreachable)
+
+
+def roll_call_seconds() -> float:
+    """How long a roll call listens: half of ``AL_TIMEOUT``, within 1 to 5 s (5 without)."""
+    from .engine.progress import get_engine
+
+    timeout = get_engine().config.timeout_s
+    return 5.0 if timeout is None else min(5.0, max(1.0, timeout / 2))
+
+
+def _roll_call(admin, count: int, number: int, ranks: list[int],
+               seconds: float) -> dict[int, int]:
+    """Send ``count`` to each of ``ranks`` and collect theirs for up to ``seconds``: ``{rank:
+    the highest count it sent}`` for those that answered.  Listening for a rank goes on past
+    a count below ``number`` (an earlier roll call's message may be waiting)."""
+    from mpi4py import MPI
+
+    mine = np.array([count], np.int64)
+    for rank in ranks:
+        admin.Isend(mine, dest=rank, tag=ROLL_CALL_TAG).Free()   # (unanswerable if down)
+    _sent.append(mine)
+    buffers = {rank: np.zeros(1, np.int64) for rank in ranks}
+    listening = {rank: admin.Irecv(buffers[rank], source=rank, tag=ROLL_CALL_TAG)
+                 for rank in ranks}
+    heard: dict[int, int] = {}
+    deadline = time.monotonic() + seconds
+    while listening and time.monotonic() < deadline:
+        for rank, request in list(listening.items()):
+            if request.Test():
+                heard[rank] = max(heard.get(rank, -1), int(buffers[rank][0]))
+                if heard[rank] >= number:
+                    del listening[rank]
+                else:
+                    listening[rank] = admin.Irecv(buffers[rank], source=rank,
+                                                  tag=ROLL_CALL_TAG)
+        time.sleep(0.01)
+    for request in listening.values():
+        request.Cancel()
+        request.Wait(MPI.Status())
+    return heard
 
 
 # -- the stall monitor: blocking calls stuck in MPI -------------------------------------------

@@ -2,6 +2,7 @@
 latency, gloo against "aluminum".
 
     python -m aluminum.run -n 2 bench/torch_ddp.py [--steps 20] [--batch 8]
+    python bench/torch_ddp.py --hosts 2 [--np 4] [--link-mbit 1000]   # on emulated hosts
 
 Set-ups (same model, same data, torch threads = 1 per rank): torch DDP over gloo, torch DDP
 over the "aluminum" backend, aluminum.torch.DistributedDataParallel, and the same model with
@@ -14,12 +15,18 @@ from __future__ import annotations
 
 import argparse
 import statistics
+import sys
 import time
 
 import torch
 import torch.distributed as dist
 
 import aluminum.torch as altorch
+
+try:
+    from . import hosts
+except ImportError:       # run as a script: python bench/torch_ddp.py
+    import hosts
 
 SIZES = [4, 64, 1024, 16384, 65536]          # bytes of float32
 
@@ -66,7 +73,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--batch", type=int, default=8, help="samples per rank per step")
+    parser.add_argument("--repeats", type=int, default=15,
+                        help="latency: batches of calls per size (median over them)")
+    hosts.add_options(parser)
     args = parser.parse_args()
+    launched = hosts.launch_on_hosts(args, __file__, sys.argv[1:])
+    if launched is not None:
+        sys.exit(launched)
     torch.set_num_threads(1)
     dist.init_process_group("aluminum")
     ours, gloo = dist.group.WORLD, dist.new_group(backend="gloo")
@@ -85,12 +98,14 @@ def main() -> None:
     times = step_times(parallels, args.steps, args.batch, barrier)
     parallels["aluminum-dp"].close()
     rows = [(mode, statistics.median(seconds)) for mode, seconds in times.items()]
-    latency = [(n, latency_us(gloo, n, 50, 15), latency_us(ours, n, 500, 15)) for n in SIZES]
+    latency = [(n, latency_us(gloo, n, 50, args.repeats),
+                latency_us(ours, n, 500, args.repeats)) for n in SIZES]
     if rank != 0:
         dist.destroy_process_group()
         return
     gloo_step = dict(rows)["gloo-ddp"]
-    print(f"# np={size}, torch threads=1, MLP with {grad_mib:.1f} MiB of gradients, "
+    print(f"# np={size} on {ours.comm.node_count} host(s), torch threads=1, MLP with "
+          f"{grad_mib:.1f} MiB of gradients, "
           f"{args.batch} samples/rank/step, median of {args.steps} steps")
     print(f"{'set-up':<16}{'step ms':>10}{'samples/s':>12}{'vs gloo DDP':>13}")
     for mode, median in rows:

@@ -2,6 +2,10 @@
 batch (np=2 by default):
 
     python -m aluminum.run -n 2 bench/train.py
+    python bench/train.py --hosts 2 [--np 4] [--link-mbit 1000]    # on emulated hosts
+
+On several hosts (bench/hosts.py) every rank's gradients cross the hosts' links: the table's
+header gives the host count, and torch DDP over gloo runs on the same cluster.
 
 The set-ups take turns (an untimed step, then two timed ones each), so a change in load
 hits them alike.  Rows: the sequential executor and the ParallelExecutor without
@@ -34,6 +38,11 @@ import numpy as np  # noqa: E402
 import aluminum as al  # noqa: E402
 import aluminum.executor as ex  # noqa: E402
 from aluminum.executor import layers  # noqa: E402
+
+try:
+    from . import hosts  # noqa: E402
+except ImportError:       # run as a script: python bench/train.py
+    import hosts  # noqa: E402
 
 WIDTHS = (1024, 2048, 2048, 10)
 
@@ -150,13 +159,10 @@ def torch_step(comm, feed):
     import torch
     import torch.distributed as dist
 
+    import aluminum.torch  # noqa: F401 - its rendezvous: an address every host reaches
+
     torch.set_num_threads(1)
-    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
-    os.environ.setdefault("MASTER_PORT", str(29500 + os.getpid() % 1000 if comm.rank == 0
-                                             else 0))
-    port = comm.mpi_comm.bcast(os.environ["MASTER_PORT"], root=0)
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}",
-                            rank=comm.rank, world_size=comm.size)
+    dist.init_process_group("gloo", rank=comm.rank, world_size=comm.size)
     layers_ = []
     for i, (a, b) in enumerate(zip(WIDTHS, WIDTHS[1:])):
         layers_.append(torch.nn.Linear(a, b))
@@ -180,7 +186,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--no-torch", action="store_true")
+    hosts.add_options(parser)
     args = parser.parse_args(argv)
+    launched = hosts.launch_on_hosts(args, __file__, sys.argv[1:] if argv is None else argv)
+    if launched is not None:
+        return launched
     comm = al.MPICommunicator()
     rng = np.random.default_rng(comm.rank)
     feed = {"image": rng.normal(size=(args.batch, WIDTHS[0])).astype(np.float32),
@@ -202,7 +212,8 @@ def main(argv: list[str] | None = None) -> int:
     if comm.rank == 0:
         gradients_mb = sum(a * b + b for a, b in zip(WIDTHS, WIDTHS[1:])) * 4 / 2 ** 20
         compute = rows[1][1][0]
-        print(f"# np={comm.size}, batch {args.batch}/rank, MLP {WIDTHS} ({gradients_mb:.0f} "
+        print(f"# np={comm.size} on {comm.node_count} host(s), batch {args.batch}/rank, "
+              f"MLP {WIDTHS} ({gradients_mb:.0f} "
               f"MiB of float32 gradients), {args.threads} threads, median of {args.steps}, "
               f"{cores_per_rank(comm):g} cores per rank")
         print(f"{'set-up':30s} {'step ms':>9s} {'samples/s':>10s} {'comm wait':>10s} "

@@ -39,11 +39,16 @@ def test_ranks(filename, nprocs, tmp_path):
 # Across emulated hosts (network namespaces, one Open MPI daemon each: TCP between hosts,
 # shared memory inside one): every operation in every mode, every allreduce algorithm
 # offered there, and the bytes that cross between hosts, on 2 hosts of 1 and of 2 ranks;
-# the algorithms and the traffic also on 3 hosts (not a power of two).
+# the algorithms and the traffic also on 3 hosts (not a power of two).  Data-parallel
+# training (the executor, aluminum.torch.DistributedDataParallel, torch DDP and torch's
+# collectives over the "aluminum" backend, each against its single-process or gloo
+# reference) on 2 hosts of 2 ranks only, which has both links, to keep CI time down.
+TRAINING = ("rank_executor_data_parallel.py", "rank_torch_ddp.py", "rank_torch_collectives.py")
 ACROSS_HOSTS = [(name, hosts, nprocs)
                 for name in (JOINED, "rank_algorithms.py", "hosts_traffic.py")
                 for hosts, nprocs in ((2, 2), (2, 4))] + \
-               [(name, 3, 3) for name in ("rank_algorithms.py", "hosts_traffic.py")]
+               [(name, 3, 3) for name in ("rank_algorithms.py", "hosts_traffic.py")] + \
+               [(name, 2, 4) for name in TRAINING]
 
 
 @pytest.mark.skipif(NO_HOSTS is not None, reason=f"no emulated hosts here: {NO_HOSTS}")

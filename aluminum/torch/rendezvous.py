@@ -12,14 +12,25 @@ made later in the same job (``dist.new_group(backend="gloo")`` rendezvouses thro
 for its optional store barriers (``TORCH_DIST_INIT_BARRIER=1``).  A per-process store
 would make those hang.
 
+Across nodes the address must be one the other nodes reach: rank 0's host name may not
+resolve anywhere else (emulated hosts have no DNS entry; ``getfqdn()`` gives a bare name),
+so rank 0 offers the address of its interface on an IPv4 network that every node has an
+interface on (host name only when there is none).  Each rank also sets
+``GLOO_SOCKET_IFNAME`` to its own interface on that network when the user has not: gloo
+(``dist.new_group(backend="gloo")``) otherwise resolves the host name, and falls back to
+the loopback address, which no other node reaches.
+
 The surprise: ``import aluminum.torch`` starts MPI (``al.init``, about a second) when it
 runs under an MPI launcher without ``MASTER_ADDR``/``MASTER_PORT``.  Outside a launcher it
 changes nothing, so a child process started later does not inherit a one-rank setting.
 """
 from __future__ import annotations
 
+import fcntl
+import ipaddress
 import os
 import socket
+import struct
 
 import aluminum as al
 
@@ -57,13 +68,53 @@ def fill_env_from_mpi() -> None:
     os.environ.setdefault("WORLD_SIZE", str(comm.size))
     if not needs_store:
         return
-    address = None
-    if comm.rank == 0:
-        address = ("127.0.0.1" if comm.local_size == comm.size else socket.getfqdn(),
-                   _free_port())
-    address = comm.mpi_comm.bcast(address, root=0)
-    os.environ.setdefault("MASTER_ADDR", address[0])
-    os.environ.setdefault("MASTER_PORT", str(address[1]))
+    if comm.node_count == 1:
+        host = "127.0.0.1"
+    else:
+        host = _shared_network_address(comm)
+    port = comm.mpi_comm.bcast(_free_port() if comm.rank == 0 else None, root=0)
+    os.environ.setdefault("MASTER_ADDR", host)
+    os.environ.setdefault("MASTER_PORT", str(port))
+
+
+def _shared_network_address(comm: al.MPICommunicator) -> str:
+    """Rank 0's address on a network every node of ``comm`` has an interface on (a
+    collective); sets this rank's ``GLOO_SOCKET_IFNAME`` to its interface there unless set.
+    Rank 0's host name when the nodes share no network (routed clusters: DNS knows it)."""
+    everyone = comm.mpi_comm.allgather(_interfaces())
+    elsewhere = {address for node in comm.nodes if 0 not in node for rank in node
+                 for _, address, _ in everyone[rank]}
+    for _, address, network in sorted(everyone[0], key=lambda found: str(found[2])):
+        on_it = [[mine for mine, _, net in interfaces if net == network]
+                 for interfaces in everyone]
+        # (an address other nodes have too is a private network each has, e.g. docker0)
+        if all(on_it) and address not in elsewhere:
+            if "GLOO_SOCKET_IFNAME" not in os.environ:
+                os.environ["GLOO_SOCKET_IFNAME"] = on_it[comm.rank][0]
+            return str(address)
+    return comm.mpi_comm.bcast(socket.getfqdn() if comm.rank == 0 else None, root=0)
+
+
+_SIOCGIFADDR, _SIOCGIFNETMASK = 0x8915, 0x891B
+
+
+def _interfaces() -> list[tuple[str, ipaddress.IPv4Address, ipaddress.IPv4Network]]:
+    """This process's non-loopback IPv4 interfaces: (name, address, network); Linux ioctls,
+    the primary address of each interface."""
+    found = []
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        for _, name in socket.if_nameindex():
+            request = struct.pack("256s", name.encode()[:15])
+            try:
+                address = fcntl.ioctl(probe.fileno(), _SIOCGIFADDR, request)[20:24]
+                netmask = fcntl.ioctl(probe.fileno(), _SIOCGIFNETMASK, request)[20:24]
+            except OSError:      # no IPv4 address on it
+                continue
+            interface = ipaddress.IPv4Interface((socket.inet_ntoa(address),
+                                                 socket.inet_ntoa(netmask)))
+            if not interface.ip.is_loopback:
+                found.append((name, interface.ip, interface.network))
+    return found
 
 
 def _free_port() -> int:
