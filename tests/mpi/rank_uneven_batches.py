@@ -262,3 +262,106 @@ def test_join_refuses_what_it_cannot_shadow(comm):
     alone.close()
     with pytest.raises(ex.ProgramError, match="divide_by_initial_world_size"):
         ex.join(runner, divide_by_initial_world_size=1)
+
+
+# -- aluminum.torch.DistributedDataParallel under torch's Join ----------------------------------
+
+@pytest.fixture(scope="module")
+def world():
+    pytest.importorskip("torch")
+    import torch.distributed as dist
+
+    import aluminum.torch  # noqa: F401  (registers the backend)
+    dist.init_process_group("aluminum")
+    yield dist.group.WORLD
+    dist.destroy_process_group()
+
+
+def torch_model(initial):
+    """The reference network in torch, starting from ``initial``."""
+    import torch
+    model = torch.nn.Sequential(torch.nn.Linear(3, HIDDEN), torch.nn.Tanh(),
+                                torch.nn.Linear(HIDDEN, 1)).double()
+    with torch.no_grad():
+        for layer, name in ((model[0], "h"), (model[2], "out")):
+            layer.weight.copy_(torch.from_numpy(initial[f"{name}.w"].T))
+            layer.bias.copy_(torch.from_numpy(initial[f"{name}.b"]))
+    return model
+
+
+def torch_params(model):
+    return {"h.w": model[0].weight.detach().numpy().T.copy(),
+            "h.b": model[0].bias.detach().numpy().copy(),
+            "out.w": model[2].weight.detach().numpy().T.copy(),
+            "out.b": model[2].bias.detach().numpy().copy()}
+
+
+def numpy_initial():
+    rng = np.random.default_rng(5)
+    return {"h.w": rng.normal(size=(3, HIDDEN)), "h.b": rng.normal(size=HIDDEN) * 0.1,
+            "out.w": rng.normal(size=(HIDDEN, 1)), "out.b": np.zeros(1)}
+
+
+@pytest.mark.parametrize("early", [1, 3, STEPS])
+@pytest.mark.parametrize("divide", [False, True])
+@pytest.mark.parametrize("how", ["ddp.join()", "Join([ddp])"])
+def test_torch_ddp_join_averages_over_the_ranks_that_took_part(world, early, divide, how):
+    import torch
+    from torch.distributed.algorithms.join import Join
+
+    from aluminum.torch import DistributedDataParallel
+    if how == "Join([ddp])" and early != 3:
+        pytest.skip("one case is enough to show the generic context manager")
+    rank, size = world.comm.rank, world.comm.size
+    initial = numpy_initial()
+    model = torch_model(initial)
+    ddp = DistributedDataParallel(model, world.comm, bucket_cap_mb=1e-4, first_bucket_mb=1e-5)
+    optimizer = torch.optim.SGD(model.parameters(), lr=LR)
+    with ddp.join(divide) if how == "ddp.join()" else \
+            Join([ddp], divide_by_initial_world_size=divide):
+        for step in range(steps_of(rank, size, early)):
+            x, y = (torch.from_numpy(a) for a in rank_batch(rank, step))
+            optimizer.zero_grad()
+            torch.nn.functional.mse_loss(ddp(x), y).backward()
+            optimizer.step()
+    result = torch_params(model)
+    ddp.close()
+    assert_close(result, joined_reference(initial, size, early, "coeff_num_device", divide))
+    assert_same_on_every_rank(result)
+
+
+def test_torch_ddp_join_broadcasts_buffers_from_a_rank_still_running(world):
+    """A buffer counting forwards: each forward takes it from the lowest active rank (rank 0
+    ends first here), so after the join it counts every iteration, on every rank."""
+    import torch
+
+    from aluminum.torch import DistributedDataParallel
+
+    class Counting(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.linear = torch.nn.Linear(3, 1).double()
+            self.register_buffer("forwards", torch.zeros(1, dtype=torch.float64))
+
+        def forward(self, x):
+            self.forwards += 1
+            return self.linear(x)
+
+    rank, size = world.comm.rank, world.comm.size
+    ddp = DistributedDataParallel(Counting(), world.comm)
+    with ddp.join():
+        for step in range(STEPS - (2 if rank == 0 and size > 1 else 0)):
+            ddp(torch.ones(2, 3, dtype=torch.float64)).sum().backward()
+    assert ddp.module.forwards.item() == STEPS
+    ddp.close()
+
+
+def test_torch_join_refuses_a_bad_setting(world):
+    import torch
+
+    from aluminum.torch import DistributedDataParallel
+    ddp = DistributedDataParallel(torch.nn.Linear(3, 1).double(), world.comm)
+    with pytest.raises(ValueError, match="divide_by_initial_world_size: expected True or "
+                                         "False, got 'yes'"):
+        ddp.join("yes")
+    ddp.close()
