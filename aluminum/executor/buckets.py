@@ -1,15 +1,16 @@
 """The memory the data-parallel ops reduce gradients in, and which producers write there.
 
 Every ``allreduce``/``reduce`` op (fused or not) reduces its gradients in its bucket: one
-contiguous array holding them in order, then a tail of two numbers (``Tail``: this rank's
+contiguous array holding them in order, then a tail of ``TAIL`` = 2 numbers (this rank's
 samples under ``gradient_scale="samples"``, and 1 for a rank that takes part in the step,
 0 for one that has joined, see join.py), with a persistent allreduce (or reduce) plan bound
 to it, made once and reused every step.  So every reduced bucket knows how many samples and
 how many ranks its sums came from, at the cost of two elements, not of a collective:
-``weigh`` turns the sums into the average the build strategy asked for.  The memory is ``al.shared_empty`` when every rank
-of an MPI communicator is on this node, so the shared-memory allreduce reads and writes it
-in place.  Each gradient has a view in it (``Bucket.views``), which the op returns as its
-output, so the optimizer reads the reduced gradient where it was reduced.
+``weigh`` turns the sums into the average the build strategy asked for.  The memory is
+``al.shared_empty`` when every rank of an MPI communicator is on this node, so the
+shared-memory allreduce reads and writes it in place.  Each gradient has a view in it
+(``Bucket.views``), which the op returns as its output, so the optimizer reads the reduced
+gradient where it was reduced.
 
 ``gradient_destinations`` picks, once per executor, the op that finishes each gradient and
 hands it the gradient's view as the output's destination (see ``Destinations``): the
