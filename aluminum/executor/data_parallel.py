@@ -211,7 +211,8 @@ def check_ranks_agree(program: Program, comm) -> None:
     the first gradient they disagree on.  Costs one 32-byte allgather when they agree."""
     schedule = [[op.type, [[name, list(block_var.shape), str(block_var.dtype)]
                            for name in op.inputs["X"]
-                           for block_var in [program.global_block().var(name)]]]
+                           for block_var in [program.global_block().var(name)]],
+                 op.attrs.get("gradient_scale")]
                 for op in program.global_block().ops if op.attrs.get("op_role") ==
                 "communication"]
     encoded = np.frombuffer(json.dumps(schedule).encode(), np.uint8)
@@ -233,7 +234,7 @@ def check_ranks_agree(program: Program, comm) -> None:
 def _first_disagreement(schedules: list) -> str:
     """Where rank ``r``'s flattened gradient list first differs from rank 0's."""
     def flat(schedule):
-        return [(op_type, name, shape, dtype) for op_type, grads in schedule
+        return [(op_type, name, shape, dtype) for op_type, grads, _ in schedule
                 for name, shape, dtype in grads]
 
     reference = flat(schedules[0])
@@ -250,6 +251,10 @@ def _first_disagreement(schedules: list) -> str:
                         f"#{index}: rank 0 reduces {say(ours)}, rank {rank} reduces "
                         f"{say(theirs)}; every rank must run the same program")
         if schedule != schedules[0]:
+            ours, theirs = schedules[0][0][2], schedule[0][2]
+            if ours != theirs:
+                return (f"gradient_scale: every rank must use the same; rank 0 uses "
+                        f"{ours!r}, rank {rank} {theirs!r}")
             return (f"program: rank {rank} groups its gradients into other allreduces than "
                     f"rank 0; every rank must run the same program with the same "
                     f"BuildStrategy")

@@ -365,3 +365,12 @@ def test_torch_join_refuses_a_bad_setting(world):
                                          "False, got 'yes'"):
         ddp.join("yes")
     ddp.close()
+
+
+def test_ranks_with_other_gradient_scales_are_refused(comm):
+    if comm.size == 1:
+        return
+    scale = "samples" if comm.rank == 1 else "coeff_num_device"
+    with pytest.raises(ex.ProgramError, match="gradient_scale: every rank must use the same; "
+                                              "rank 0 uses 'coeff_num_device', rank 1 'samples'"):
+        start(comm, scale)
