@@ -12,6 +12,7 @@ from .errors import ExecutionError, ProgramError
 from .executor import Executor
 from .ir import (Block, Operator, PlaceGroup, Program, Variable, default_main_program,
                  default_startup_program, program_guard, reset_unique_names)
+from .join import join
 from .optimizer import SGD, Adam, Momentum
 from .parallel_context import (GradReducer, ParallelMode, get_parallel_context,
                                reset_parallel_context, set_parallel_context)
@@ -28,5 +29,5 @@ __all__ = ["Adam", "Block", "BuildStrategy", "Cluster", "HandPlacement",
            "PlaceGroup", "Program", "ProgramError", "SGD", "SSAGraph", "Scope", "VarHandle",
            "Variable", "append_backward", "broadcast_parameters", "build_graph",
            "data_parallel_program", "default_main_program", "default_startup_program",
-           "get_parallel_context", "global_scope", "layers", "program_guard",
+           "get_parallel_context", "global_scope", "join", "layers", "program_guard",
            "reset_parallel_context", "reset_unique_names", "set_parallel_context", "shard"]

@@ -1,11 +1,16 @@
 """The memory the data-parallel ops reduce gradients in, and which producers write there.
 
 Every ``allreduce``/``reduce`` op (fused or not) reduces its gradients in its bucket: one
-contiguous array holding them in order, with a persistent allreduce (or reduce) plan bound
-to it, made once and reused every step.  The memory is ``al.shared_empty`` when every rank
-of an MPI communicator is on this node, so the shared-memory allreduce reads and writes it
-in place.  Each gradient has a view in it (``Bucket.views``), which the op returns as its
-output, so the optimizer reads the reduced gradient where it was reduced.
+contiguous array holding them in order, then a tail of ``TAIL`` = 2 numbers (this rank's
+samples under ``gradient_scale="samples"``, and 1 for a rank that takes part in the step,
+0 for one that has joined, see join.py), with a persistent allreduce (or reduce) plan bound
+to it, made once and reused every step.  So every reduced bucket knows how many samples and
+how many ranks its sums came from, at the cost of two elements, not of a collective:
+``weigh`` turns the sums into the average the build strategy asked for.  The memory is
+``al.shared_empty`` when every rank of an MPI communicator is on this node, so the
+shared-memory allreduce reads and writes it in place.  Each gradient has a view in it
+(``Bucket.views``), which the op returns as its output, so the optimizer reads the reduced
+gradient where it was reduced.
 
 ``gradient_destinations`` picks, once per executor, the op that finishes each gradient and
 hands it the gradient's view as the output's destination (see ``Destinations``): the
@@ -29,27 +34,44 @@ import numpy as np
 
 import aluminum as al
 
+from .errors import ExecutionError
 from .ops.collective import Allreduce
 from .ops.registry import Destinations, get
 from .scope import Scope
 from .ssa_graph import COMPUTE, SSAGraph
 
 
+TAIL = 2          # elements after the gradients: samples, ranks
+
+
 @dataclass(eq=False)
 class Bucket:
-    """A bucket's memory, its plan, and one view per gradient (in order, shaped like it)."""
+    """A bucket's memory, its plan, and one view per gradient (in order, shaped like it);
+    ``gradients`` is the memory without the tail, ``tail`` the last ``TAIL`` elements."""
 
     memory: np.ndarray
     plan: object
     shapes: tuple
     views: tuple
 
+    @property
+    def gradients(self) -> np.ndarray:
+        return self.memory[:-TAIL]
+
+    @property
+    def tail(self) -> np.ndarray:
+        return self.memory[-TAIL:]
+
 
 class Buckets:
-    """The buckets of one executor, by the ``bucket`` attribute of their op."""
+    """The buckets of one executor, by the ``bucket`` attribute of their op.
+    ``divide_by_initial_world_size``: under "coeff_num_device", a step in which some ranks
+    have joined (join.py) divides the sum by the size of the communicator (True) or by the
+    number of ranks that took part (False, the default)."""
 
     def __init__(self, comm) -> None:
         self.comm = comm
+        self.divide_by_initial_world_size = False
         self._buckets: dict[int, Bucket] = {}
 
     def get(self, key: int, shapes: tuple, dtype, root: int | None = None) -> Bucket:
@@ -61,7 +83,7 @@ class Buckets:
         if found is not None and found.shapes == shapes and found.memory.dtype == dtype:
             return found
         sizes = [int(np.prod(shape, dtype=np.int64)) for shape in shapes]
-        if found is not None and found.memory.size == sum(sizes) and \
+        if found is not None and found.memory.size == sum(sizes) + TAIL and \
                 found.memory.dtype == dtype:
             memory, plan = found.memory, found.plan
         else:
@@ -69,8 +91,8 @@ class Buckets:
                 found.plan.free()
             comm = self.comm
             shared = isinstance(comm, al.MPICommunicator) and comm.local_size == comm.size
-            memory = al.shared_empty(sum(sizes), dtype, comm) if shared \
-                else np.empty(sum(sizes), dtype)
+            memory = al.shared_empty(sum(sizes) + TAIL, dtype, comm) if shared \
+                else np.empty(sum(sizes) + TAIL, dtype)
             plan = al.allreduce_init(memory, comm) if root is None else \
                 al.reduce_init(memory, comm, root=root)
         offsets = np.concatenate([[0], np.cumsum(sizes, dtype=np.int64)])
@@ -78,6 +100,28 @@ class Buckets:
                       for i, shape in enumerate(shapes))
         bucket = self._buckets[key] = Bucket(memory, plan, shapes, views)
         return bucket
+
+    def weigh(self, bucket: Bucket, gradient_scale: str) -> None:
+        """Turn a reduced bucket's sums into what ``gradient_scale`` asks for, from its
+        tail: "samples" divides by the samples of every rank (``ExecutionError`` when there
+        are none, or more than the bucket's dtype counts exactly); "coeff_num_device"
+        (gradients already scaled by 1/ranks) rescales to the ranks that took part when
+        some have joined, unless ``divide_by_initial_world_size``; the others stay sums."""
+        samples, ranks = (float(value) for value in bucket.tail)
+        if gradient_scale == "samples":
+            limit = _exact_integers(bucket.memory.dtype)
+            if samples == 0:
+                raise ExecutionError("gradient_scale: 'samples' found no sample on any rank "
+                                     "in this step (every share of the batch was empty)")
+            if samples > limit:
+                raise ExecutionError(f"gradient_scale: 'samples' counts in the gradients' "
+                                     f"dtype {bucket.memory.dtype}, exact up to {limit} "
+                                     f"samples, got {samples:.0f}")
+            np.divide(bucket.gradients, samples, out=bucket.gradients)
+        elif gradient_scale == "coeff_num_device" and 0 < ranks != self.comm.size and \
+                not self.divide_by_initial_world_size:
+            gradients = bucket.gradients
+            np.multiply(gradients, gradients.dtype.type(self.comm.size / ranks), out=gradients)
 
     def release(self, scope: Scope) -> None:
         """Let the buckets go: variables of ``scope`` that are views of one (the reduced
@@ -89,6 +133,16 @@ class Buckets:
             for name, value in list(scope.items()):
                 if isinstance(value, np.ndarray) and np.may_share_memory(value, bucket.memory):
                     scope[name] = value.copy()
+
+
+def _exact_integers(dtype) -> int:
+    """The largest count below which every integer is exact in ``dtype``."""
+    try:
+        mantissa = np.finfo(dtype).nmant
+    except ValueError:
+        import ml_dtypes   # bfloat16 and friends
+        mantissa = ml_dtypes.finfo(dtype).nmant
+    return 2 ** (mantissa + 1)
 
 
 def gradient_destinations(graph: SSAGraph, block, buckets: Buckets) -> dict[int, Destinations]:

@@ -3,9 +3,23 @@ MindSpore's gradient reducer), on one place per rank.
 
 ``data_parallel_program`` rewrites a trained program: the loss gradient is scaled
 (``gradient_scale``: "coeff_num_device" multiplies it by 1/N, the only averaging;
-"one" leaves it; "customized" removes its fill so the user feeds ``<loss>@GRAD``), and one
+"one" leaves it; "customized" removes its fill so the user feeds ``<loss>@GRAD``;
+"samples" weights each rank and place by its number of samples, see below), and one
 ``allreduce`` op is inserted right after the op that finishes each parameter gradient, so
-it can run while the rest of the backward pass computes.  The allreduces keep program order
+it can run while the rest of the backward pass computes.
+
+Which mode equals full-batch training: with a loss that is the mean over the samples fed
+(``layers.mean`` of per-sample losses, plus terms that do not depend on the samples),
+"coeff_num_device" equals it only when every rank and place gets the same number of
+samples (an uneven share weights its mean loss as much as a full one), "samples" for
+every split, empty shares included.  Under "samples" the loss gradient of each place is its
+number of samples (``sample_count``: the rows of the first batched data variable the loss
+reads), so a rank's gradient is the sum of its per-sample gradients; every bucket carries
+the rank's sample count after its gradients (``buckets.py``: the counts are summed by the
+bucket's own allreduce, no collective of their own), and each reduced bucket is divided by
+the total.  A rank or place with no samples contributes zero.  Without a communicator
+(several places in one process) each place's loss gradient is its share of the process's
+samples instead.  The allreduces keep program order
 as one chain (``build_graph`` orders communication ops), so every rank issues them in the
 same order whatever the thread timing: MPI ranks can never deadlock or mismatch.
 """
@@ -18,12 +32,12 @@ import numpy as np
 
 import aluminum as al
 
-from .backward import GRAD
+from .backward import GRAD, _ops_feeding
 from .errors import ProgramError
-from .ir import Program
-from .places import replicate
+from .ir import Operator, Program
+from .places import place_name, replicate
 
-GRADIENT_SCALES = ("coeff_num_device", "one", "customized")
+GRADIENT_SCALES = ("coeff_num_device", "one", "customized", "samples")
 REDUCE_STRATEGIES = ("all_reduce", "reduce")
 
 
@@ -63,14 +77,33 @@ def data_parallel_program(program: Program, loss_name: str, num_devices: int,
     if len(fills) != 1:
         raise ProgramError(f"loss_name: {loss_name!r} has no backward pass in this program "
                            "(call an optimizer's minimize or append_backward first)")
+    counted = None
     if gradient_scale == "coeff_num_device":
         block.ops[fills[0]].attrs["value"] = 1.0 / num_devices
     elif gradient_scale == "customized":
         del block.ops[fills[0]]
         block.var(loss_grad).stop_gradient = True
+    elif gradient_scale == "samples":
+        counted = _counted_input(block, loss_name)
+        fill = block.ops[fills[0]]
+        block.ops[fills[0]] = Operator("sample_count", {"X": [counted]}, {"Out": [loss_grad]},
+                                       {"shape": list(fill.attrs["shape"]),
+                                        "dtype": fill.attrs["dtype"], "op_role": "loss_grad"})
     if places > 1:
         result = replicate(result, places)
         block = result.global_block()
+    samples = None
+    if counted is not None:
+        copies = [place_name(counted, place) for place in range(places)]
+        if not across_ranks:   # each place's share of the process's samples
+            for op in block.ops:
+                if op.type == "sample_count":
+                    op.inputs["Total"] = list(copies)
+            return result
+        samples = block.create_var(loss_name + "@SAMPLES", (1,), "float64",
+                                   stop_gradient=True).name
+        block.ops.insert(0, Operator("sample_count", {"X": copies}, {"Out": [samples]},
+                                     {"shape": [1], "dtype": "float64"}))
     if not across_ranks:
         return result
     grads = {p.name + GRAD for p in block.vars.values() if p.is_parameter}
@@ -95,17 +128,34 @@ def data_parallel_program(program: Program, loss_name: str, num_devices: int,
     groups = [[name] for name in order] if fuse_grad_size_mb is None else \
         _buckets(block, order, fuse_grad_size_mb, first_bucket_mb, owner)
     for bucket, names in reversed(list(enumerate(groups))):
-        attrs = {"op_role": "communication"}
+        attrs = {"op_role": "communication", "gradient_scale": gradient_scale}
         if owner is not None:
             attrs["root"] = owner[names[0]]
         kind = "allreduce" if owner is None else "reduce"
+        inputs = {"X": names} if samples is None else {"X": names, "Samples": [samples]}
         block.append_op(kind if fuse_grad_size_mb is None else "fused_" + kind,
-                        {"X": names}, {"Out": names}, {**attrs, "bucket": bucket})
+                        inputs, {"Out": names}, {**attrs, "bucket": bucket})
         block.ops.insert(last_writer[names[-1]] + 1, block.ops.pop())
     if owner is not None:
         _shard_the_optimizer(block, {name[:-len(GRAD)]: root for name, root in owner.items()},
                              rank)
     return result
+
+
+def _counted_input(block, loss_name: str) -> str:
+    """The variable whose rows are the samples under ``gradient_scale="samples"``: the
+    first fed batched variable (first dimension -1, written by no op, not persistable)
+    that an op the loss depends on reads."""
+    written = {name for op in block.ops for name in op.output_names()}
+    for index in _ops_feeding(block.ops, loss_name):
+        for name in block.ops[index].input_names():
+            var = block.vars.get(name)
+            if var is not None and name not in written and not var.persistable and \
+                    len(var.shape) > 0 and var.shape[0] == -1:
+                return name
+    raise ProgramError(f"gradient_scale: 'samples' counts the rows of a batched data "
+                       f"variable (first dimension -1) that the loss reads, but "
+                       f"{loss_name!r} reads none; use 'coeff_num_device'")
 
 
 def owners(block, params: list[str], num_devices: int) -> dict[str, int]:
@@ -161,7 +211,8 @@ def check_ranks_agree(program: Program, comm) -> None:
     the first gradient they disagree on.  Costs one 32-byte allgather when they agree."""
     schedule = [[op.type, [[name, list(block_var.shape), str(block_var.dtype)]
                            for name in op.inputs["X"]
-                           for block_var in [program.global_block().var(name)]]]
+                           for block_var in [program.global_block().var(name)]],
+                 op.attrs.get("gradient_scale")]
                 for op in program.global_block().ops if op.attrs.get("op_role") ==
                 "communication"]
     schedules = gather_if_ranks_differ(schedule, comm)
@@ -191,7 +242,7 @@ def gather_if_ranks_differ(value, comm) -> list | None:
 def _first_disagreement(schedules: list) -> str:
     """Where rank ``r``'s flattened gradient list first differs from rank 0's."""
     def flat(schedule):
-        return [(op_type, name, shape, dtype) for op_type, grads in schedule
+        return [(op_type, name, shape, dtype) for op_type, grads, _ in schedule
                 for name, shape, dtype in grads]
 
     reference = flat(schedules[0])
@@ -208,6 +259,10 @@ def _first_disagreement(schedules: list) -> str:
                         f"#{index}: rank 0 reduces {say(ours)}, rank {rank} reduces "
                         f"{say(theirs)}; every rank must run the same program")
         if schedule != schedules[0]:
+            ours, theirs = schedules[0][0][2], schedule[0][2]
+            if ours != theirs:
+                return (f"gradient_scale: every rank must use the same; rank 0 uses "
+                        f"{ours!r}, rank {rank} {theirs!r}")
             return (f"program: rank {rank} groups its gradients into other allreduces than "
                     f"rank 0; every rank must run the same program with the same "
                     f"BuildStrategy")
@@ -224,15 +279,38 @@ def broadcast_parameters(program: Program, scope, comm, root: int = 0) -> None:
         scope[name] = value
 
 
-def shard(dataset, num_shards: int, shard_id: int):
-    """Rank ``shard_id``'s share of ``dataset`` (MindSpore's distributed sampler): the
-    samples are padded to a multiple of ``num_shards`` by wrapping around to the start,
-    then dealt out round-robin, so every shard has the same number of samples."""
-    if not 0 <= shard_id < num_shards:
-        raise ProgramError(f"shard_id: expected 0 <= shard_id < {num_shards}, got {shard_id}")
-    count = len(dataset)
-    per_shard = -(-count // num_shards)
-    indices = [i % count for i in range(per_shard * num_shards)][shard_id::num_shards]
+def shard(dataset, num_shards: int, shard_id: int, pad: bool = True):
+    """Rank ``shard_id``'s share of ``dataset`` (a numpy array or a sequence).
+
+    ``pad=True`` (MindSpore's distributed sampler): the samples are padded to a multiple of
+    ``num_shards`` by wrapping around to the start, then dealt out round-robin, so every
+    shard has the same number of samples; when ``num_shards`` does not divide the batch,
+    the first samples are trained on twice, so training does not equal full-batch
+    training.  ``pad=False`` (``numpy.array_split``): consecutive, uneven shards, the first
+    ``len(dataset) % num_shards`` one sample longer, every sample exactly once (a shard may
+    be empty); with ``BuildStrategy(gradient_scale="samples")`` training then equals
+    full-batch training for every batch size and rank count."""
+    if not isinstance(pad, bool):
+        raise ProgramError(f"pad: expected True or False, got {pad!r}")
+    if isinstance(num_shards, bool) or not isinstance(num_shards, (int, np.integer)) or \
+            num_shards < 1:
+        raise ProgramError(f"num_shards: expected a positive int, got {num_shards!r}")
+    if isinstance(shard_id, bool) or not isinstance(shard_id, (int, np.integer)) or \
+            not 0 <= shard_id < num_shards:
+        raise ProgramError(f"shard_id: expected an int, 0 <= shard_id < {num_shards}, got "
+                           f"{shard_id!r}")
+    try:
+        count = len(dataset)
+    except TypeError:
+        raise ProgramError(f"dataset: expected an array or a sequence of samples, got "
+                           f"{type(dataset).__name__}") from None
+    if pad:
+        per_shard = -(-count // num_shards)
+        indices = [i % count for i in range(per_shard * num_shards)][shard_id::num_shards]
+    else:
+        start = shard_id * (count // num_shards) + min(shard_id, count % num_shards)
+        stop = start + count // num_shards + (shard_id < count % num_shards)
+        indices = list(range(start, stop))
     if isinstance(dataset, np.ndarray):
         return dataset[indices]
     return [dataset[i] for i in indices]

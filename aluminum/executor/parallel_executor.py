@@ -59,9 +59,11 @@ class ExecutionStrategy:
 class BuildStrategy:
     """Options of the graph build.  With a communicator: ``gradient_scale``
     ("coeff_num_device": the loss gradient times 1/ranks, "one", "customized": fed as
-    ``<loss>@GRAD``), ``broadcast_parameters`` (rank 0's persistable variables copied to
-    every rank when the executor is made), ``overlap`` (False: allreduce only after the
-    whole backward pass), ``fuse_all_reduce_ops`` with ``fuse_grad_size_mb`` and
+    ``<loss>@GRAD``, "samples": each rank and place weighted by its number of samples,
+    exact full-batch training for uneven shards, see data_parallel.py),
+    ``broadcast_parameters`` (rank 0's persistable variables copied to every rank when the
+    executor is made), ``overlap`` (False: allreduce only after the whole backward pass),
+    ``fuse_all_reduce_ops`` with ``fuse_grad_size_mb`` and
     ``first_bucket_mb``, ``reduce_strategy`` ("all_reduce", or "reduce": each gradient
     reduced to one owner rank, which alone updates that parameter and broadcasts it; see
     data_parallel.py), ``gradients_in_buckets`` (True: the op finishing a gradient writes

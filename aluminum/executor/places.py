@@ -15,7 +15,8 @@ and ``merge_fetched`` concatenates a fetched per-place variable along its first 
 Paddle's fetch does.  With the gradient scale 1/(places x ranks), training on P places
 equals training on one with the whole batch when the batch splits evenly; what surprises
 people: as in Paddle, an uneven split weights each place's mean loss equally, so the rows
-of a smaller part count more.
+of a smaller part count more.  With ``gradient_scale="samples"`` each place is weighted by
+its rows, so every split equals the whole batch, and a place may get no rows at all.
 """
 from __future__ import annotations
 
@@ -72,13 +73,19 @@ def split_feed(program: Program, feed: dict, num_places: int) -> dict:
         value = np.asarray(value)
         var = block.vars.get(name)
         batched = var is not None and len(var.shape) > 0 and var.shape[0] == -1
-        if batched and len(value) < num_places:
+        if batched and len(value) < num_places and not _counts_samples(program):
             raise ProgramError(f"feed {name!r}: a batch of {len(value)} cannot be split "
                                f"over {num_places} places")
         parts = np.array_split(value, num_places) if batched else [value] * num_places
         for place, part in enumerate(parts):
             result[place_name(name, place)] = part
     return result
+
+
+def _counts_samples(program: Program) -> bool:
+    """Whether ``program`` weights places by their samples (``gradient_scale="samples"``),
+    which makes an empty place contribute nothing instead of a mean over no samples."""
+    return any(op.type == "sample_count" for op in program.global_block().ops)
 
 
 def fetch_on_places(program: Program, names: list[str], num_places: int) -> list[tuple]:

@@ -20,6 +20,19 @@ How an iteration goes:
 Buckets are allocated with ``al.shared_empty`` when every rank is on one node (the zero-copy
 shared-memory allreduce then reads and writes them in place), else as private tensors; the
 first iteration's buckets are private either way (they are rebuilt after it).
+
+Uneven inputs follow torch's ``Join`` (``torch.distributed.algorithms.join``): the wrapper is
+a ``Joinable``, so ``with Join([ddp]):`` or ``with ddp.join():`` lets ranks run different
+numbers of iterations.  Each forward inside it first allreduces a "still active" 1 over the
+default torch process group (as ``Join.notify_join_context``, but blocking, as the joined
+ranks' count is); a rank whose data has ended
+counts the active ranks the same way and, while there are any, shadows an iteration
+(``_DDPJoinHook.main_hook``: the forward's collectives, then every bucket's allreduce in
+index order on zeros).  The active ranks' gradients of such an iteration are averaged over
+the ranks that took part (``divide_by_initial_world_size=False``, the default here, where
+torch's DDP defaults to True) or over every rank (True: joined ranks count as zeros).  Once
+all have joined, parameters and buffers are broadcast from one of the last ranks to join,
+as torch's DDP does.
 """
 from __future__ import annotations
 
@@ -30,6 +43,7 @@ from typing import Any, Callable, Iterator
 
 import numpy as np
 import torch
+from torch.distributed.algorithms.join import Join, Joinable, JoinHook
 
 import aluminum as al
 
@@ -62,7 +76,7 @@ class _Bucket:
         self.future: torch.futures.Future | None = None
 
 
-class DistributedDataParallel(torch.nn.Module):
+class DistributedDataParallel(torch.nn.Module, Joinable):
     """Wrap ``module`` for data-parallel training over ``comm`` (default: every MPI rank).
 
     Parameters are broadcast from rank 0 here (a collective: every rank constructs it).
@@ -77,13 +91,14 @@ class DistributedDataParallel(torch.nn.Module):
 
     Surprise: ``.grad`` tensors are views into the buckets; replacing one (``p.grad = t``)
     makes the next backward copy it into the bucket once.  ``close()`` (run at exit)
-    releases the buckets' shared memory.
+    releases the buckets' shared memory.  ``join()``: see the module docstring.
     """
 
     def __init__(self, module: torch.nn.Module, comm: al.Communicator | None = None,
                  bucket_cap_mb: float = 25, first_bucket_mb: float = 1,
                  find_unused_parameters: bool = False, broadcast_buffers: bool = True) -> None:
         super().__init__()
+        Joinable.__init__(self)
         self.module = module
         self.comm = comm if comm is not None else world_communicator()
         self.find_unused_parameters = find_unused_parameters
@@ -93,11 +108,13 @@ class DistributedDataParallel(torch.nn.Module):
         self._names = [name for name, p in module.named_parameters() if p.requires_grad]
         self._params = [p for p in module.parameters() if p.requires_grad]
         self._check_params()
-        self._sync_from_rank0(list(self._params) + list(module.buffers()))
+        self._sync_from(list(self._params) + list(module.buffers()), 0)
         self._require_sync = True
         self._hook_state: Any = None
         self._comm_hook: Callable | None = None
         self._ready_order: list[int] | None = []     # recorded until the buckets are rebuilt
+        self._active_ranks: int | None = None     # this iteration's join count
+        self._divide_by_initial_world_size = False
         self._in_backward = False
         self._next_to_start = 0
         self._buckets = self._make_buckets(list(reversed(range(len(self._params)))),
@@ -112,17 +129,91 @@ class DistributedDataParallel(torch.nn.Module):
 
     def forward(self, *args, **kwargs):
         """Run the wrapped module; prepares the buckets for the backward that follows."""
+        self._active_ranks = self._notify_join_context()
+        self._prepare_iteration(active=True)
+        return self.module(*args, **kwargs)
+
+    def _prepare_iteration(self, active: bool) -> None:
+        """What a forward does besides running the module (a joined rank's shadow does it
+        too: it has the same collectives): rebuild the buckets after the first iteration,
+        install the views, broadcast buffers, reset the buckets' counts."""
         if self._require_sync and self._ready_order and len(self._ready_order) == \
                 len(self._params):
             self._rebuild()
         self._install_views()
         if self.broadcast_buffers and self.comm.size > 1:
-            self._sync_from_rank0(list(self.module.buffers()))
+            self._sync_from(list(self.module.buffers()), self._buffer_source(active))
         for bucket in self._buckets:
             bucket.pending, bucket.ready = len(bucket.params), [False] * len(bucket.params)
             bucket.request = bucket.future = None
         self._next_to_start = 0
-        return self.module(*args, **kwargs)
+
+    def _buffer_source(self, active: bool) -> int:
+        """Rank 0, or inside a join the lowest rank still active (one more allreduce, only
+        when there are buffers to broadcast, as torch's DDP finds its authoritative rank)."""
+        if not self._join_config.enable or not any(True for _ in self.module.buffers()):
+            return 0
+        lowest = np.array([self.comm.rank if active else self.comm.size], np.int64)
+        al.allreduce(lowest, self.comm, op=al.MIN)
+        return int(lowest[0])
+
+    # -- uneven inputs (torch's Join) -----------------------------------------------------------
+
+    def _notify_join_context(self) -> int | None:
+        """Inside a join: torch's ``Join.notify_join_context`` with a blocking allreduce
+        (this rank's 1 in the count of active ranks; the count, once summed, is returned).
+        torch's sends the 1 nonblocking, but its joined ranks count blocking, and aluminum
+        matches a blocking collective only with blocking ones on the other ranks (as MPI)."""
+        config = self._join_config
+        if not config.enable or not config.is_first_joinable:
+            return None
+        import torch.distributed as dist
+
+        ones = torch.ones(1, device=self.join_device)
+        dist.all_reduce(ones, group=self.join_process_group)
+        if config.throw_on_early_termination:
+            zeros = torch.zeros(1, device=self.join_device)
+            dist.all_reduce(zeros, group=self.join_process_group)
+            if zeros.item():
+                raise RuntimeError("Detected at least one rank that exhausted inputs. "
+                                   "Throwing across all ranks.")
+        return int(ones.item())
+
+    def join(self, divide_by_initial_world_size: bool = False, enable: bool = True,
+             throw_on_early_termination: bool = False) -> Join:
+        """``Join([self], ...)``: torch DDP's ``join()``; see the module docstring.  Needs
+        ``torch.distributed`` initialized over the same ranks (the join count goes over the
+        default process group, as torch's Join does)."""
+        return Join([self], enable, throw_on_early_termination,
+                    divide_by_initial_world_size=divide_by_initial_world_size)
+
+    def join_hook(self, **kwargs) -> JoinHook:
+        """The hook torch's ``Join`` runs on a rank whose inputs have ended."""
+        divide = kwargs.get("divide_by_initial_world_size", False)
+        if not isinstance(divide, bool):
+            raise al.ArgumentError(f"divide_by_initial_world_size: expected True or False, "
+                                   f"got {divide!r}")
+        return _JoinHook(self, divide)
+
+    @property
+    def join_device(self) -> torch.device:
+        return torch.device("cpu")
+
+    @property
+    def join_process_group(self):
+        """The default torch process group: torch's ``Join`` counts active ranks over it."""
+        import torch.distributed as dist
+
+        if not dist.is_initialized():
+            raise al.ArgumentError("join: expected torch.distributed to be initialized "
+                                   "(dist.init_process_group('aluminum')), got an "
+                                   "uninitialized torch.distributed; torch's Join counts the "
+                                   "active ranks over its default process group")
+        if dist.get_world_size() != self.comm.size:
+            raise al.ArgumentError(f"join: expected the default process group to have this "
+                                   f"wrapper's {self.comm.size} ranks, got "
+                                   f"{dist.get_world_size()}")
+        return dist.group.WORLD
 
     @contextlib.contextmanager
     def no_sync(self) -> Iterator[None]:
@@ -288,12 +379,40 @@ class DistributedDataParallel(torch.nn.Module):
                 result = bucket.future.wait()
                 if result is not bucket.buffer:
                     bucket.buffer.copy_(result)
+        self._average_over_active_ranks()
         if missing and not self.find_unused_parameters:
             names = ", ".join(self._names[i] for i in sorted(missing))
             raise ReductionIncompleteError(
                 f"parameters got no gradient in this backward: {names}. Their buckets were "
                 f"averaged with zeros on this rank so no rank hangs; pass "
                 f"find_unused_parameters=True if the model leaves them unused on purpose")
+
+    def _average_over_active_ranks(self) -> None:
+        """Inside a join: the buckets were averaged over every rank, the joined ones giving
+        zeros; rescale them to the ranks that took part, unless asked not to."""
+        active, self._active_ranks = self._active_ranks, None
+        if active is not None and 0 < active < self.comm.size and \
+                not self._divide_by_initial_world_size:
+            for bucket in self._buckets:
+                bucket.buffer.mul_(self.comm.size / active)
+
+    def _shadow_iteration(self) -> None:
+        """A joined rank's part in an iteration of the others: the forward's collectives,
+        then every bucket's allreduce (or comm hook) in index order, on zeros."""
+        self._prepare_iteration(active=False)
+        for b, bucket in enumerate(self._buckets):
+            bucket.buffer.zero_()
+            bucket.pending = 0
+            self._start(b)
+        self._next_to_start = len(self._buckets)
+        al.wait_all([bucket.request for bucket in self._buckets if bucket.request is not None])
+        for bucket in self._buckets:
+            if bucket.future is not None:
+                bucket.future.wait()
+        if self._ready_order is not None and len(self._ready_order) < len(self._params):
+            # as if a backward had recorded an order, so the rebuild happens when the active
+            # ranks' does (rank 0's order is broadcast: whatever this one holds is replaced)
+            self._ready_order = list(reversed(range(len(self._params))))
 
     # -- set-up ------------------------------------------------------------------------------
 
@@ -315,15 +434,15 @@ class DistributedDataParallel(torch.nn.Module):
                               f"elements) from {lowest.tolist()} to {highest.tolist()}; this "
                               f"rank {mine.tolist()}")
 
-    def _sync_from_rank0(self, tensors: list[torch.Tensor]) -> None:
-        """Copy rank 0's values into ``tensors`` on every rank."""
+    def _sync_from(self, tensors: list[torch.Tensor], root: int) -> None:
+        """Copy rank ``root``'s values into ``tensors`` on every rank."""
         for tensor in tensors:
             data = tensor.data
             if data.is_contiguous():
-                al.bcast(data, self.comm, root=0)
+                al.bcast(data, self.comm, root=root)
             else:
                 staged = data.contiguous()
-                al.bcast(staged, self.comm, root=0)
+                al.bcast(staged, self.comm, root=root)
                 data.copy_(staged)
 
     def _track_for_exit(self) -> None:
@@ -334,6 +453,26 @@ class DistributedDataParallel(torch.nn.Module):
         if not _atexit_registered:
             atexit.register(_close_all)
             _atexit_registered = True
+
+
+class _JoinHook(JoinHook):
+    """What torch's ``Join`` runs on a rank whose inputs have ended (see the module
+    docstring)."""
+
+    def __init__(self, ddp: DistributedDataParallel, divide_by_initial_world_size: bool) -> None:
+        self.ddp = ddp
+        ddp._divide_by_initial_world_size = divide_by_initial_world_size
+
+    def main_hook(self) -> None:
+        self.ddp._shadow_iteration()
+
+    def post_hook(self, is_last_joiner: bool) -> None:
+        """Every rank takes the parameters and buffers of the highest of the last ranks to
+        join (they ran every iteration)."""
+        ddp = self.ddp
+        source = np.array([ddp.comm.rank if is_last_joiner else -1], np.int64)
+        al.allreduce(source, ddp.comm, op=al.MAX)
+        ddp._sync_from(list(ddp._params) + list(ddp.module.buffers()), int(source[0]))
 
 
 def _close_all() -> None:

@@ -26,7 +26,11 @@ class Allreduce(OpKind):
     until their producers run again in the next step (``run`` returns copies of what it
     fetches).  Gradients keep their order in a bucket, so each element's sum is the same
     as reducing it alone; the algorithm the selector picks for a bucket's size may differ
-    from the one it picks per gradient, which can change the last bits of a float sum."""
+    from the one it picks per gradient, which can change the last bits of a float sum.
+
+    After the gradients the bucket carries this rank's sample count (``Samples``, under
+    ``gradient_scale="samples"``) and a 1 saying it takes part; once reduced, the bucket is
+    weighed as the ``gradient_scale`` attribute says (``Buckets.weigh``)."""
 
     type = "allreduce"
     differentiable = False
@@ -46,9 +50,12 @@ class Allreduce(OpKind):
         for grad, view in zip(grads, bucket.views):
             if not holds(view, grad):
                 view[...] = grad
+        bucket.tail[...] = (float(ins["Samples"][0][0]) if "Samples" in ins else 0.0, 1.0)
         bucket.plan.run()
         if comm.stream is not None:   # a stream-ordered plan has only been enqueued
             comm.stream.synchronize()
+        if attrs.get("root", comm.rank) == comm.rank:   # a reduce's other ranks hold no sum
+            ctx.buckets.weigh(bucket, attrs.get("gradient_scale", "one"))
         return {"Out": list(bucket.views)}
 
 
