@@ -9,11 +9,22 @@ messages ``L`` times smaller.
 """
 from __future__ import annotations
 
+from collections import deque
+
 import numpy as np
 
 from ....core.errors import UnsupportedError
 from ....core.reduction import sums_in_rank_order
 from .program import ProgramState, partition, rank_order_allreduce, result_buffer
+
+
+# Chunks across nodes: no smaller than this (each costs a link latency per ring step), at
+# most this many, two in flight (one crossing between nodes while the next is reduced in
+# them).  Chunking changes no bit: every element is reduced by the same rings in the same
+# order as in one piece.
+PIPELINE_CHUNK_BYTES = 1 << 20
+PIPELINE_CHUNKS = 8
+IN_FLIGHT = 2
 
 
 class HierarchicalAllreduce(ProgramState):
@@ -24,6 +35,9 @@ class HierarchicalAllreduce(ProgramState):
     2. Ring allreduce of block ``r`` round the ranks that have local rank ``r`` on every
        node (one per node), so block ``r`` holds the sum over all ranks.
     3. Allgather of the ``L`` blocks round the node.
+
+    Across nodes the vector is cut into chunks (``PIPELINE_CHUNKS``) run two at a time, so
+    the link carries one chunk while the ranks reduce the next inside the node.
 
     Every element is reduced by exactly one rank per level and then copied, so every rank
     ends with the same bits; the order of the sum is fixed (node ring, then node order), the
@@ -49,6 +63,12 @@ class HierarchicalAllreduce(ProgramState):
         super().__init__(comm)
         self.sendbuf, self.recvbuf, self.op = sendbuf, recvbuf, op
         self.rank_order = sums_in_rank_order(op, recvbuf.dtype, comm.size)
+        # Across nodes the vector goes in chunks, each with a tag of its own (taken here,
+        # in issue order, so alike on every rank): chunks in flight never match each
+        # other's messages.
+        chunks = 1 if len(comm.nodes) == 1 else \
+            max(1, min(PIPELINE_CHUNKS, recvbuf.array.nbytes // PIPELINE_CHUNK_BYTES))
+        self.tags = [self.tag] + [comm.next_tag() for _ in range(chunks - 1)]
 
     def program(self):
         result = result_buffer(self.sendbuf, self.recvbuf)
@@ -59,21 +79,44 @@ class HierarchicalAllreduce(ProgramState):
         node = next(ranks for ranks in nodes if self.comm.rank in ranks)
         local = node.index(self.comm.rank)
         across = [ranks[local] for ranks in nodes]      # this local rank on every node
-        offsets = partition(result.size, len(node))
-        blocks = [result[offsets[b]:offsets[b + 1]] for b in range(len(node))]
-        scratch = np.empty(offsets[1], result.dtype)
-
-        yield from self.ring_reduce_scatter(blocks, node, scratch)
-        mine = blocks[local]
-        pieces = partition(mine.size, len(across))
-        yield from self.ring_reduce_scatter(
-            [mine[pieces[b]:pieces[b + 1]] for b in range(len(across))], across, scratch)
-        yield from self.ring_allgather(
-            [mine[pieces[b]:pieces[b + 1]] for b in range(len(across))], across)
-        yield from self.ring_allgather(blocks, node)
+        bounds = partition(result.size, len(self.tags))
+        yield from self.interleave(deque(
+            self.three_rings(result[bounds[c]:bounds[c + 1]], node, local, across, tag)
+            for c, tag in enumerate(self.tags)))
         self.op.finish(result, self.comm.size)
 
-    def ring_reduce_scatter(self, blocks, ring, scratch):
+    def three_rings(self, part, node, local, across, tag):
+        """The whole algorithm on ``part`` of the vector, its messages tagged ``tag``."""
+        offsets = partition(part.size, len(node))
+        blocks = [part[offsets[b]:offsets[b + 1]] for b in range(len(node))]
+        scratch = np.empty(offsets[1], part.dtype)
+        yield from self.ring_reduce_scatter(blocks, node, scratch, tag)
+        mine = blocks[local]
+        pieces = partition(mine.size, len(across))
+        shards = [mine[pieces[b]:pieces[b + 1]] for b in range(len(across))]
+        yield from self.ring_reduce_scatter(shards, across, scratch, tag)
+        yield from self.ring_allgather(shards, across, tag)
+        yield from self.ring_allgather(blocks, node, tag)
+
+    def interleave(self, waiting: deque):
+        """Run the chunks' programs ``IN_FLIGHT`` at a time, each to its next wait in turn,
+        so that one chunk crosses between nodes while the next is reduced inside them."""
+        active: list = []
+        while waiting or active:
+            while waiting and len(active) < IN_FLIGHT:
+                active.append(waiting.popleft())
+            done = []
+            for chunk in active:
+                try:
+                    next(chunk)
+                except StopIteration:
+                    done.append(chunk)
+            for chunk in done:
+                active.remove(chunk)
+            if active and not done:
+                yield
+
+    def ring_reduce_scatter(self, blocks, ring, scratch, tag):
         """Round ``ring`` (ranks of this communicator, this rank among them), leave the
         ring's sum of ``blocks[i]`` in ``blocks[i]`` at the ``i``-th member; the member
         folds what arrives from its left into its own block and passes it on."""
@@ -82,13 +125,13 @@ class HierarchicalAllreduce(ProgramState):
         for s in range(size - 1):
             sent, arriving = blocks[(me - s - 1) % size], blocks[(me - s - 2) % size]
             partial = scratch[:arriving.size]
-            yield from self.exchange(sent, right, partial, left)
+            yield from self.exchange(sent, right, partial, left, tag)
             self.op.reduce_into(arriving, partial)
 
-    def ring_allgather(self, blocks, ring):
+    def ring_allgather(self, blocks, ring, tag):
         """Round ``ring``, copy the ``i``-th member's ``blocks[i]`` to every member."""
         size, me = len(ring), ring.index(self.comm.rank)
         right, left = ring[(me + 1) % size], ring[(me - 1) % size]
         for s in range(size - 1):
             yield from self.exchange(blocks[(me - s) % size], right,
-                                     blocks[(me - s - 1) % size], left)
+                                     blocks[(me - s - 1) % size], left, tag)

@@ -91,15 +91,17 @@ class ProgramState(State):
 
     # -- messages --------------------------------------------------------------------------
 
-    def isend(self, block: np.ndarray, peer: int) -> MPI.Request:
-        return self.mpi.Isend(block.view(np.uint8), peer, self.tag)
+    def isend(self, block: np.ndarray, peer: int, tag: int | None = None) -> MPI.Request:
+        return self.mpi.Isend(block.view(np.uint8), peer, self.tag if tag is None else tag)
 
-    def irecv(self, block: np.ndarray, peer: int) -> MPI.Request:
-        return self.mpi.Irecv(block.view(np.uint8), peer, self.tag)
+    def irecv(self, block: np.ndarray, peer: int, tag: int | None = None) -> MPI.Request:
+        return self.mpi.Irecv(block.view(np.uint8), peer, self.tag if tag is None else tag)
 
-    def exchange(self, send: np.ndarray, dest: int, recv: np.ndarray, source: int):
-        """Send ``send`` to ``dest`` while receiving ``recv`` from ``source``; wait for both."""
-        requests = [self.irecv(recv, source), self.isend(send, dest)]
+    def exchange(self, send: np.ndarray, dest: int, recv: np.ndarray, source: int,
+                 tag: int | None = None):
+        """Send ``send`` to ``dest`` while receiving ``recv`` from ``source``; wait for both.
+        ``tag``: another of this operation's tags (parts of it in flight at once)."""
+        requests = [self.irecv(recv, source, tag), self.isend(send, dest, tag)]
         yield from self.wait(requests)
 
     def wait(self, requests: list[MPI.Request]):
