@@ -129,6 +129,7 @@ def timed(world, call, iters: int):
     """Median over ``iters`` of the slowest rank's time, and the median bytes this rank's
     host sent out of its ``eth0`` per call (0 where it cannot be read)."""
     import numpy as np
+    from mpi4py import MPI
 
     call()                                   # warm-up: plans, windows, connections
     times, sent = [], []
@@ -140,20 +141,22 @@ def timed(world, call, iters: int):
         elapsed = time.perf_counter() - start
         world.Barrier()
         sent.append(tx_bytes() - before)
-        times.append(world.allreduce(elapsed, op=_max()))
-    host_sent = world.allreduce(float(np.median(sent)) if _leads_host(world) else 0.0)
-    hosts = world.allreduce(1 if _leads_host(world) else 0)
+        times.append(world.allreduce(elapsed, op=MPI.MAX))
+    leads = _leads_host(world)
+    host_sent = world.allreduce(float(np.median(sent)) if leads else 0.0)
+    hosts = world.allreduce(1 if leads else 0)
     return float(np.median(times)), host_sent / max(hosts, 1)
 
 
-def _max():
-    from mpi4py import MPI
-    return MPI.MAX
-
-
 def _leads_host(world) -> bool:
+    """Whether this rank is its host's first (MPI's own node split, freed at once)."""
     from mpi4py import MPI
-    return world.Split_type(MPI.COMM_TYPE_SHARED).Get_rank() == 0
+
+    node = world.Split_type(MPI.COMM_TYPE_SHARED)
+    try:
+        return node.Get_rank() == 0
+    finally:
+        node.Free()
 
 
 def tx_bytes() -> int:
