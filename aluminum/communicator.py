@@ -121,11 +121,20 @@ class Communicator:
                                      "no communication is possible afterwards")
         return CommunicatorError(f"comm: this {type(self).__name__} was freed")
 
-    def copy(self, stream=None) -> "Communicator":
+    def copy(self, stream=None, kind: "type[Communicator] | None" = None) -> "Communicator":
         """A communicator over the same group bound to ``stream``; collective.  Operations
-        in flight on this one may go on meanwhile."""
+        in flight on this one may go on meanwhile.
+
+        ``kind`` (a ``Communicator`` subclass, default this one's) puts the copy on another
+        backend: ``comm.copy(kind=al.NCCLCommunicator)`` is the GPU twin of a host
+        communicator, same ranks in the same order."""
         self.mpi_comm   # (raises once freed)
-        return type(self)(self._admin, stream=stream)
+        if kind is None:
+            kind = type(self)
+        elif not (isinstance(kind, type) and issubclass(kind, Communicator)):
+            raise ArgumentError(f"kind: expected a Communicator subclass such as "
+                                f"al.NCCLCommunicator, got {kind!r}")
+        return kind(self._admin, stream=stream)
 
     def split(self, color: int | None, key: int = 0) -> "Communicator | None":
         """Split into sub-communicators of the same backend (``MPI_Comm_split``); collective.

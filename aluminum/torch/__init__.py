@@ -1,8 +1,12 @@
 """PyTorch embedding: an "aluminum" torch.distributed backend and a DataParallel wrapper.
 
-``import aluminum.torch`` registers the backend, so the one-line switch is::
+``import aluminum.torch`` registers the backend for CPU and CUDA tensors, so the one-line
+switch is::
 
-    dist.init_process_group("aluminum")      # instead of "gloo"; run under python -m aluminum.run
+    dist.init_process_group("aluminum")      # instead of "gloo"/"nccl"; under python -m aluminum.run
+
+CUDA tensors go over NCCL (a GPU per rank) or the host-transfer backend (ranks sharing a
+GPU), ordered on torch's current stream (``devices``).
 
 Under an MPI launcher the import also sets ``MASTER_ADDR``/``MASTER_PORT``/``RANK``/
 ``WORLD_SIZE`` from MPI where unset (see ``rendezvous``).  ``DistributedDataParallel`` is
@@ -27,5 +31,5 @@ BACKEND = "aluminum"
 
 if BACKEND not in dist.Backend.backend_list:
     dist.Backend.register_backend(BACKEND, create_process_group, extended_api=True,
-                                  devices=["cpu"])
+                                  devices=["cpu", "cuda"])
 fill_env_from_mpi()

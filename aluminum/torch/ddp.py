@@ -21,6 +21,10 @@ Buckets are allocated with ``al.shared_empty`` when every rank is on one node (t
 shared-memory allreduce then reads and writes them in place), else as private tensors; the
 first iteration's buckets are private either way (they are rebuilt after it).
 
+A model on a CUDA device gets CUDA buckets, averaged on the communicator's GPU twin (NCCL, or
+host-transfer where ranks share a GPU: see ``devices``) and ordered on torch's current
+stream: the end of backward makes that stream wait for the buckets, the host does not wait.
+
 Uneven inputs follow torch's ``Join`` (``torch.distributed.algorithms.join``): the wrapper is
 a ``Joinable``, so ``with Join([ddp]):`` or ``with ddp.join():`` lets ranks run different
 numbers of iterations.  Each forward inside it first allreduces a "still active" 1 over the
@@ -47,6 +51,7 @@ from torch.distributed.algorithms.join import Join, Joinable, JoinHook
 
 import aluminum as al
 
+from . import devices
 from .comm_hooks import GradBucket
 from .errors import ReductionIncompleteError, TensorError
 from .rendezvous import world_communicator
@@ -60,7 +65,7 @@ class _Bucket:
     """Parameters whose gradients are views into one flat tensor, and its allreduce."""
 
     def __init__(self, indices: list[int], params: list[torch.nn.Parameter],
-                 buffer: torch.Tensor, comm: al.Communicator) -> None:
+                 buffer: torch.Tensor, comm: al.Communicator, stream=None) -> None:
         self.indices = indices          # positions in the DDP's parameter list
         self.params = params
         self.buffer = buffer
@@ -69,7 +74,9 @@ class _Bucket:
         for p in params:
             self.views.append(buffer[offset:offset + p.numel()].view_as(p))
             offset += p.numel()
-        self.plan = al.allreduce_init(buffer, comm, op=al.AVG)
+        self.comm = comm
+        self.stream = stream            # CUDA: the stream the plan is ordered on
+        self.plan = al.allreduce_init(buffer, comm, stream, op=al.AVG)
         self.pending = len(params)
         self.ready = [False] * len(params)
         self.request: al.Request | None = None
@@ -107,7 +114,10 @@ class DistributedDataParallel(torch.nn.Module, Joinable):
         self._first_cap = int(first_bucket_mb * 2 ** 20)
         self._names = [name for name, p in module.named_parameters() if p.requires_grad]
         self._params = [p for p in module.parameters() if p.requires_grad]
-        self._check_params()
+        self._device = self._check_params()
+        # the communicator gradients are averaged on: comm itself, or its GPU twin
+        self._grad_comm = self.comm if self._device.type == "cpu" else \
+            devices.communicator_for(self.comm, self._device)
         self._sync_from(list(self._params) + list(module.buffers()), 0)
         self._require_sync = True
         self._hook_state: Any = None
@@ -228,10 +238,11 @@ class DistributedDataParallel(torch.nn.Module, Joinable):
     def register_comm_hook(self, state: Any, hook: Callable) -> None:
         """Replace each bucket's AVG allreduce by ``hook(state, GradBucket) -> Future``
         (see ``aluminum.torch.comm_hooks``; ``state`` None means this DDP's communicator).
-        Once, before the first forward."""
+        Once, before the first forward.  On CUDA buckets that communicator is the GPU twin
+        (NCCL or host-transfer), and the hook's future is waited for on the host."""
         if self._comm_hook is not None:
             raise al.ArgumentError("hook: register_comm_hook may be called only once")
-        self._hook_state = self.comm if state is None else state
+        self._hook_state = self._grad_comm if state is None else state
         self._comm_hook = hook
 
     def close(self) -> None:
@@ -270,6 +281,10 @@ class DistributedDataParallel(torch.nn.Module, Joinable):
     def _bucket(self, indices: list[int], shared: bool) -> _Bucket:
         params = [self._params[i] for i in indices]
         dtype, count = params[0].dtype, sum(p.numel() for p in params)
+        if self._device.type == "cuda":
+            buffer = torch.zeros(count, dtype=dtype, device=self._device)
+            return _Bucket(indices, params, buffer, self._grad_comm,
+                           devices.current_stream(self._device))
         if shared:   # a collective: every rank builds the same buckets in the same order
             if dtype == torch.bfloat16:
                 buffer = torch.from_numpy(al.shared_empty(count, np.int16, self.comm)) \
@@ -349,6 +364,12 @@ class DistributedDataParallel(torch.nn.Module, Joinable):
 
     def _start(self, b: int) -> None:
         bucket = self._buckets[b]
+        if bucket.stream is not None:
+            stream = devices.current_stream(self._device)
+            if stream is not bucket.stream:       # backward runs on another stream now
+                bucket.plan.free()
+                bucket.plan = al.allreduce_init(bucket.buffer, bucket.comm, stream, op=al.AVG)
+                bucket.stream = stream
         if self._comm_hook is None:
             bucket.request = bucket.plan.start()
         else:
@@ -373,7 +394,7 @@ class DistributedDataParallel(torch.nn.Module, Joinable):
         if self._ready_order is not None:
             self._ready_order.extend(sorted(missing, reverse=True))
         self._start_complete_buckets()
-        al.wait_all([bucket.request for bucket in self._buckets if bucket.request is not None])
+        self._wait_for_buckets()
         for bucket in self._buckets:
             if bucket.future is not None:
                 result = bucket.future.wait()
@@ -386,6 +407,17 @@ class DistributedDataParallel(torch.nn.Module, Joinable):
                 f"parameters got no gradient in this backward: {names}. Their buckets were "
                 f"averaged with zeros on this rank so no rank hangs; pass "
                 f"find_unused_parameters=True if the model leaves them unused on purpose")
+
+    def _wait_for_buckets(self) -> None:
+        """Every started bucket's allreduce done: on the host, or for CUDA buckets ordered
+        before whatever torch's current stream runs next (the host goes on)."""
+        requests = [bucket.request for bucket in self._buckets if bucket.request is not None]
+        if self._device.type == "cuda":
+            stream = devices.current_stream(self._device)
+            for request in requests:
+                request.wait_on_stream(stream)
+        else:
+            al.wait_all(requests)
 
     def _average_over_active_ranks(self) -> None:
         """Inside a join: the buckets were averaged over every rank, the joined ones giving
@@ -405,7 +437,7 @@ class DistributedDataParallel(torch.nn.Module, Joinable):
             bucket.pending = 0
             self._start(b)
         self._next_to_start = len(self._buckets)
-        al.wait_all([bucket.request for bucket in self._buckets if bucket.request is not None])
+        self._wait_for_buckets()
         for bucket in self._buckets:
             if bucket.future is not None:
                 bucket.future.wait()
@@ -416,15 +448,24 @@ class DistributedDataParallel(torch.nn.Module, Joinable):
 
     # -- set-up ------------------------------------------------------------------------------
 
-    def _check_params(self) -> None:
+    def _check_params(self) -> torch.device:
+        """The device every parameter is on (CPU or one CUDA device), checked; and every
+        rank's model the same size."""
+        device = self._params[0].device if self._params else torch.device("cpu")
         for name, p in zip(self._names, self._params):
-            if p.device.type != "cpu":
-                raise TensorError(f"{name}: expected a CPU parameter, got one on {p.device}")
+            if p.device.type not in ("cpu", "cuda"):
+                raise TensorError(f"{name}: expected a CPU or CUDA parameter, got one on "
+                                  f"{p.device}")
+            if p.device != device:
+                raise TensorError(f"{name}: expected every parameter on {device} (as "
+                                  f"{self._names[0]}), got one on {p.device}")
             if p.dtype not in _NUMPY and p.dtype != torch.bfloat16:
                 raise TensorError(f"{name}: expected a float32/64, float16 or bfloat16 "
                                   f"parameter, got {p.dtype}")
+        if device.type == "cuda" and device.index is None:
+            device = torch.device("cuda", torch.cuda.current_device())
         if self.comm.size == 1:
-            return
+            return device
         mine = np.array([len(self._params), sum(p.numel() for p in self._params)], np.int64)
         lowest, highest = mine.copy(), mine.copy()
         al.allreduce(lowest, self.comm, op=al.MIN)
@@ -433,16 +474,18 @@ class DistributedDataParallel(torch.nn.Module, Joinable):
             raise TensorError(f"module: ranks hold different models (parameter count, "
                               f"elements) from {lowest.tolist()} to {highest.tolist()}; this "
                               f"rank {mine.tolist()}")
+        return device
 
     def _sync_from(self, tensors: list[torch.Tensor], root: int) -> None:
         """Copy rank ``root``'s values into ``tensors`` on every rank."""
         for tensor in tensors:
             data = tensor.data
+            comm, where = devices.placement(self.comm, data)
             if data.is_contiguous():
-                al.bcast(data, self.comm, root=root)
+                al.bcast(data, comm, root=root, **where)
             else:
                 staged = data.contiguous()
-                al.bcast(staged, self.comm, root=root)
+                al.bcast(staged, comm, root=root, **where)
                 data.copy_(staged)
 
     def _track_for_exit(self) -> None:

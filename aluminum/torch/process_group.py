@@ -11,7 +11,12 @@ Two paths per call, chosen by ``opts.asyncOp`` (torch sets it from ``async_op``)
 - asynchronous (and every C++ caller, whose options default to async): the nonblocking call
   starts and an ``AluminumWork`` over its requests comes back.
 
-Surprises: only contiguous CPU tensors are accepted (``TensorError`` names the argument);
+CUDA tensors (registered for ``cpu`` and ``cuda``) go to the group's GPU twin communicator,
+NCCL or host-transfer, ordered on torch's current stream (devices.py); the asynchronous
+path's ``Work.wait()`` makes the current stream wait instead of blocking the host.
+
+Surprises: only contiguous CPU or CUDA tensors are accepted (``TensorError`` names the
+argument);
 point-to-point messages have no tags (aluminum matches a receive to the next send of the same
 count from that peer), so a nonzero ``tag`` raises; ``ReduceOp.AVG`` works on every dtype but
 bool; on bool tensors SUM/MAX/BOR mean logical or, PRODUCT/MIN/BAND logical and, BXOR
@@ -27,6 +32,7 @@ import torch.distributed as dist
 
 import aluminum as al
 
+from . import devices
 from .errors import GroupError, TensorError
 from .work import AluminumWork
 
@@ -41,6 +47,7 @@ _BOOL_OPS = {_RedOp.SUM: al.LOR, _RedOp.MAX: al.LOR, _RedOp.BOR: al.LOR,
 
 # A call to make: blocking function, nonblocking function, positional and keyword arguments.
 _Call = tuple[Callable, Callable, tuple, dict]
+_HOST: dict = {}     # the keyword arguments a host call adds (none)
 
 
 class ProcessGroupAluminum(dist.ProcessGroup):
@@ -66,15 +73,17 @@ class ProcessGroupAluminum(dist.ProcessGroup):
         opts = opts or dist.AllreduceOptions()
         tensor = _single(tensors, "tensor")
         op, source = _reduction(opts.reduceOp, tensor)
+        comm, where = self._on(tensor)
         if not opts.asyncOp:                   # the latency path: nothing but the call
             if source is None:
-                al.allreduce(tensor, self.comm, op=op)
+                al.allreduce(tensor, comm, op=op, **where)
             else:
-                al.allreduce(source, self.comm, op=op, recvbuf=tensor)
+                al.allreduce(source, comm, op=op, recvbuf=tensor, **where)
             return None
         kwargs = {"op": op} if source is None else {"op": op, "recvbuf": tensor}
         return AluminumWork([al.nonblocking_allreduce(
-            tensor if source is None else source, self.comm, **kwargs)], tensors)
+            tensor if source is None else source, comm, **kwargs, **where)], tensors,
+            device=_device(tensor))
 
     def allreduce_coalesced(self, tensors: list[torch.Tensor], opts=None):
         """``dist.all_reduce_coalesced``: each tensor allreduced in place, one Work for all."""
@@ -82,11 +91,13 @@ class ProcessGroupAluminum(dist.ProcessGroup):
         calls = []
         for i, tensor in enumerate(tensors):
             op, source = _reduction(opts.reduceOp, _check(tensor, f"tensors[{i}]"))
+            devices.same_device(tensor, tensors[0], f"tensors[{i}]")
+            comm, where = self._on(tensor)
             if source is None:
-                calls.append(_call("allreduce", tensor, self.comm, op=op))
+                calls.append(_call("allreduce", tensor, comm, op=op, **where))
             else:
-                calls.append(_call("allreduce", source, self.comm, op=op, recvbuf=tensor))
-        return _launch(opts.asyncOp, calls, tensors)
+                calls.append(_call("allreduce", source, comm, op=op, recvbuf=tensor, **where))
+        return _launch(opts.asyncOp, calls, tensors, device=_device(*tensors[:1]))
 
     def reduce(self, tensors: list[torch.Tensor], opts=None):
         """``dist.reduce``: the root's tensor gets the result; others' are left unchanged."""
@@ -94,12 +105,13 @@ class ProcessGroupAluminum(dist.ProcessGroup):
         tensor = _single(tensors, "tensor")
         op, source = _reduction(opts.reduceOp, tensor)
         root = self._root(opts.rootRank)
+        comm, where = self._on(tensor)
         if source is None:
-            call = _call("reduce", tensor, self.comm, root=root, op=op)
+            call = _call("reduce", tensor, comm, root=root, op=op, **where)
         else:
-            call = _call("reduce", source, self.comm, root=root, op=op,
-                         recvbuf=tensor if self.comm.rank == root else None)
-        return _launch(opts.asyncOp, [call], tensors)
+            call = _call("reduce", source, comm, root=root, op=op,
+                         recvbuf=tensor if self.comm.rank == root else None, **where)
+        return _launch(opts.asyncOp, [call], tensors, device=_device(tensor))
 
     def reduce_scatter(self, output_tensors: list[torch.Tensor],
                        input_tensors: list[list[torch.Tensor]], opts=None):
@@ -108,18 +120,19 @@ class ProcessGroupAluminum(dist.ProcessGroup):
         opts = opts or dist.ReduceScatterOptions()
         output = _single(output_tensors, "output")
         inputs = self._per_rank(_single_list(input_tensors, "input_list"), "input_list",
-                                output.dtype)
+                                output.dtype, device=output.device)
         if inputs[self.comm.rank].numel() != output.numel():
             raise TensorError(f"input_list[{self.comm.rank}]: expected {output.numel()} "
                               f"elements (as output), got {inputs[self.comm.rank].numel()}")
         op, _ = _reduction(opts.reduceOp, output)
         flat = _flatten(inputs, _premul_factor(opts.reduceOp))
         counts = [t.numel() for t in inputs]
+        comm, where = self._on(output)
         if len(set(counts)) == 1:
-            call = _call("reduce_scatter", flat, self.comm, op=op, recvbuf=output)
+            call = _call("reduce_scatter", flat, comm, op=op, recvbuf=output, **where)
         else:
-            call = _call("reduce_scatterv", flat, counts, self.comm, op=op, recvbuf=output)
-        return _launch(opts.asyncOp, [call], output_tensors)
+            call = _call("reduce_scatterv", flat, counts, comm, op=op, recvbuf=output, **where)
+        return _launch(opts.asyncOp, [call], output_tensors, device=_device(output))
 
     def reduce_scatter_single(self, output: torch.Tensor, input: torch.Tensor, opts=None):
         """``dist.reduce_scatter_tensor``: ``input`` holds ``size`` blocks of ``output``'s
@@ -127,9 +140,10 @@ class ProcessGroupAluminum(dist.ProcessGroup):
         opts = opts or dist.ReduceScatterOptions()
         self._check_multiple(_check(output, "output"), _check(input, "input"))
         op, source = _reduction(opts.reduceOp, input)
-        call = _call("reduce_scatter", input if source is None else source, self.comm,
-                     op=op, recvbuf=output)
-        return _launch(opts.asyncOp, [call], [output])
+        comm, where = self._on(output)
+        call = _call("reduce_scatter", input if source is None else source, comm,
+                     op=op, recvbuf=output, **where)
+        return _launch(opts.asyncOp, [call], [output], device=_device(output))
 
     def reduce_scatter_single_coalesced(self, outputs: list[torch.Tensor],
                                         inputs: list[torch.Tensor], opts=None):
@@ -138,10 +152,12 @@ class ProcessGroupAluminum(dist.ProcessGroup):
         calls = []
         for i, (output, input) in enumerate(zip(outputs, inputs, strict=True)):
             self._check_multiple(_check(output, f"outputs[{i}]"), _check(input, f"inputs[{i}]"))
+            devices.same_device(output, outputs[0], f"outputs[{i}]")
             op, source = _reduction(opts.reduceOp, input)
+            comm, where = self._on(output)
             calls.append(_call("reduce_scatter", input if source is None else source,
-                               self.comm, op=op, recvbuf=output))
-        return _launch(opts.asyncOp, calls, outputs)
+                               comm, op=op, recvbuf=output, **where))
+        return _launch(opts.asyncOp, calls, outputs, device=_device(*outputs[:1]))
 
     # -- data movement ---------------------------------------------------------------------
 
@@ -149,9 +165,12 @@ class ProcessGroupAluminum(dist.ProcessGroup):
         """``dist.broadcast``: every rank's tensor becomes the root's (in place)."""
         opts = opts or dist.BroadcastOptions()
         root = self._root(opts.rootRank)
-        calls = [_call("bcast", _check(t, f"tensors[{i}]"), self.comm, root=root)
-                 for i, t in enumerate(tensors)]
-        return _launch(opts.asyncOp, calls, tensors)
+        calls = []
+        for i, tensor in enumerate(tensors):
+            devices.same_device(_check(tensor, f"tensors[{i}]"), tensors[0], f"tensors[{i}]")
+            comm, where = self._on(tensor)
+            calls.append(_call("bcast", tensor, comm, root=root, **where))
+        return _launch(opts.asyncOp, calls, tensors, device=_device(*tensors[:1]))
 
     def allgather(self, output_tensors: list[list[torch.Tensor]],
                   input_tensors: list[torch.Tensor], opts=None):
@@ -161,27 +180,29 @@ class ProcessGroupAluminum(dist.ProcessGroup):
         opts = opts or dist.AllgatherOptions()
         source = _single(input_tensors, "tensor")
         outputs = self._per_rank(_single_list(output_tensors, "tensor_list"), "tensor_list",
-                                 source.dtype)
+                                 source.dtype, device=source.device)
         if outputs[self.comm.rank].numel() != source.numel():
             raise TensorError(f"tensor_list[{self.comm.rank}]: expected {source.numel()} "
                               f"elements (as tensor), got {outputs[self.comm.rank].numel()}")
         counts = [t.numel() for t in outputs]
-        staging = torch.empty(sum(counts), dtype=source.dtype)
+        staging = torch.empty(sum(counts), dtype=source.dtype, device=source.device)
+        comm, where = self._on(source)
         if len(set(counts)) == 1:
-            call = _call("allgather", source, self.comm, recvbuf=staging)
+            call = _call("allgather", source, comm, recvbuf=staging, **where)
         else:
-            call = _call("allgatherv", source, counts, _displacements(counts), self.comm,
-                         recvbuf=staging)
+            call = _call("allgatherv", source, counts, _displacements(counts), comm,
+                         recvbuf=staging, **where)
         return _launch(opts.asyncOp, [call], output_tensors,
-                       lambda: _unflatten(staging, outputs))
+                       lambda: _unflatten(staging, outputs), device=_device(source))
 
     def all_gather_single(self, output: torch.Tensor, input: torch.Tensor, opts=None):
         """``dist.all_gather_into_tensor``: ``output`` (``size`` times ``input``'s elements,
         concatenated or stacked) gets every rank's ``input`` in rank order, with no copy."""
         opts = opts or dist.AllgatherOptions()
         self._check_multiple(_check(input, "input"), _check(output, "output"))
-        return _launch(opts.asyncOp, [_call("allgather", input, self.comm, recvbuf=output)],
-                       [output])
+        comm, where = self._on(output)
+        return _launch(opts.asyncOp, [_call("allgather", input, comm, recvbuf=output, **where)],
+                       [output], device=_device(output))
 
     def all_gather_single_coalesced(self, outputs: list[torch.Tensor],
                                     inputs: list[torch.Tensor], opts=None):
@@ -190,8 +211,10 @@ class ProcessGroupAluminum(dist.ProcessGroup):
         calls = []
         for i, (output, input) in enumerate(zip(outputs, inputs, strict=True)):
             self._check_multiple(_check(input, f"inputs[{i}]"), _check(output, f"outputs[{i}]"))
-            calls.append(_call("allgather", input, self.comm, recvbuf=output))
-        return _launch(opts.asyncOp, calls, outputs)
+            devices.same_device(output, outputs[0], f"outputs[{i}]")
+            comm, where = self._on(output)
+            calls.append(_call("allgather", input, comm, recvbuf=output, **where))
+        return _launch(opts.asyncOp, calls, outputs, device=_device(*outputs[:1]))
 
     def allgather_coalesced(self, output_lists: list[list[torch.Tensor]],
                             input_list: list[torch.Tensor], opts=None):
@@ -208,17 +231,20 @@ class ProcessGroupAluminum(dist.ProcessGroup):
         opts = opts or dist.GatherOptions()
         source = _single(input_tensors, "tensor")
         root = self._root(opts.rootRank)
+        comm, where = self._on(source)
         if self.comm.rank != root:
             if output_tensors and output_tensors[0]:
                 raise TensorError(f"gather_list: only the root (rank {root}) passes one, "
                                   f"rank {self.comm.rank} passed {len(output_tensors[0])}")
-            return _launch(opts.asyncOp, [_call("gather", source, self.comm, root=root)], [])
+            return _launch(opts.asyncOp, [_call("gather", source, comm, root=root, **where)],
+                           [], device=_device(source))
         outputs = self._per_rank(_single_list(output_tensors, "gather_list"), "gather_list",
-                                 source.dtype, same_numel=source.numel())
-        staging = torch.empty(source.numel() * self.comm.size, dtype=source.dtype)
-        call = _call("gather", source, self.comm, root=root, recvbuf=staging)
+                                 source.dtype, same_numel=source.numel(), device=source.device)
+        staging = torch.empty(source.numel() * self.comm.size, dtype=source.dtype,
+                              device=source.device)
+        call = _call("gather", source, comm, root=root, recvbuf=staging, **where)
         return _launch(opts.asyncOp, [call], output_tensors,
-                       lambda: _unflatten(staging, outputs))
+                       lambda: _unflatten(staging, outputs), device=_device(source))
 
     def scatter(self, output_tensors: list[torch.Tensor],
                 input_tensors: list[list[torch.Tensor]], opts=None):
@@ -226,16 +252,18 @@ class ProcessGroupAluminum(dist.ProcessGroup):
         opts = opts or dist.ScatterOptions()
         output = _single(output_tensors, "tensor")
         root = self._root(opts.rootRank)
+        comm, where = self._on(output)
         if self.comm.rank != root:
             if input_tensors and input_tensors[0]:
                 raise TensorError(f"scatter_list: only the root (rank {root}) passes one, "
                                   f"rank {self.comm.rank} passed {len(input_tensors[0])}")
-            call = _call("scatter", None, self.comm, root=root, recvbuf=output)
+            call = _call("scatter", None, comm, root=root, recvbuf=output, **where)
         else:
             inputs = self._per_rank(_single_list(input_tensors, "scatter_list"),
-                                    "scatter_list", output.dtype, same_numel=output.numel())
-            call = _call("scatter", _flatten(inputs), self.comm, root=root, recvbuf=output)
-        return _launch(opts.asyncOp, [call], output_tensors)
+                                    "scatter_list", output.dtype, same_numel=output.numel(),
+                                    device=output.device)
+            call = _call("scatter", _flatten(inputs), comm, root=root, recvbuf=output, **where)
+        return _launch(opts.asyncOp, [call], output_tensors, device=_device(output))
 
     def alltoall(self, output_tensors: list[torch.Tensor], input_tensors: list[torch.Tensor],
                  opts=None):
@@ -243,14 +271,16 @@ class ProcessGroupAluminum(dist.ProcessGroup):
         (sizes may differ per pair)."""
         opts = opts or dist.AllToAllOptions()
         inputs = self._per_rank(input_tensors, "input_list", None)
-        outputs = self._per_rank(output_tensors, "output_list", inputs[0].dtype)
+        device = inputs[0].device
+        outputs = self._per_rank(output_tensors, "output_list", inputs[0].dtype, device=device)
         send_counts = [t.numel() for t in inputs]
         recv_counts = [t.numel() for t in outputs]
-        staging = torch.empty(sum(recv_counts), dtype=outputs[0].dtype)
+        staging = torch.empty(sum(recv_counts), dtype=outputs[0].dtype, device=device)
+        comm, where = self._on(staging)
         call = _call("alltoallv", _flatten(inputs), send_counts, _displacements(send_counts),
-                     recv_counts, _displacements(recv_counts), self.comm, recvbuf=staging)
+                     recv_counts, _displacements(recv_counts), comm, recvbuf=staging, **where)
         return _launch(opts.asyncOp, [call], output_tensors,
-                       lambda: _unflatten(staging, outputs))
+                       lambda: _unflatten(staging, outputs), device=_device(staging))
 
     def all_to_all_single(self, output: torch.Tensor, input: torch.Tensor,
                           output_split_sizes: list[int], input_split_sizes: list[int],
@@ -263,11 +293,13 @@ class ProcessGroupAluminum(dist.ProcessGroup):
         if output.dtype != input.dtype:
             raise TensorError(f"output: expected dtype {input.dtype} (as input), "
                               f"got {output.dtype}")
+        devices.same_device(output, input, "output")
         send_counts = self._splits(input, input_split_sizes, "input_split_sizes")
         recv_counts = self._splits(output, output_split_sizes, "output_split_sizes")
+        comm, where = self._on(output)
         call = _call("alltoallv", input, send_counts, _displacements(send_counts),
-                     recv_counts, _displacements(recv_counts), self.comm, recvbuf=output)
-        return _launch(opts.asyncOp, [call], [output])
+                     recv_counts, _displacements(recv_counts), comm, recvbuf=output, **where)
+        return _launch(opts.asyncOp, [call], [output], device=_device(output))
 
     def barrier(self, opts=None):
         """``dist.barrier``: returns (or its Work completes) once every rank entered it."""
@@ -281,15 +313,17 @@ class ProcessGroupAluminum(dist.ProcessGroup):
         """``dist.send``/``isend``: always nonblocking (torch waits when it must)."""
         tensor = _single(tensors, "tensor")
         _check_tag(tag)
-        return AluminumWork([al.nonblocking_send(tensor, self._peer(dst, "dst"), self.comm)],
-                            tensors)
+        comm, where = self._on(tensor)
+        return AluminumWork([al.nonblocking_send(tensor, self._peer(dst, "dst"), comm,
+                                                 **where)], tensors, device=_device(tensor))
 
     def recv(self, tensors: list[torch.Tensor], src: int, tag: int = 0) -> AluminumWork:
         """``dist.recv``/``irecv`` from ``src``: the message must have the tensor's size."""
         tensor = _single(tensors, "tensor")
         _check_tag(tag)
-        return AluminumWork([al.nonblocking_recv(tensor, self._peer(src, "src"), self.comm)],
-                            tensors)
+        comm, where = self._on(tensor)
+        return AluminumWork([al.nonblocking_recv(tensor, self._peer(src, "src"), comm,
+                                                 **where)], tensors, device=_device(tensor))
 
     def recv_anysource(self, tensors: list[torch.Tensor], tag: int = 0):
         """Not available: aluminum receives only from a named peer."""
@@ -297,6 +331,12 @@ class ProcessGroupAluminum(dist.ProcessGroup):
                                   "rank only (no MPI_ANY_SOURCE); pass src")
 
     # -- argument checks -------------------------------------------------------------------
+
+    def _on(self, tensor: torch.Tensor) -> tuple[al.Communicator, dict]:
+        """The communicator a call on ``tensor`` runs on and the ``stream=`` it takes."""
+        if tensor.is_cuda:
+            return devices.placement(self.comm, tensor)
+        return self.comm, _HOST
 
     def _root(self, root: int) -> int:
         return self._peer(root, "root")
@@ -308,15 +348,20 @@ class ProcessGroupAluminum(dist.ProcessGroup):
         return rank
 
     def _per_rank(self, tensors: Sequence[torch.Tensor], name: str, dtype,
-                  same_numel: int | None = None) -> Sequence[torch.Tensor]:
-        """``tensors`` checked as one tensor per rank, of ``dtype`` (None: any, but one) and,
-        with ``same_numel``, all of that many elements."""
+                  same_numel: int | None = None,
+                  device: torch.device | None = None) -> Sequence[torch.Tensor]:
+        """``tensors`` checked as one tensor per rank, of ``dtype`` (None: any, but one), on
+        ``device`` (None: any, but one) and, with ``same_numel``, all of that many elements."""
         if len(tensors) != self.comm.size:
             raise TensorError(f"{name}: expected {self.comm.size} tensors (one per rank), "
                               f"got {len(tensors)}")
         dtype = dtype if dtype is not None else tensors[0].dtype
+        device = device if device is not None else tensors[0].device
         for i, tensor in enumerate(tensors):
             _check(tensor, f"{name}[{i}]")
+            if tensor.device != device:
+                raise TensorError(f"{name}[{i}]: expected a tensor on {device}, got one on "
+                                  f"{tensor.device}")
             if tensor.dtype != dtype:
                 raise TensorError(f"{name}[{i}]: expected dtype {dtype}, got {tensor.dtype}")
             if same_numel is not None and tensor.numel() != same_numel:
@@ -351,9 +396,11 @@ def _call(name: str, *args, **kwargs) -> _Call:
 
 
 def _launch(async_op: bool, calls: list[_Call], result: list,
-            finish: Callable[[], None] | None = None) -> AluminumWork | None:
-    """Run ``calls`` blocking then ``finish`` (returning None: done), or start them and
-    return the Work that completes once all are done and ``finish`` ran."""
+            finish: Callable[[], None] | None = None,
+            device: torch.device | None = None) -> AluminumWork | None:
+    """Run ``calls`` blocking then ``finish`` (returning None: done; on a CUDA ``device``
+    both are enqueued on torch's current stream), or start them and return the Work that
+    completes once all are done and ``finish`` ran."""
     if not async_op:
         for blocking, _, args, kwargs in calls:
             blocking(*args, **kwargs)
@@ -361,7 +408,12 @@ def _launch(async_op: bool, calls: list[_Call], result: list,
             finish()
         return None
     return AluminumWork([start(*args, **kwargs) for _, start, args, kwargs in calls],
-                        result, finish)
+                        result, finish, device=device)
+
+
+def _device(tensor: torch.Tensor | None = None) -> torch.device | None:
+    """The CUDA device a Work on ``tensor`` waits on (None: host)."""
+    return tensor.device if tensor is not None and tensor.is_cuda else None
 
 
 def _joined(async_op: bool, works: list[AluminumWork], result: list) -> AluminumWork | None:
@@ -371,7 +423,8 @@ def _joined(async_op: bool, works: list[AluminumWork], result: list) -> Aluminum
             work.wait()
         return None
     return AluminumWork([request for work in works for request in work._requests], result,
-                        lambda: [work.wait() for work in works])
+                        lambda: [work.wait() for work in works], device=works[0]._device
+                        if works else None)
 
 
 def _async(opts):
@@ -380,15 +433,17 @@ def _async(opts):
 
 
 def _check(tensor, name: str) -> torch.Tensor:
-    """``tensor`` if aluminum can communicate it in place: a dense contiguous CPU tensor."""
-    if type(tensor) is torch.Tensor and tensor.is_cpu and tensor.layout is torch.strided \
-            and tensor.is_contiguous():
+    """``tensor`` if aluminum can communicate it in place: a dense contiguous CPU or CUDA
+    tensor."""
+    if type(tensor) is torch.Tensor and (tensor.is_cpu or tensor.is_cuda) \
+            and tensor.layout is torch.strided and tensor.is_contiguous():
         return tensor       # (the common case, in a fraction of the checks below)
     if not isinstance(tensor, torch.Tensor):
         raise TensorError(f"{name}: expected a torch.Tensor, got {type(tensor).__name__}")
-    if tensor.device.type != "cpu":
-        raise TensorError(f"{name}: expected a CPU tensor (the aluminum process group is "
-                          f"registered for cpu), got one on {tensor.device}")
+    if tensor.device.type not in ("cpu", "cuda"):
+        raise TensorError(f"{name}: expected a CPU or CUDA tensor (the aluminum process "
+                          f"group is registered for cpu and cuda), got one on "
+                          f"{tensor.device}")
     if tensor.layout != torch.strided:
         raise TensorError(f"{name}: expected a dense tensor, got layout {tensor.layout}")
     if not tensor.is_contiguous():

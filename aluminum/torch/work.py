@@ -8,6 +8,10 @@ some collectives need.  The ``Future`` is made only when someone asks for it
 small collective itself.  It then completes from the requests' done callbacks (on the engine
 thread, or on a thread driving the engine), after ``finish`` ran, so a ``then(...)`` callback
 sees the final result.
+
+On a CUDA device ``wait()`` blocks nothing: it makes torch's current stream wait for the
+operations (as torch's ``nccl`` backend does) and enqueues ``finish`` there; the host learns
+of completion only through ``is_completed()`` or the Future.
 """
 from __future__ import annotations
 
@@ -21,16 +25,20 @@ import torch.distributed as dist
 
 import aluminum as al
 
+from . import devices
+
 
 class AluminumWork(dist.Work):
     """A collective in flight; ``wait()`` drives it to completion on the calling thread."""
 
     def __init__(self, requests: Sequence[al.Request], result: list[torch.Tensor],
-                 finish: Callable[[], None] | None = None) -> None:
+                 finish: Callable[[], None] | None = None,
+                 device: torch.device | None = None) -> None:
         super().__init__()
         self._requests = requests
         self._result = result
         self._finish = finish
+        self._device = device              # a CUDA device: wait() orders its current stream
         self._lock = threading.Lock()
         self._settled = False              # every request done and ``finish`` ran (or failed)
         self._error: BaseException | None = None
@@ -48,9 +56,9 @@ class AluminumWork(dist.Work):
                     request.test()                  # raises the operation's error, if any
                 except Exception as exc:  # noqa: BLE001 - delivered to whoever waits
                     error = error or exc
-            if error is None and self._finish is not None:
+            if error is None:
                 try:
-                    self._finish()
+                    self._run_finish()
                 except Exception as exc:  # noqa: BLE001 - delivered to whoever waits
                     error = exc
             self._error, self._settled = error, True
@@ -64,11 +72,24 @@ class AluminumWork(dist.Work):
         else:
             future.set_result(self._result)
 
+    def _run_finish(self) -> None:
+        finish, self._finish = self._finish, None       # once, whoever gets here first
+        if finish is not None:
+            finish()
+
     def wait(self, timeout: timedelta | None = None) -> bool:
-        """Block until the collective is done (its output written) and return True.
+        """Block until the collective is done (its output written) and return True; on a
+        CUDA device, make torch's current stream wait for it instead (the host goes on).
 
         Raises the operation's error (an ``al.AluminumError``); ``timeout`` (torch passes a
         ``timedelta``, zero meaning none) raises ``al.TimeoutError`` when it expires."""
+        if self._device is not None:
+            stream = devices.current_stream(self._device)
+            for request in self._requests:
+                request.wait_on_stream(stream)
+            with self._lock:
+                self._run_finish()
+            return True
         seconds = timeout.total_seconds() if timeout else None
         for request in self._requests:
             request.wait(seconds)
