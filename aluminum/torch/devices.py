@@ -99,15 +99,23 @@ def _gpu_identity(index: int) -> int:
 
 def current_stream(device: torch.device):
     """torch's current stream on ``device`` as a cupy stream (wrappers kept per stream)."""
-    stream = torch.cuda.current_stream(device)
-    key = (stream.device_index, stream.cuda_stream)
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    key = (index, _raw_current_stream(index))
     found = _streams.get(key)
     if found is None:
         import cupy
 
-        found = _streams[key] = cupy.cuda.ExternalStream(stream.cuda_stream,
-                                                         stream.device_index)
+        found = _streams[key] = cupy.cuda.ExternalStream(key[1], index)
     return found
+
+
+def _raw_current_stream(index: int) -> int:
+    """The ``cudaStream_t`` torch's current stream on device ``index`` is (torch's raw getter
+    where it has one: a ``torch.cuda.Stream`` object costs microseconds to make)."""
+    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+    if raw is not None:
+        return raw(index)
+    return torch.cuda.current_stream(index).cuda_stream
 
 
 def placement(host: al.Communicator, tensor: torch.Tensor) -> tuple[al.Communicator, dict]:

@@ -145,6 +145,19 @@ class ProcessGroupAluminum(dist.ProcessGroup):
                      op=op, recvbuf=output, **where)
         return _launch(opts.asyncOp, [call], [output], device=_device(output))
 
+    # torch releases before 2.13 call these names for all_gather_into_tensor,
+    # reduce_scatter_tensor and all_to_all_single
+    def alltoall_base(self, output: torch.Tensor, input: torch.Tensor,
+                      output_split_sizes: list[int], input_split_sizes: list[int], opts=None):
+        return self.all_to_all_single(output, input, output_split_sizes, input_split_sizes,
+                                      opts)
+
+    def _allgather_base(self, output: torch.Tensor, input: torch.Tensor, opts=None):
+        return self.all_gather_single(output, input, opts)
+
+    def _reduce_scatter_base(self, output: torch.Tensor, input: torch.Tensor, opts=None):
+        return self.reduce_scatter_single(output, input, opts)
+
     def reduce_scatter_single_coalesced(self, outputs: list[torch.Tensor],
                                         inputs: list[torch.Tensor], opts=None):
         """``reduce_scatter_tensor`` under ``_coalescing_manager`` (FSDP): one per pair."""
@@ -479,7 +492,7 @@ def _reduction(reduce_op, tensor: torch.Tensor) -> tuple[al.ReductionOp, torch.T
     if op is None:
         raise al.UnsupportedError(f"op: {kind.name} is not defined on {tensor.dtype} tensors")
     if op is _PREMUL:
-        return al.SUM, tensor * reduce_op.factor
+        return al.SUM, tensor * _premul_factor(reduce_op)
     return op, None
 
 
@@ -487,7 +500,11 @@ def _premul_factor(reduce_op):
     """PREMUL_SUM's factor (a number or a one-element tensor), None for other ops."""
     if getattr(reduce_op, "op", reduce_op) != _RedOp.PREMUL_SUM:
         return None
-    return reduce_op.factor
+    factor = getattr(reduce_op, "factor", None)
+    if factor is None:
+        raise al.UnsupportedError(f"op: PREMUL_SUM's factor is not readable from Python in "
+                                  f"torch {torch.__version__} (torch 2.13 exposes it)")
+    return factor
 
 
 def _flatten(tensors: Sequence[torch.Tensor], factor=None) -> torch.Tensor:
