@@ -15,7 +15,8 @@ import numpy as np
 
 from ....core.errors import UnsupportedError
 from ....core.reduction import sums_in_rank_order
-from .program import ProgramState, partition, rank_order_allreduce, result_buffer
+from .program import (ProgramState, partition, rank_order_allreduce, result_buffer,
+                      ring_allgather, ring_reduce_scatter)
 
 
 # Chunks across nodes: no smaller than this (each costs a link latency per ring step), at
@@ -90,13 +91,13 @@ class HierarchicalAllreduce(ProgramState):
         offsets = partition(part.size, len(node))
         blocks = [part[offsets[b]:offsets[b + 1]] for b in range(len(node))]
         scratch = np.empty(offsets[1], part.dtype)
-        yield from self.ring_reduce_scatter(blocks, node, scratch, tag)
+        yield from ring_reduce_scatter(self, blocks, node, scratch, tag)
         mine = blocks[local]
         pieces = partition(mine.size, len(across))
         shards = [mine[pieces[b]:pieces[b + 1]] for b in range(len(across))]
-        yield from self.ring_reduce_scatter(shards, across, scratch, tag)
-        yield from self.ring_allgather(shards, across, tag)
-        yield from self.ring_allgather(blocks, node, tag)
+        yield from ring_reduce_scatter(self, shards, across, scratch, tag)
+        yield from ring_allgather(self, shards, across, tag)
+        yield from ring_allgather(self, blocks, node, tag)
 
     def interleave(self, waiting: deque):
         """Run the chunks' programs ``IN_FLIGHT`` at a time, each to its next wait in turn,
@@ -115,23 +116,3 @@ class HierarchicalAllreduce(ProgramState):
                 active.remove(chunk)
             if active and not done:
                 yield
-
-    def ring_reduce_scatter(self, blocks, ring, scratch, tag):
-        """Round ``ring`` (ranks of this communicator, this rank among them), leave the
-        ring's sum of ``blocks[i]`` in ``blocks[i]`` at the ``i``-th member; the member
-        folds what arrives from its left into its own block and passes it on."""
-        size, me = len(ring), ring.index(self.comm.rank)
-        right, left = ring[(me + 1) % size], ring[(me - 1) % size]
-        for s in range(size - 1):
-            sent, arriving = blocks[(me - s - 1) % size], blocks[(me - s - 2) % size]
-            partial = scratch[:arriving.size]
-            yield from self.exchange(sent, right, partial, left, tag)
-            self.op.reduce_into(arriving, partial)
-
-    def ring_allgather(self, blocks, ring, tag):
-        """Round ``ring``, copy the ``i``-th member's ``blocks[i]`` to every member."""
-        size, me = len(ring), ring.index(self.comm.rank)
-        right, left = ring[(me + 1) % size], ring[(me - 1) % size]
-        for s in range(size - 1):
-            yield from self.exchange(blocks[(me - s) % size], right,
-                                     blocks[(me - s - 1) % size], left, tag)

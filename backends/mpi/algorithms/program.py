@@ -147,3 +147,32 @@ def rank_order_allreduce(state: ProgramState, result: np.ndarray):
     for s in range(1, size):
         dest, source = (rank + s) % size, (rank - s) % size
         yield from state.exchange(mine, dest, blocks[source], source)
+
+
+def ring_reduce_scatter(state: ProgramState, blocks: list, ring: list[int],
+                        scratch: np.ndarray, tag: int | None = None):
+    """Round ``ring`` (ranks of ``state``'s communicator, this rank among them), leave the
+    ring's reduction of ``blocks[i]`` in ``blocks[i]`` at the ``i``-th member: in step ``s``
+    each member passes its running partial of block ``me - s - 1`` to the right and folds
+    block ``me - s - 2`` arriving from the left into its own.  ``scratch`` holds the largest
+    block.  Each block is reduced by one chain of members, so every member of the ring gets
+    the same bits once the blocks are gathered."""
+    size, me = len(ring), ring.index(state.comm.rank)
+    right, left = ring[(me + 1) % size], ring[(me - 1) % size]
+    for s in range(size - 1):
+        sent, arriving = blocks[(me - s - 1) % size], blocks[(me - s - 2) % size]
+        partial = scratch[:arriving.size]
+        yield from state.exchange(sent, right, partial, left, tag)
+        state.op.reduce_into(arriving, partial)
+
+
+def ring_allgather(state: ProgramState, blocks: list, ring: list[int],
+                   tag: int | None = None):
+    """Round ``ring``, copy the ``i``-th member's ``blocks[i]`` to every member: in step
+    ``s`` each member forwards block ``me - s`` to the right and receives block
+    ``me - s - 1`` from the left, in place."""
+    size, me = len(ring), ring.index(state.comm.rank)
+    right, left = ring[(me + 1) % size], ring[(me - 1) % size]
+    for s in range(size - 1):
+        yield from state.exchange(blocks[(me - s) % size], right,
+                                  blocks[(me - s - 1) % size], left, tag)

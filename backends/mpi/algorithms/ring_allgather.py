@@ -1,7 +1,7 @@
 """Ring allgather: each block travels p−1 steps round the ring; (p−1)α + ((p−1)/p)nβ."""
 from __future__ import annotations
 
-from .program import ProgramState
+from .program import ProgramState, ring_allgather
 from .vector_copy import copy_vector
 
 
@@ -27,7 +27,4 @@ class RingAllgather(ProgramState):
         block = [result[b * n:(b + 1) * n] for b in range(size)]
         if self.sendbuf is not self.recvbuf:
             copy_vector(block[rank], self.sendbuf.array)
-        right, left = (rank + 1) % size, (rank - 1) % size
-        for s in range(size - 1):
-            yield from self.exchange(block[(rank - s) % size], right,
-                                     block[(rank - s - 1) % size], left)
+        yield from ring_allgather(self, block, list(range(size)))

@@ -5,17 +5,18 @@ from __future__ import annotations
 import numpy as np
 
 from ....core.reduction import sums_in_rank_order
-from .program import ProgramState, partition, rank_order_allreduce, result_buffer
+from .program import (ProgramState, partition, rank_order_allreduce, result_buffer,
+                      ring_allgather, ring_reduce_scatter)
 
 
 class RingAllreduce(ProgramState):
     """Allreduce over a ring of all ranks, the vector cut into ``p`` blocks.
 
-    Reduce-scatter: in step ``s`` each rank passes block ``rank - s`` to its right neighbour
-    and folds the block ``rank - s - 1`` arriving from its left into its own copy; after
-    ``p - 1`` steps rank ``r`` holds the full reduction of block ``r + 1``.  Allgather: the
-    finished blocks travel ``p - 1`` more steps round the ring.  Each block is reduced by one
-    rank only, so every rank ends with the same bits.
+    Reduce-scatter: in step ``s`` each rank passes its partial of block ``rank - s - 1`` to
+    its right neighbour and folds block ``rank - s - 2`` arriving from its left into its
+    own; after ``p - 1`` steps rank ``r`` holds the full reduction of block ``r``.
+    Allgather: the finished blocks travel ``p - 1`` more steps round the ring.  Each block
+    is reduced by one chain of ranks, so every rank ends with the same bits.
     """
 
     name = "allreduce/ring"
@@ -30,20 +31,10 @@ class RingAllreduce(ProgramState):
         if self.rank_order:                             # deterministic mode
             yield from rank_order_allreduce(self, result)
             return
-        rank, size = self.comm.rank, self.comm.size
+        size = self.comm.size
         offsets = partition(result.size, size)
-        block = [result[offsets[b]:offsets[b + 1]] for b in range(size)]
-        right, left = (rank + 1) % size, (rank - 1) % size
-        incoming = np.empty(offsets[1], result.dtype)
-
-        for s in range(size - 1):                       # reduce-scatter
-            sent, arriving = block[(rank - s) % size], block[(rank - s - 1) % size]
-            partial = incoming[:arriving.size]
-            yield from self.exchange(sent, right, partial, left)
-            self.op.reduce_into(arriving, partial)
-
-        for s in range(size - 1):                       # allgather
-            sent, arriving = block[(rank - s + 1) % size], block[(rank - s) % size]
-            yield from self.exchange(sent, right, arriving, left)
-
+        blocks = [result[offsets[b]:offsets[b + 1]] for b in range(size)]
+        ring = list(range(size))
+        yield from ring_reduce_scatter(self, blocks, ring, np.empty(offsets[1], result.dtype))
+        yield from ring_allgather(self, blocks, ring)
         self.op.finish(result, size)
