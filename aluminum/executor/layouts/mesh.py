@@ -101,6 +101,8 @@ class DeviceMesh:
                                f"(0 .. {comm.size - 1}), got {list(ranks)}: a mesh larger "
                                "than the communicator")
         self.shape, self.ranks, self.comm = shape, ranks, comm
+        if comm is not None:
+            known_comm(self, comm)
         self._coords = {rank: _unravel(i, shape) for i, rank in enumerate(ranks)}
 
     @property
@@ -237,6 +239,18 @@ class Layout:
                        tuple(parse_placement(p) for p in data["placements"]))
         except ProgramError as exc:
             raise ProgramError(f"{where}: {exc}") from None
+
+
+_comms: dict = {}     # (shape, ranks) -> the communicator a mesh of them was made over
+
+
+def known_comm(mesh: DeviceMesh, comm=None):
+    """Remember ``comm`` for meshes like ``mesh`` (given), or the one remembered (a mesh
+    read back from JSON has none of its own)."""
+    key = (mesh.shape, mesh.ranks)
+    if comm is not None:
+        _comms[key] = comm
+    return mesh.comm or _comms.get(key)
 
 
 def parse_placement(text) -> Shard | Replicate | Partial:
