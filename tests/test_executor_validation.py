@@ -126,7 +126,7 @@ BAD_EDITS = {
     "var extra field": (_set(VAR0, "colour", "red"),
                         r"blocks\[0\]\.vars\[0\]: unknown field 'colour' \(expected the fields "
                         r"name, shape, dtype, persistable, stop_gradient, place, "
-                        r"is_parameter\)"),
+                        r"is_parameter, layout\)"),
     "var without name": (_without(VAR0, "name"),
                          r"blocks\[0\]\.vars\[0\]: missing field 'name'"),
     "op without place": (_without(OP0, "place"),

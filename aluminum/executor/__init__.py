@@ -13,6 +13,8 @@ from .executor import Executor
 from .ir import (Block, Operator, PlaceGroup, Program, Variable, default_main_program,
                  default_startup_program, program_guard, reset_unique_names)
 from .join import join
+from .layouts import (DeviceMesh, Layout, Partial, Redistribution, Replicate, Shard,
+                      count_traffic, plan_redistribution, redistribute, redistribute_backward)
 from .optimizer import SGD, Adam, Momentum
 from .parallel_context import (GradReducer, ParallelMode, get_parallel_context,
                                reset_parallel_context, set_parallel_context)
@@ -22,7 +24,9 @@ from .placement import (Cluster, HandPlacement, ParameterServerStrategy, explain
 from .scope import Scope, global_scope
 from .ssa_graph import OpHandle, SSAGraph, VarHandle, build_graph
 
-__all__ = ["Adam", "Block", "BuildStrategy", "Cluster", "HandPlacement",
+__all__ = ["Adam", "Block", "BuildStrategy", "Cluster", "DeviceMesh", "HandPlacement",
+           "Layout", "Partial", "Redistribution", "Replicate", "Shard", "count_traffic",
+           "plan_redistribution", "redistribute", "redistribute_backward",
            "ParameterServerStrategy", "explain_placement", "parse_place_group", "place",
            "place_guard", "plan_transfers", "set_cluster", "ExecutionError", "ExecutionStrategy", "Executor",
            "GradReducer", "Momentum", "OpHandle", "Operator", "ParallelExecutor", "ParallelMode",

@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from typing import Iterator
 
 from .errors import ProgramError
@@ -44,6 +44,7 @@ class Variable:
     stop_gradient: bool = False
     place: PlaceGroup | None = None
     is_parameter: bool = False
+    layout: object = None     # a layouts.Layout: how the ranks of a mesh hold the tensor
 
 
 @dataclass
@@ -173,7 +174,9 @@ class Program:
             block = Block(program, raw["idx"])
             for var in raw["vars"]:
                 place = _place(var.pop("place"))
-                variable = Variable(**{**var, "shape": tuple(var["shape"]), "place": place})
+                layout = _layout(var.pop("layout", None))
+                variable = Variable(**{**var, "shape": tuple(var["shape"]), "place": place,
+                                       "layout": layout})
                 variable.block = block
                 block.vars[var["name"]] = variable
             for op in raw["ops"]:
@@ -191,7 +194,8 @@ class Program:
             for v in block.vars.values():
                 flags = "".join([" persistable" if v.persistable else "",
                                  " stop_gradient" if v.stop_gradient else ""])
-                lines.append(f"  var {v.name} : {v.dtype}{list(v.shape)}{flags}")
+                layout = "" if v.layout is None else f" layout {v.layout}"
+                lines.append(f"  var {v.name} : {v.dtype}{list(v.shape)}{flags}{layout}")
             for op in block.ops:
                 lines.append(f"  {op}")
             lines.append("}")
@@ -213,9 +217,10 @@ class Program:
 
 
 def _var_to_dict(v: Variable) -> dict:
-    d = asdict(v)
+    d = {f.name: getattr(v, f.name) for f in fields(v)}
     d["shape"] = list(v.shape)
     d["place"] = None if v.place is None else asdict(v.place)
+    d["layout"] = None if v.layout is None else v.layout.to_dict()
     return d
 
 
@@ -233,6 +238,13 @@ def _attrs_to_json(attrs: dict) -> dict:
 def _attrs_from_json(attrs: dict) -> dict:
     return {k: tuple(v["tuple"]) if isinstance(v, dict) and set(v) == {"tuple"} else v
             for k, v in attrs.items()}
+
+
+def _layout(raw: dict | None):
+    if raw is None:
+        return None
+    from .layouts.mesh import Layout
+    return Layout.from_dict(raw)
 
 
 def _place(raw: dict | None) -> PlaceGroup | None:

@@ -63,6 +63,13 @@ def _op(type_: str, inputs: dict, attrs: dict | None = None, prefix: str | None 
     return out
 
 
+def redistribute(x: Variable, layout, grad_layout=None, input_grad_layout=None) -> Variable:
+    """``x`` (laid out as ``x.layout``) laid out as ``layout``: the redistribution op
+    (layouts/ops.py; its gradient runs the route back)."""
+    from .layouts.ops import append_redistribute
+    return append_redistribute(x, layout, grad_layout, input_grad_layout)
+
+
 def matmul(x: Variable, y: Variable) -> Variable:
     return _op("matmul", {"X": [x], "Y": [y]})
 

@@ -174,6 +174,8 @@ def _block(block, where: str, position: int) -> None:
     names = set()
     for i, var in enumerate(_list(block["vars"], f"{where}.vars")):
         at = f"{where}.vars[{i}]"
+        if isinstance(var, dict):   # written before layouts existed: none
+            var.setdefault("layout", None)
         _object(var, at, _VAR_FIELDS)
         for key, value in var.items():
             _VAR_FIELD_CHECKS.get(key, _nesting)(value, at, key)
@@ -273,6 +275,12 @@ def _place(value, where: str, field: str) -> None:
                            f"{_given.repr(value)}")
 
 
+def _layout(value, where: str, field: str) -> None:
+    if value is not None:
+        from .layouts.mesh import Layout
+        Layout.from_dict(value, f"{where}.{field}")
+
+
 def _nesting(value, where: str, field: str) -> None:
     """A JSON value nested at most ``MAX_NESTING`` levels (counted without recursion)."""
     if not isinstance(value, (list, dict)):
@@ -292,4 +300,4 @@ def _nesting(value, where: str, field: str) -> None:
 
 _VAR_FIELD_CHECKS = {"name": _name, "shape": _shape, "dtype": _dtype,
                      "persistable": _boolean, "stop_gradient": _boolean,
-                     "is_parameter": _boolean, "place": _place}
+                     "is_parameter": _boolean, "place": _place, "layout": _layout}

@@ -31,6 +31,7 @@ import numpy as np
 
 from ..errors import ProgramError
 from ..ir import Block, Operator, PlaceGroup, Program, Variable
+from ..layouts.mesh import DeviceMesh, Layout, Shard
 from .cluster import Cluster, as_place_group, format_place_group, replicated
 
 SLICE = ".block"
@@ -54,11 +55,19 @@ def slice_rows(block: Block, name: str) -> list[tuple[int, int]]:
     return [(int(a), int(b)) for a, b in zip(np.concatenate([[0], stops[:-1]]), stops)]
 
 
+def slice_layout(parts: int) -> Layout:
+    """What a variable sliced row-wise in ``parts`` is: ``[Shard(0)]`` over a 1-D mesh of
+    its slices (layouts/), whose boxes give each slice's rows."""
+    return Layout(DeviceMesh(parts), (Shard(0),))
+
+
 def declare_slices(block: Block, name: str, groups: list[PlaceGroup]) -> None:
     """Declare ``name`` sliced row-wise over ``groups`` (one slice per group)."""
     var = block.var(name)
-    for index, rows in enumerate(np.array_split(np.arange(var.shape[0]), len(groups))):
-        piece = block.create_var(slice_name(name, index), (len(rows),) + tuple(var.shape[1:]),
+    layout = slice_layout(len(groups))
+    for index in range(len(groups)):
+        rows = layout.local_shape(index, var.shape)[0]
+        piece = block.create_var(slice_name(name, index), (rows,) + tuple(var.shape[1:]),
                                  var.dtype, persistable=var.persistable)
         piece.place = groups[index]
 
@@ -150,9 +159,10 @@ class ParameterServerStrategy(PlacementStrategy):
             if nbytes > self.slice_bytes and len(pservers) > 1 and var.shape and \
                     var.shape[0] >= len(pservers):
                 homes[name] = None
-                for rank, rows in zip(pservers, np.array_split(np.arange(var.shape[0]),
-                                                               len(pservers))):
-                    load[rank] += nbytes * len(rows) // var.shape[0]
+                layout = slice_layout(len(pservers))
+                for index, rank in enumerate(pservers):
+                    rows = layout.local_shape(index, var.shape)[0]
+                    load[rank] += nbytes * rows // var.shape[0]
                 continue
             rank = min(pservers, key=lambda r: (load[r], r))
             homes[name] = rank

@@ -1,0 +1,50 @@
+"""Counting the bytes a rank's redistributions send and receive, from the buffers the
+runtime hands to aluminum's calls (not from the plan): ``with count_traffic() as t: ...``
+then ``t.sent``, ``t.received`` and ``t.calls``.
+
+A call counts as its direct algorithm moves data: ``alltoallv``/``multisendrecv`` the
+blocks to and from other ranks; ``allgatherv`` this rank's block to each other rank and
+the others' blocks to it; ``reduce_scatterv`` this rank's summands of the other blocks out
+and the others' summands of its block in; ``allreduce`` that reduce-scatter then that
+allgather over ``array_split`` blocks of the buffer (what a bandwidth-optimal algorithm
+moves, whichever one the selector picks).
+"""
+from __future__ import annotations
+
+import contextlib
+import threading
+from dataclasses import dataclass, field
+from typing import Iterator
+
+_active = threading.local()
+
+
+@dataclass
+class Traffic:
+    """Bytes this rank sent and received, and ``calls``: (call, group size, sent,
+    received) for each aluminum call made."""
+
+    sent: int = 0
+    received: int = 0
+    calls: list = field(default_factory=list)
+
+
+@contextlib.contextmanager
+def count_traffic() -> Iterator[Traffic]:
+    """Count what the redistributions run inside the block move on this rank (thread)."""
+    traffic = Traffic()
+    stack = getattr(_active, "stack", None)
+    if stack is None:
+        stack = _active.stack = []
+    stack.append(traffic)
+    try:
+        yield traffic
+    finally:
+        stack.remove(traffic)
+
+
+def record(call: str, group: int, sent: int, received: int) -> None:
+    for traffic in getattr(_active, "stack", ()):
+        traffic.sent += sent
+        traffic.received += received
+        traffic.calls.append((call, group, sent, received))
