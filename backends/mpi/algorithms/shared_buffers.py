@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import bisect
 import ctypes
+import gc
 import warnings
 import weakref
 
@@ -154,6 +155,9 @@ class SharedBuffers:
         if MPI.Is_finalized():
             return
         mine = np.array([ref() is not None for ref in self._handed_out], np.bool_)
+        if mine.any():   # arrays held only by garbage cycles not yet collected are unused
+            gc.collect()
+            mine = np.array([ref() is not None for ref in self._handed_out], np.bool_)
         used = np.zeros_like(mine)
         self._local.Allreduce(mine, used, MPI.LOR)
         for index, win in enumerate(self._windows):
