@@ -245,6 +245,14 @@ class DistributedDataParallel(torch.nn.Module, Joinable):
         self._hook_state = self._grad_comm if state is None else state
         self._comm_hook = hook
 
+    def buckets(self) -> list[GradBucket]:
+        """The buckets in launch order, as comm hooks see them (``GradBucket``: ``index()``,
+        ``buffer()``, ``parameters()``, ...).  Before the first backward they follow the
+        reverse parameter order; after it, the order gradients arrived in on rank 0."""
+        last = len(self._buckets) - 1
+        return [GradBucket(b, bucket.buffer, bucket.params, b == last)
+                for b, bucket in enumerate(self._buckets)]
+
     def close(self) -> None:
         """Give the buckets back: each ``.grad`` becomes a private copy, the persistent
         plans are freed and the shared memory released.  The wrapper is unusable after."""

@@ -84,13 +84,19 @@ def test_k_steps_equal_single_process_training(groups, setup):
 def test_buckets_are_rebuilt_in_ready_order_and_shared(groups):
     model = make_model()
     ddp = wrapped("aluminum-dp", groups, model)
-    first = [bucket.indices for bucket in ddp._buckets]
+    params = list(model.parameters())
+
+    def layout():
+        return [next(i for i, q in enumerate(params) if q is p) for bucket in ddp.buckets() for p in bucket.parameters()]
+    first = layout()
     train(ddp, batches(dist.get_world_size()), my_shard)
-    after = [i for bucket in ddp._buckets for i in bucket.indices]
-    assert sorted(after) == list(range(len(list(model.parameters()))))
-    assert [i for b in first for i in b] == list(reversed(range(len(after))))
-    for p in model.parameters():        # every gradient still a view into its bucket
-        assert any(p.grad.data_ptr() == v.data_ptr() for b in ddp._buckets for v in b.views)
+    after = layout()
+    assert sorted(after) == list(range(len(params)))
+    assert first == list(reversed(range(len(after))))
+    for p in params:                    # every gradient still inside its bucket
+        start = p.grad.data_ptr()
+        assert any(b.buffer().data_ptr() <= start and start + p.grad.numel() * 4 <=
+                   b.buffer().data_ptr() + b.buffer().numel() * 4 for b in ddp.buckets())
     ddp.close()
 
 
