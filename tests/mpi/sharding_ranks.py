@@ -170,19 +170,29 @@ def initial(main, seed):
             for v in main.global_block().vars.values() if v.is_parameter}
 
 
-def train(main, startup, loss, params, batches, names):
+def train(main, startup, loss, params, batches, names, sequential=False):
+    """K steps by the ParallelExecutor (or, ``sequential``, the Executor running the
+    pass's program); the program run, the scope, each step's calls and losses."""
     scope = ex.Scope()
     ex.Executor().run(startup, scope=scope)
     for name, value in params.items():
         scope[name] = value.copy()
-    pe = ex.ParallelExecutor(main, loss_name=loss.name, scope=scope)
+    if sequential:
+        program = ex.shard_program(main, ex.get_parallel_context().communicator(), loss.name)
+        executor = ex.Executor()
+        run = lambda feed: executor.run(program, feed, [loss.name], scope)  # noqa: E731
+    else:
+        pe = ex.ParallelExecutor(main, loss_name=loss.name, scope=scope)
+        program = pe.program
+        run = lambda feed: pe.run([loss.name], feed=feed)  # noqa: E731
     calls, losses = [], []
     for batch in batches:
         with ex.count_traffic() as traffic:
-            losses.append(pe.run([loss.name], feed=dict(zip(names, batch)))[0][0])
+            losses.append(run(dict(zip(names, batch)))[0][0])
         calls.append([call[:2] for call in traffic.calls])
-    pe.close()
-    return pe.program, scope, calls, losses
+    if not sequential:
+        pe.close()
+    return program, scope, calls, losses
 
 
 def mlp_batches(seed, width=6, classes=5):
@@ -192,13 +202,15 @@ def mlp_batches(seed, width=6, classes=5):
             for _ in range(STEPS)]
 
 
-@pytest.mark.parametrize("tp, dp", [(SIZE, 1)] + ([(2, 2)] if SIZE == 4 else []))
-def test_megatron_mlp_trains_as_one_process(tp, dp):
+@pytest.mark.parametrize("tp, dp, sequential", [(SIZE, 1, False), (SIZE, 1, True)] +
+                         ([(2, 2, False)] if SIZE == 4 else []))
+def test_megatron_mlp_trains_as_one_process(tp, dp, sequential):
     blocks = 2
     main, startup, loss = build_mlp(tp, dp, blocks)
     params = initial(main, 7)
     batches = mlp_batches(8)
-    program, scope, calls, losses = train(main, startup, loss, params, batches, ["x", "y"])
+    program, scope, calls, losses = train(main, startup, loss, params, batches, ["x", "y"],
+                                          sequential)
     expected, expected_losses = mlp_reference(params, batches, blocks)
 
     def check():
