@@ -283,3 +283,44 @@ def test_a_bad_strategy_is_a_program_error_on_every_rank(strategy, message):
     assert all(e is not None and e == errors[0] for e in errors), errors
     assert "op matmul" in errors[0] and str(strategy) in errors[0], errors[0]
     assert "expected ((m, k), (k, n))" in errors[0] and message in errors[0], errors[0]
+
+
+def test_the_searched_strategies_train_as_one_process():
+    """The search's strategies for a wide and a deep-narrow chain (tanh fc layers, widths
+    uneven over the ranks) train as numpy does."""
+    from aluminum.executor.sharding.search import Layer, search
+    for widths in ((6, 40, 40, 5), (6, 7, 7, 7, 5)):
+        chain = [Layer(BATCH, a, b) for a, b in zip(widths, widths[1:])]
+        strategies, _ = search(chain, SIZE)
+        ex.reset_unique_names()
+        main, startup = ex.Program(), ex.Program()
+        with ex.program_guard(main, startup):
+            h = layers.data("x", (BATCH, widths[0]), "float64", append_batch_size=False)
+            t = layers.data("t", (BATCH, widths[-1]), "float64", append_batch_size=False)
+            for i, strategy in enumerate(strategies):
+                h = layers.fc(h, widths[i + 1], act="tanh", name=f"l{i}", shard=strategy)
+            loss = layers.mean(layers.square_error_cost(h, t))
+            ex.SGD(LR).minimize(loss)
+        params = initial(main, 21)
+        rng = np.random.default_rng(22)
+        batches = [(rng.normal(size=(BATCH, widths[0])), rng.normal(size=(BATCH, widths[-1])))
+                   for _ in range(STEPS)]
+        program, scope, _, _ = train(main, startup, loss, params, batches, ["x", "t"])
+        p = {k: v.copy() for k, v in params.items()}
+        for x, target in batches:
+            acts = [x]
+            for i in range(len(strategies)):
+                acts.append(np.tanh(acts[-1] @ p[f"l{i}.w"] + p[f"l{i}.b"]))
+            d = 2 * (acts[-1] - target) / target.size
+            for i in reversed(range(len(strategies))):
+                dz = d * (1 - acts[i + 1] ** 2)
+                d = dz @ p[f"l{i}.w"].T
+                p[f"l{i}.w"] -= LR * acts[i].T @ dz
+                p[f"l{i}.b"] -= LR * dz.sum(0)
+
+        def check():
+            for name, value in p.items():
+                np.testing.assert_allclose(gathered(program, scope, name), value,
+                                           rtol=1e-10, atol=1e-12,
+                                           err_msg=f"{name} under {strategies}")
+        agree(check)
