@@ -22,6 +22,7 @@ from .parallel_executor import BuildStrategy, ExecutionStrategy, ParallelExecuto
 from .placement import (Cluster, HandPlacement, ParameterServerStrategy, explain_placement,
                         parse_place_group, place, place_guard, plan_transfers, set_cluster)
 from .scope import Scope, global_scope
+from .sharding import shard_program
 from .ssa_graph import OpHandle, SSAGraph, VarHandle, build_graph
 
 __all__ = ["Adam", "Block", "BuildStrategy", "Cluster", "DeviceMesh", "HandPlacement",
@@ -34,4 +35,5 @@ __all__ = ["Adam", "Block", "BuildStrategy", "Cluster", "DeviceMesh", "HandPlace
            "Variable", "append_backward", "broadcast_parameters", "build_graph",
            "data_parallel_program", "default_main_program", "default_startup_program",
            "get_parallel_context", "global_scope", "join", "layers", "program_guard",
-           "reset_parallel_context", "reset_unique_names", "set_parallel_context", "shard"]
+           "reset_parallel_context", "reset_unique_names", "set_parallel_context", "shard",
+           "shard_program"]

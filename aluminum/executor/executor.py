@@ -122,18 +122,21 @@ def _execute_into(kind, op: Operator, inputs, outputs, scope: Scope, place: str,
         scope[name] = destination
 
 
-def check_feed(program: Program, feed: dict) -> None:
+def check_feed(program: Program, feed: dict, rank: int | None = None) -> None:
     """Every fed name a declared variable, fed an array (or what ``numpy.asarray`` makes a
-    numeric array of) of a compatible shape and the declared dtype."""
+    numeric array of) of a compatible shape and the declared dtype; in a sharded program
+    (``rank`` given) a laid-out variable's shape is ``rank``'s part."""
     block = program.global_block()
     for name, value in feed.items():
         if name not in block.vars:
             raise ProgramError(f"feed {name!r}: no such variable in the program")
         var = block.vars[name]
         value = _numeric_array(name, var, value)
-        if len(value.shape) != len(var.shape) or any(
-                d != -1 and d != v for d, v in zip(var.shape, value.shape)):
-            raise ProgramError(f"feed {name!r}: expected shape {list(var.shape)}, got "
+        shape = var.shape if rank is None or var.layout is None else \
+            var.layout.local_shape(rank, var.shape)
+        if len(value.shape) != len(shape) or any(
+                d != -1 and d != v for d, v in zip(shape, value.shape)):
+            raise ProgramError(f"feed {name!r}: expected shape {list(shape)}, got "
                                f"{list(value.shape)}")
         if value.dtype != np.dtype(var.dtype):
             raise ProgramError(f"feed {name!r}: expected dtype {var.dtype}, got {value.dtype}")
@@ -214,7 +217,13 @@ class Executor:
             return run_placed(self, program, feed, fetch_list, scope)
         feed = dict(feed or {})
         names = fetch_names(fetch_list)
-        check_feed(program, feed)
+        rank = None
+        if getattr(program, "sharding", None) is not None:   # sharding/: each rank's part
+            from .sharding import local_feed, local_scope
+            rank = program.sharding.comm.rank
+            feed = local_feed(program, feed, rank)
+            local_scope(program, scope, rank)
+        check_feed(program, feed, rank)
         check_fetch(program, names)
         check_readable(program, feed, scope)
         if self.check_nan_inf:

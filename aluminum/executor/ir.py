@@ -60,6 +60,14 @@ class Operator:
     def input_names(self) -> list[str]:
         return [name for names in self.inputs.values() for name in names]
 
+    def shard(self, strategy) -> Operator:
+        """Set the op's MindSpore-style strategy: per input, the number of parts of each
+        of its dimensions, e.g. ``((2, 1), (1, 2))`` for a matmul (see
+        docs/auto_parallel.md); used in SEMI_AUTO_PARALLEL mode."""
+        from .sharding.strategy import normalize_strategy
+        self.attrs["shard"] = normalize_strategy(strategy, f"op {self.type}: shard")
+        return self
+
     def output_names(self) -> list[str]:
         return [name for names in self.outputs.values() for name in names]
 

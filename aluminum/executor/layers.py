@@ -56,10 +56,12 @@ def create_parameter(shape, dtype: str = "float32", name: str | None = None,
 
 
 def _op(type_: str, inputs: dict, attrs: dict | None = None, prefix: str | None = None,
-        dtype: str = "float32") -> Variable:
+        dtype: str = "float32", shard=None) -> Variable:
     out = _out(prefix or type_, dtype)
-    _block().append_op(type_, {k: [v.name for v in vs] for k, vs in inputs.items()},
-                       {"Out": [out.name]}, attrs)
+    op = _block().append_op(type_, {k: [v.name for v in vs] for k, vs in inputs.items()},
+                            {"Out": [out.name]}, attrs)
+    if shard is not None:
+        op.shard(shard)
     return out
 
 
@@ -70,32 +72,34 @@ def redistribute(x: Variable, layout, grad_layout=None, input_grad_layout=None) 
     return append_redistribute(x, layout, grad_layout, input_grad_layout)
 
 
-def matmul(x: Variable, y: Variable) -> Variable:
-    return _op("matmul", {"X": [x], "Y": [y]})
+def matmul(x: Variable, y: Variable, shard=None) -> Variable:
+    """``x @ y``; ``shard``: the strategy ``((m, k), (k, n))`` (parts of each dimension,
+    see docs/auto_parallel.md)."""
+    return _op("matmul", {"X": [x], "Y": [y]}, shard=shard)
 
 
-def elementwise_add(x: Variable, y: Variable) -> Variable:
-    return _op("elementwise_add", {"X": [x], "Y": [y]})
+def elementwise_add(x: Variable, y: Variable, shard=None) -> Variable:
+    return _op("elementwise_add", {"X": [x], "Y": [y]}, shard=shard)
 
 
-def elementwise_sub(x: Variable, y: Variable) -> Variable:
-    return _op("elementwise_sub", {"X": [x], "Y": [y]})
+def elementwise_sub(x: Variable, y: Variable, shard=None) -> Variable:
+    return _op("elementwise_sub", {"X": [x], "Y": [y]}, shard=shard)
 
 
-def elementwise_mul(x: Variable, y: Variable) -> Variable:
-    return _op("elementwise_mul", {"X": [x], "Y": [y]})
+def elementwise_mul(x: Variable, y: Variable, shard=None) -> Variable:
+    return _op("elementwise_mul", {"X": [x], "Y": [y]}, shard=shard)
 
 
-def relu(x: Variable) -> Variable:
-    return _op("relu", {"X": [x]})
+def relu(x: Variable, shard=None) -> Variable:
+    return _op("relu", {"X": [x]}, shard=shard)
 
 
-def tanh(x: Variable) -> Variable:
-    return _op("tanh", {"X": [x]})
+def tanh(x: Variable, shard=None) -> Variable:
+    return _op("tanh", {"X": [x]}, shard=shard)
 
 
-def sigmoid(x: Variable) -> Variable:
-    return _op("sigmoid", {"X": [x]})
+def sigmoid(x: Variable, shard=None) -> Variable:
+    return _op("sigmoid", {"X": [x]}, shard=shard)
 
 
 def softmax(x: Variable) -> Variable:
@@ -106,26 +110,32 @@ _ACTIVATIONS = {None: None, "relu": relu, "tanh": tanh, "sigmoid": sigmoid, "sof
 
 
 def fc(input: Variable, size: int, act: str | None = None, name: str | None = None,
-       dtype: str | None = None) -> Variable:
+       dtype: str | None = None, shard=None) -> Variable:
     """``act(input @ W + b)``; ``input`` [N, K] (higher ranks are flattened after dim 0);
-    the parameters take ``input``'s dtype unless ``dtype`` says otherwise."""
+    the parameters take ``input``'s dtype unless ``dtype`` says otherwise.  ``shard``: the
+    matmul's strategy ``((m, k), (k, n))`` (the bias add and activation follow its
+    output's layout; see docs/auto_parallel.md)."""
     prefix = name or unique_name("fc")
     dtype = dtype or input.dtype
     if len(input.shape) > 2:
         input = reshape(input, (0, int(np.prod(input.shape[1:]))))
     weight = create_parameter((input.shape[1], size), dtype, f"{prefix}.w")
     bias = create_parameter((size,), dtype, f"{prefix}.b", init="constant")
-    out = elementwise_add(matmul(input, weight), bias)
+    out = elementwise_add(matmul(input, weight, shard=shard), bias)
     activation = _ACTIVATIONS[act]
     return out if activation is None else activation(out)
 
 
-def softmax_with_cross_entropy(logits: Variable, label: Variable) -> Variable:
+def softmax_with_cross_entropy(logits: Variable, label: Variable, shard=None) -> Variable:
+    """Per-row loss [N, 1]; ``shard``: ``((n, c), (n, 1))``, the class dimension's parts
+    ``c`` making it Megatron's vocabulary-parallel cross-entropy."""
     softmax_out = _out("softmax")
     loss = _out("cross_entropy")
-    _block().append_op("softmax_with_cross_entropy",
-                       {"Logits": [logits.name], "Label": [label.name]},
-                       {"Softmax": [softmax_out.name], "Loss": [loss.name]})
+    op = _block().append_op("softmax_with_cross_entropy",
+                            {"Logits": [logits.name], "Label": [label.name]},
+                            {"Softmax": [softmax_out.name], "Loss": [loss.name]})
+    if shard is not None:
+        op.shard(shard)
     return loss
 
 
@@ -133,16 +143,21 @@ def square_error_cost(input: Variable, label: Variable) -> Variable:
     return _op("square_error_cost", {"X": [input], "Y": [label]})
 
 
-def mean(x: Variable) -> Variable:
-    return _op("mean", {"X": [x]})
+def mean(x: Variable, shard=None) -> Variable:
+    return _op("mean", {"X": [x]}, shard=shard)
+
+
+def reduce_sum(x: Variable, shard=None) -> Variable:
+    """The sum of every element, shape [1]."""
+    return _op("reduce_sum", {"X": [x]}, shard=shard)
 
 
 def scale(x: Variable, scale: float = 1.0, bias: float = 0.0) -> Variable:
     return _op("scale", {"X": [x]}, {"scale": scale, "bias": bias})
 
 
-def reshape(x: Variable, shape) -> Variable:
-    return _op("reshape", {"X": [x]}, {"shape": tuple(shape)})
+def reshape(x: Variable, shape, shard=None) -> Variable:
+    return _op("reshape", {"X": [x]}, {"shape": tuple(shape)}, shard=shard)
 
 
 def concat(inputs: list[Variable], axis: int = 0) -> Variable:
@@ -166,10 +181,13 @@ def dropout(x: Variable, dropout_prob: float, is_test: bool = False,
 
 
 def embedding(input: Variable, size: tuple[int, int], name: str | None = None,
-              dtype: str = "float32") -> Variable:
-    """``lookup_table``: rows of a [vocabulary, width] parameter picked by int64 ids."""
+              dtype: str = "float32", shard=None) -> Variable:
+    """``lookup_table``: rows of a [vocabulary, width] parameter picked by int64 ids;
+    ``shard``: ``((v, d), (n, 1))``, ``v`` parts of the rows making it Megatron's
+    vocabulary-parallel embedding (its output a Partial sum)."""
     weight = create_parameter(size, dtype, name or unique_name("embedding.w"))
-    return _op("lookup_table", {"W": [weight], "Ids": [input]}, prefix="embedding")
+    return _op("lookup_table", {"W": [weight], "Ids": [input]}, prefix="embedding",
+               dtype=dtype, shard=shard)
 
 
 def conv2d(input: Variable, num_filters: int, filter_size: int, stride: int = 1,

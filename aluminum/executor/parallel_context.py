@@ -31,6 +31,7 @@ class ParallelMode(str, enum.Enum):
 
     STAND_ALONE = "stand_alone"
     DATA_PARALLEL = "data_parallel"
+    SEMI_AUTO_PARALLEL = "semi_auto_parallel"   # ops' strategies set by hand (sharding/)
 
 
 @dataclass
@@ -40,9 +41,9 @@ class ParallelContext:
     comm: object = None
 
     def communicator(self):
-        """The context's communicator (all ranks, made on first use) in data-parallel
-        mode; None stand-alone."""
-        if self.parallel_mode is not ParallelMode.DATA_PARALLEL:
+        """The context's communicator (all ranks, made on first use) in data-parallel and
+        semi-auto-parallel mode; None stand-alone."""
+        if self.parallel_mode is ParallelMode.STAND_ALONE:
             return None
         if self.comm is None:
             self.comm = al.MPICommunicator()

@@ -21,7 +21,7 @@ from .errors import ExecutionError, ProgramError
 from .executor import check_feed, check_fetch, check_readable, fetch_names, store_feed
 from .ir import Program
 from .nan_inf import check_feed_finite, check_plan_outputs
-from .parallel_context import get_parallel_context
+from .parallel_context import ParallelMode, get_parallel_context
 from .places import fetch_on_places, merge_fetched, split_feed
 from .program_check import check_program
 from .run_plan import RunPlan
@@ -107,8 +107,8 @@ class ParallelExecutor:
         The whole program is checked first (``check_program``): nothing runs or is
         broadcast for a program that cannot run."""
         check_program(main_program)
+        context = get_parallel_context()
         if comm is None:
-            context = get_parallel_context()
             comm = context.communicator()
             if comm is not None and build_strategy is None:
                 build_strategy = BuildStrategy(
@@ -122,7 +122,20 @@ class ParallelExecutor:
         self.scope = global_scope() if scope is None else scope
         self._context = _Context(comm)
         self._placed = None
-        if getattr(main_program, "cluster", None) is not None:   # placed: placement/
+        self._sharded_rank = None
+        if getattr(main_program, "sharding", None) is None and comm is not None and \
+                context.parallel_mode is ParallelMode.SEMI_AUTO_PARALLEL:
+            from .sharding import shard_program
+            main_program = shard_program(main_program, comm, loss_name)
+        if getattr(main_program, "sharding", None) is not None:   # sharding/: tensor parallel
+            from .sharding import local_scope
+            comm = self._context.comm = comm or main_program.sharding.comm
+            if len(self.places) > 1:
+                raise ProgramError(f"places: a sharded program runs one place per rank, got "
+                                   f"{self.places}")
+            self._sharded_rank = comm.rank
+            local_scope(main_program, self.scope, comm.rank)
+        elif getattr(main_program, "cluster", None) is not None:   # placed: placement/
             from .placement.runtime import PlacedRun
             if len(self.places) > 1:
                 raise ProgramError(f"places: a placed program runs one place per rank, got "
@@ -142,7 +155,7 @@ class ParallelExecutor:
                 build.overlap, build.fuse_grad_size_mb if build.fuse_all_reduce_ops else None,
                 build.first_bucket_mb, build.reduce_strategy, 0 if comm is None else comm.rank,
                 len(self.places), across_ranks=comm is not None)
-        if comm is not None and self._placed is None:
+        if comm is not None and self._placed is None and self._sharded_rank is None:
             check_ranks_agree(main_program, comm)
             if build.broadcast_parameters:
                 broadcast_parameters(main_program, self.scope, comm)
@@ -170,7 +183,10 @@ class ParallelExecutor:
 
     def _run(self, fetch_list, feed: dict | None) -> list[np.ndarray]:
         feed = dict(feed or {})
-        check_feed(self.program, feed)     # before the split, which takes arrays only
+        if self._sharded_rank is not None:
+            from .sharding import local_feed
+            feed = local_feed(self.program, feed, self._sharded_rank)
+        check_feed(self.program, feed, self._sharded_rank)   # before the split (arrays only)
         if self.exec_strategy.check_nan_inf:
             check_feed_finite(feed)
         feed = split_feed(self.program, feed, len(self.places))

@@ -16,7 +16,8 @@ import threading
 from dataclasses import dataclass, field
 from typing import Iterator
 
-_active = threading.local()
+_lock = threading.Lock()
+_active: list = []      # every thread's calls count: an executor runs ops on its pool
 
 
 @dataclass
@@ -31,20 +32,21 @@ class Traffic:
 
 @contextlib.contextmanager
 def count_traffic() -> Iterator[Traffic]:
-    """Count what the redistributions run inside the block move on this rank (thread)."""
+    """Count what the redistributions run inside the block move on this rank (any thread:
+    a ParallelExecutor runs them on its workers)."""
     traffic = Traffic()
-    stack = getattr(_active, "stack", None)
-    if stack is None:
-        stack = _active.stack = []
-    stack.append(traffic)
+    with _lock:
+        _active.append(traffic)
     try:
         yield traffic
     finally:
-        stack.remove(traffic)
+        with _lock:
+            _active.remove(traffic)
 
 
 def record(call: str, group: int, sent: int, received: int) -> None:
-    for traffic in getattr(_active, "stack", ()):
-        traffic.sent += sent
-        traffic.received += received
-        traffic.calls.append((call, group, sent, received))
+    with _lock:
+        for traffic in _active:
+            traffic.sent += sent
+            traffic.received += received
+            traffic.calls.append((call, group, sent, received))

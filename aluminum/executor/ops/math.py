@@ -249,6 +249,25 @@ class Mean(OpKind):
 
 
 @register
+class ReduceSum(OpKind):
+    """The sum of every element, shape [1]."""
+
+    type = "reduce_sum"
+
+    def infer(self, block, op):
+        x, out = block.var(op.inputs["X"][0]), block.var(op.outputs["Out"][0])
+        out.shape, out.dtype = (1,), x.dtype
+
+    def compute(self, ins, attrs, ctx, out):
+        x = ins["X"][0]
+        return {"Out": [np.asarray(x.sum(), dtype=x.dtype).reshape(1)]}
+
+    def backward(self, ins, outs, douts, attrs, out):
+        x = ins["X"][0]
+        return {"X": [np.full(x.shape, douts["Out"][0][0], dtype=x.dtype)]}
+
+
+@register
 class Scale(OpKind):
     """``Out = scale * X + bias``."""
 
