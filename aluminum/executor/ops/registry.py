@@ -10,6 +10,8 @@ op ``<type>_grad`` runs it, reading the forward inputs (same slots), the forward
 """
 from __future__ import annotations
 
+import contextvars
+
 import numpy as np
 
 from ..errors import ProgramError
@@ -73,6 +75,18 @@ class OpKind:
         raise ProgramError(f"op {self.type}: has no gradient")
 
 
+# The executor's context of the gradient op running on this thread: ``backward`` methods
+# take none (most need none), the few that communicate read it with ``backward_context()``.
+_backward_context: contextvars.ContextVar = contextvars.ContextVar("backward_context",
+                                                                   default=None)
+
+
+def backward_context():
+    """Inside a kind's ``backward``: the executor's context of the running gradient op
+    (what ``compute`` gets as ``ctx``); None outside one."""
+    return _backward_context.get()
+
+
 class GradKind(OpKind):
     """``<type>_grad`` of a differentiable kind."""
 
@@ -99,7 +113,11 @@ class GradKind(OpKind):
         if out:   # the destination of ``X@GRAD`` is the backward's destination of ``X``
             out = Destinations({slot[:-len("@GRAD")]: arrays
                                 for slot, arrays in out.slots.items()})
-        grads = self.forward.backward(forward_ins, outs, douts, attrs, out)
+        token = _backward_context.set(ctx)
+        try:
+            grads = self.forward.backward(forward_ins, outs, douts, attrs, out)
+        finally:
+            _backward_context.reset(token)
         return {slot + "@GRAD": grads.get(slot, [None] * len(forward_ins[slot]))
                 for slot in forward_ins}
 

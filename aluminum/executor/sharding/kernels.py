@@ -24,7 +24,7 @@ from ..layouts.ops import _comm
 from ..layouts.run import line_comm
 from ..layouts.traffic import record
 from ..ops.math import Mean, SoftmaxWithCrossEntropy
-from ..ops.registry import GradKind, get, register
+from ..ops.registry import GradKind, backward_context, get, register
 from ..ops.tensor import LookupTable, Reshape
 
 
@@ -74,9 +74,8 @@ class ShardedLookupTable(LookupTable):
         return {"Out": [result]}
 
     def backward(self, ins, outs, douts, attrs, out):
-        # the context is not handed to backward: the ids' rows come from the mesh's comm
         w = ins["W"][0]
-        mine, rows = self._rows(attrs, None, ins["Ids"][0])
+        mine, rows = self._rows(attrs, backward_context(), ins["Ids"][0])
         grad = np.zeros_like(w)
         np.add.at(grad, rows, douts["Out"][0][mine])
         return {"W": [grad], "Ids": [None]}
@@ -132,7 +131,8 @@ class ShardedSoftmaxWithCrossEntropy(SoftmaxWithCrossEntropy):
 
     def backward(self, ins, outs, douts, attrs, out):
         softmax = outs["Softmax"][0]
-        lines, mine, columns = self._setup(attrs, None, ins["Label"][0], softmax.shape[0])
+        lines, mine, columns = self._setup(attrs, backward_context(), ins["Label"][0],
+                                           softmax.shape[0])
         grad = softmax.copy()
         grad[np.flatnonzero(mine), columns] -= 1
         grad *= douts["Loss"][0]
