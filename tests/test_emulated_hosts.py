@@ -42,6 +42,12 @@ def reports(output: str) -> list[dict]:
     return sorted(found, key=lambda report: report["rank"])
 
 
+def left_behind(before: list[str]) -> set[str]:
+    """Namespaces, links and bridges of emulated hosts that exist now but did not before
+    (another job's going away meanwhile is not this test's business)."""
+    return set(leftovers()) - set(before)
+
+
 @needs_namespaces
 @pytest.mark.parametrize("hosts,nprocs,per_host", [(2, 4, [2, 2]), (2, 3, [2, 1]),
                                                     (3, 3, [1, 1, 1])])
@@ -59,7 +65,7 @@ def test_ranks_fill_the_hosts_in_order_and_reduce_across_them(hosts, nprocs, per
     expected = np.arange(1000, dtype=np.float64) * sum(range(1, nprocs + 1))
     for report in found:
         np.testing.assert_array_equal(report["sum"], expected)
-    assert leftovers() == before
+    assert not left_behind(before)
 
 
 @needs_namespaces
@@ -79,7 +85,7 @@ def test_nothing_is_left_after_a_failing_job():
     result = launch(2, [sys.executable, "-c", "raise SystemExit(3)"], hosts=2,
                     capture=True, timeout=120)
     assert result.returncode != 0
-    assert leftovers() == before
+    assert not left_behind(before)
 
 
 @needs_namespaces
@@ -88,7 +94,7 @@ def test_nothing_is_left_after_a_job_killed_for_its_timeout():
     with pytest.raises(subprocess.TimeoutExpired):
         launch(2, [sys.executable, "-c", "import time; time.sleep(60)"], hosts=2,
                capture=True, timeout=5)
-    assert leftovers() == before
+    assert not left_behind(before)
 
 
 @needs_namespaces
@@ -100,7 +106,7 @@ def test_nothing_is_left_when_the_launcher_is_signalled(sig):
                                "time.sleep(60)"], stdout=subprocess.PIPE, text=True)
     try:
         assert runner.stdout.readline().strip() == "up"   # the job is running on the hosts
-        assert len(leftovers()) > len(before)
+        assert left_behind(before)              # its namespaces exist meanwhile
         runner.send_signal(sig)
         runner.wait(30)
     finally:
@@ -108,9 +114,9 @@ def test_nothing_is_left_when_the_launcher_is_signalled(sig):
             runner.kill()
     assert runner.returncode != 0
     deadline = time.monotonic() + 10
-    while leftovers() != before and time.monotonic() < deadline:
+    while left_behind(before) and time.monotonic() < deadline:
         time.sleep(0.2)
-    assert leftovers() == before
+    assert not left_behind(before)
 
 
 @pytest.mark.parametrize("kwargs,named", [
