@@ -167,7 +167,8 @@ def test_the_calibrated_model_is_the_same_on_every_rank_and_cached(comm, tmp_pat
     def check():
         assert all(m == models[0] for m in models), models
         assert second == first
-        assert first.flops > 0 and first.bandwidth > 0 and first.op > 0 and first.call >= 0
+        assert first.flops > 0 and first.bandwidth > 0 and first.op > 0 and first.call >= 0 \
+            and first.activation > 0
         assert (first.alpha, first.beta) == tuple(calibrate.alpha_beta())
         if RANK == 0:
             import json

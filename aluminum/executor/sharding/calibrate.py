@@ -5,8 +5,8 @@
 - ``alpha``, ``beta`` are the α-β model of the tuning table in use (``python -m
   aluminum.bench tune`` fits them to a ping-pong; ``python -m aluminum.bench model`` prints
   what they predict), else the selector's defaults -- read each time, never cached here;
-- ``flops`` (a 384 × 384 matmul), ``bandwidth`` (a 16 MiB element-wise add: three arrays'
-  bytes), ``op`` (the ParallelExecutor's time per op, from a chain of tiny ops) and
+- ``flops`` (a 256 × 256 by 256 × 128 matmul), ``bandwidth`` (a 16 MiB element-wise add:
+  three arrays' bytes), ``activation`` (tanh, per element), ``op`` (the ParallelExecutor's time per op, from a chain of tiny ops) and
   ``call`` (a tiny Partial -> Replicate redistribution over ``comm``, less α) come from a
   calibration run of about a second, measured on every rank at once (so under the load the
   job itself makes) and averaged over the ranks; rank 0 keeps them in
@@ -31,7 +31,7 @@ from aluminum.costmodel import AlphaBeta
 
 from .search import CostModel
 
-RATES = ("flops", "bandwidth", "op", "call")
+RATES = ("flops", "bandwidth", "op", "call", "activation")
 
 
 def cache_path() -> Path:
@@ -74,11 +74,13 @@ def measure(comm=None, itemsize: int = 8, alpha: float = 0.0) -> dict:
     from ..scope import Scope
 
     dtype = {8: np.float64, 4: np.float32, 2: np.float16}[itemsize]
-    a = np.random.default_rng(0).random((384, 384)).astype(dtype)
-    flops = 2 * 384 ** 3 / _best(lambda: a @ a, 5)
+    a = np.random.default_rng(0).random((256, 256)).astype(dtype)
+    b = a[:, :128].copy()
+    flops = 2 * 256 * 256 * 128 / _best(lambda: a @ b, 5)
     x = np.ones((1 << 24) // itemsize, dtype)
     y = np.empty_like(x)
     bandwidth = 3 * x.nbytes / _best(lambda: np.add(x, x, out=y), 5)
+    activation = _best(lambda: np.tanh(x[:1 << 18], out=y[:1 << 18]), 5) / (1 << 18)
 
     from .. import ir
     names, ir._names = ir._names, itertools.count()   # leave the user's names as they were
@@ -103,7 +105,8 @@ def measure(comm=None, itemsize: int = 8, alpha: float = 0.0) -> dict:
         src, dst = Layout(mesh, (Partial(),)), Layout(mesh, (Replicate(),))
         one = np.ones(1)
         call = max(_median(lambda: redistribute(one, src, dst, (1,), comm), 30) - alpha, 0.0)
-    return {"flops": flops, "bandwidth": bandwidth, "op": op, "call": call}
+    return {"flops": flops, "bandwidth": bandwidth, "op": op, "call": call,
+            "activation": activation}
 
 
 def _read_cache(key: str) -> dict | None:

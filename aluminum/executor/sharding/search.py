@@ -46,6 +46,7 @@ class CostModel:
     ``machine_model()``); ``flops``: matmul FLOP/s; ``bandwidth``: bytes/s of element-wise
     ops (inf: not counted); ``op``: seconds per op the executor runs; ``call``: seconds
     per collective step beyond α (Python, the planner, the sub-communicator);
+    ``activation``: seconds per element of tanh (transcendental: not bandwidth-bound);
     ``itemsize``: bytes per element.  The defaults are guesses of this machine's order;
     ``calibrate.machine_model`` measures them."""
 
@@ -56,6 +57,7 @@ class CostModel:
     bandwidth: float = math.inf
     op: float = 0.0
     call: float = 0.0
+    activation: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -165,7 +167,8 @@ class ChainCost:
         if first:
             activations += _largest(sharding.layout("mk"), (layer.batch, layer.inputs))
         estimate = Estimate(flops / model.flops + elementwise * model.itemsize /
-                            model.bandwidth + ops * model.op,
+                            model.bandwidth + ops * model.op +
+                            layer.act * part * model.activation,
                             ((2 + layer.state) * (weight + bias) + activations) * model.itemsize)
         estimate += _redistribution(out, whole, shape_out, model)     # a Partial output
         grads = [("kn", (layer.inputs, layer.outputs)), ("n", (layer.outputs,))]
