@@ -13,6 +13,7 @@ an executor or reducer needs it, so every rank must get there.
 """
 from __future__ import annotations
 
+import contextlib
 import enum
 from dataclasses import dataclass
 
@@ -32,6 +33,7 @@ class ParallelMode(str, enum.Enum):
     STAND_ALONE = "stand_alone"
     DATA_PARALLEL = "data_parallel"
     SEMI_AUTO_PARALLEL = "semi_auto_parallel"   # ops' strategies set by hand (sharding/)
+    AUTO_PARALLEL = "auto_parallel"             # strategies searched (sharding/search.py)
 
 
 @dataclass
@@ -39,10 +41,12 @@ class ParallelContext:
     parallel_mode: ParallelMode = ParallelMode.STAND_ALONE
     gradients_mean: bool = True
     comm: object = None
+    max_memory_mb: float | None = None
+    cost_model: object = None
 
     def communicator(self):
         """The context's communicator (all ranks, made on first use) in data-parallel and
-        semi-auto-parallel mode; None stand-alone."""
+        (semi-)auto-parallel mode; None stand-alone."""
         if self.parallel_mode is ParallelMode.STAND_ALONE:
             return None
         if self.comm is None:
@@ -54,9 +58,13 @@ _context = ParallelContext()
 
 
 def set_parallel_context(parallel_mode: ParallelMode | str | None = None,
-                         gradients_mean: bool | None = None, comm=None) -> None:
+                         gradients_mean: bool | None = None, comm=None,
+                         max_memory_mb: float | None = None, cost_model=None) -> None:
     """Set what ``ParallelExecutor`` does when built without ``comm=``; arguments left None
-    keep their value."""
+    keep their value.  AUTO_PARALLEL only: ``max_memory_mb``, the bound per rank on the
+    search's memory estimate (parameters + gradients + activations); ``cost_model``, a
+    ``sharding.search.CostModel`` to search with (None: this machine's, calibrated once and
+    cached, see sharding/calibrate.py)."""
     if parallel_mode is not None:
         try:
             _context.parallel_mode = ParallelMode(parallel_mode)
@@ -68,6 +76,24 @@ def set_parallel_context(parallel_mode: ParallelMode | str | None = None,
         _context.gradients_mean = bool(gradients_mean)
     if comm is not None:
         _context.comm = comm
+    if max_memory_mb is not None:
+        if not (isinstance(max_memory_mb, (int, float)) and max_memory_mb > 0):
+            raise ProgramError(f"max_memory_mb: expected a number of MB > 0, got "
+                               f"{max_memory_mb!r}")
+        _context.max_memory_mb = float(max_memory_mb)
+    if cost_model is not None:
+        _context.cost_model = cost_model
+
+
+@contextlib.contextmanager
+def swapped_context():
+    """A stand-alone context for the block (the calibration's own executor), then back."""
+    global _context
+    saved, _context = _context, ParallelContext()
+    try:
+        yield
+    finally:
+        _context = saved
 
 
 def get_parallel_context() -> ParallelContext:

@@ -1,20 +1,28 @@
-"""AUTO_PARALLEL's first piece: choosing the fc layers' strategies of an MLP by cost.
+"""AUTO_PARALLEL's search: choosing the fc layers' strategies of an MLP by cost.
 
 A chain of fc layers (``matmul`` + bias + activation each) is costed per layer (node) and
 per pair of neighbours (edge), the way the pass (program_pass.py) would lay it out:
 
-- node(layer, strategy): the matmuls' FLOPs (forward and both gradients) over the ranks
-  that split them, at ``CostModel.flops``; summing a Partial output before the bias; the
-  gradient redistributions of the weight, the bias and the input (data parallelism's and
-  Megatron's allreduces);
+- node(layer, strategy): the matmuls' FLOPs (forward, the weight's gradient and, except
+  for the first layer, whose input is data, the input's gradient) over the ranks that split
+  them, at ``CostModel.flops``; the element-wise ops' bytes (bias, activation, their
+  gradients, the SGD update) at ``CostModel.bandwidth``; ``CostModel.op`` per op the
+  executor runs; summing a Partial output before the bias; the gradient redistributions of
+  the weight, the bias and (not for the first layer) the input: data parallelism's and
+  Megatron's allreduces;
 - edge(strategy, next strategy): the redistribution from one layer's output layout to the
   next one's input layout, and its gradient's route back.
 
-Communication is the α-β model: α per collective step of the planner's route plus β per
-byte the busiest rank receives (``plan_redistribution``).  The search is dynamic
-programming over the chain (MindSpore's elimination of a linear cost graph: a chain
-contracts to one edge), with consecutive identical layers tied to one decision;
-``brute_force`` enumerates the same costs, to check it.
+Communication is the α-β model: α (+ ``call``, the software's own cost per collective
+step) per collective step of the planner's route plus β per byte the busiest rank receives
+(``plan_redistribution``).  Memory per rank (``Estimate.memory``) is parameters +
+gradients + optimizer state + the forward's activations (every forward tensor's part on the rank holding the
+largest, redistributed copies included): it adds up over nodes and edges.
+
+The search is dynamic programming over the chain (MindSpore's elimination of a linear cost
+graph: a chain contracts to one edge), with consecutive identical layers tied to one
+decision.  Under a memory bound the state is (last strategy, memory) and each state keeps
+its Pareto front of (time, memory); ``brute_force`` enumerates the same costs, to check it.
 """
 from __future__ import annotations
 
@@ -23,7 +31,9 @@ import math
 from dataclasses import dataclass
 from functools import lru_cache
 
+from ..errors import ProgramError
 from ..layouts import Layout, plan_redistribution
+from .program_pass import equivalent
 from .strategy import OpSharding, Signature, from_strategy
 
 MATMUL = Signature({"X": ["mk"], "Y": ["kn"]}, {"Out": ["mn"]})
@@ -31,22 +41,58 @@ MATMUL = Signature({"X": ["mk"], "Y": ["kn"]}, {"Out": ["mn"]})
 
 @dataclass(frozen=True)
 class CostModel:
-    """Seconds per message (``alpha``), per byte received (``beta``), FLOP/s (``flops``);
-    defaults of the order of this machine's shared-memory ranks and one core's numpy."""
+    """``alpha``: seconds per collective step, ``beta``: seconds per byte the busiest rank
+    receives (both from the tuner's α-β fit, ``python -m aluminum.bench model``, in
+    ``machine_model()``); ``flops``: matmul FLOP/s; ``bandwidth``: bytes/s of element-wise
+    ops (inf: not counted); ``op``: seconds per op the executor runs; ``call``: seconds
+    per collective step beyond α (Python, the planner, the sub-communicator);
+    ``activation``: seconds per element of tanh (transcendental: not bandwidth-bound);
+    ``itemsize``: bytes per element.  The defaults are guesses of this machine's order;
+    ``calibrate.machine_model`` measures them."""
 
     alpha: float = 2e-5
     beta: float = 5e-10
     flops: float = 2e9
     itemsize: int = 8
+    bandwidth: float = math.inf
+    op: float = 0.0
+    call: float = 0.0
+    activation: float = 0.0
 
 
 @dataclass(frozen=True)
 class Layer:
-    """``batch`` × ``inputs`` @ ``inputs`` × ``outputs``."""
+    """``batch`` × ``inputs`` @ ``inputs`` × ``outputs``, then a bias and (``act``) an
+    activation; ``fixed``: a strategy set by hand, the only one the search may give it;
+    ``state``: the optimizer's arrays per parameter (SGD 0, Momentum 1, Adam 2)."""
 
     batch: int
     inputs: int
     outputs: int
+    act: bool = True
+    fixed: tuple | None = None
+    state: int = 0
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """Predicted seconds per training step, bytes per rank (the largest), bytes moved per
+    step (summed over ranks), collective steps per step."""
+
+    time: float = 0.0
+    memory: float = 0.0
+    moved: float = 0.0
+    collectives: int = 0
+
+    def __add__(self, other: Estimate) -> Estimate:
+        return Estimate(self.time + other.time, self.memory + other.memory,
+                        self.moved + other.moved, self.collectives + other.collectives)
+
+    def __mul__(self, count: int) -> Estimate:
+        if count == 0:
+            return Estimate()
+        return Estimate(self.time * count, self.memory * count, self.moved * count,
+                        self.collectives * count)
 
 
 def candidates(nranks: int) -> list[tuple]:
@@ -58,16 +104,35 @@ def candidates(nranks: int) -> list[tuple]:
     return found
 
 
+def data_parallel(nranks: int) -> tuple:
+    return ((nranks, 1), (1, 1))
+
+
+def model_parallel(depth: int, nranks: int) -> list[tuple]:
+    """Megatron's pure model parallelism: column-parallel, row-parallel, alternating."""
+    return [((1, 1), (1, nranks)) if i % 2 == 0 else ((1, nranks), (nranks, 1))
+            for i in range(depth)]
+
+
 def _sharding(strategy, nranks) -> OpSharding:
     return from_strategy("search", MATMUL, strategy, nranks)
 
 
-def _comm_time(src: Layout, dst: Layout, shape, model: CostModel) -> float:
-    if src == dst:
-        return 0.0
+def _largest(layout: Layout, shape) -> int:
+    return max(math.prod(layout.local_shape(r, shape)) for r in layout.mesh.ranks)
+
+
+def _redistribution(src: Layout, dst: Layout, shape, model: CostModel,
+                    copy: bool = True) -> Estimate:
+    """One redistribute op from ``src`` to ``dst``; ``copy``: its output is kept (memory)."""
+    if equivalent(src, dst, shape, src.mesh.size):
+        return Estimate()
     plan = plan_redistribution(src, dst, shape, f"float{model.itemsize * 8}")
     busiest = max((plan.bytes_received(r) for r in range(src.mesh.size)), default=0)
-    return model.alpha * len(plan.collectives) + model.beta * busiest
+    steps = len(plan.collectives)
+    time = model.op + (model.alpha + model.call) * steps + model.beta * busiest
+    memory = _largest(dst, shape) * model.itemsize if copy else 0
+    return Estimate(time, memory, plan.bytes, steps)
 
 
 class ChainCost:
@@ -76,36 +141,65 @@ class ChainCost:
     def __init__(self, layers, nranks: int, model: CostModel = CostModel()) -> None:
         self.layers, self.nranks, self.model = list(layers), nranks, model
         self.strategies = candidates(nranks)
+        for layer in self.layers:
+            if layer.fixed is not None and layer.fixed not in self.strategies:
+                self.strategies.append(layer.fixed)
         self.node = lru_cache(maxsize=None)(self._node)
         self.edge = lru_cache(maxsize=None)(self._edge)
 
-    def _node(self, layer: Layer, s: int) -> float:
-        sharding, model = _sharding(self.strategies[s], self.nranks), self.model
-        m, k = self.strategies[s][0]
-        n = self.strategies[s][1][1]
-        flops = 3 * 2 * layer.batch * layer.inputs * layer.outputs / (m * k * n)
+    def _node(self, layer: Layer, s: int, first: bool = False) -> Estimate:
+        strategy = self.strategies[s]
+        if layer.fixed is not None and strategy != layer.fixed:
+            return Estimate(math.inf, math.inf)
+        sharding, model = _sharding(strategy, self.nranks), self.model
+        (m, k), (_, n) = strategy
+        matmuls = 2 if first else 3
+        flops = matmuls * 2 * layer.batch * layer.inputs * layer.outputs / (m * k * n)
         out = sharding.layout("mn", output=True)
         shape_out = (layer.batch, layer.outputs)
-        time = flops / model.flops + _comm_time(out, out.for_gradient(), shape_out, model)
-        for dims, shape in (("kn", (layer.inputs, layer.outputs)),
-                            ("n", (layer.outputs,)), ("mk", (layer.batch, layer.inputs))):
+        whole = out.for_gradient()
+        part = _largest(whole, shape_out)
+        weight = _largest(sharding.layout("kn"), (layer.inputs, layer.outputs))
+        bias = _largest(sharding.layout("n"), (layer.outputs,))
+        elementwise = (10 if layer.act else 5) * part + 3 * (weight + bias)
+        ops = (2 + layer.act) * 2 + 2                     # forward, gradients, 2 SGD
+        activations = _largest(out, shape_out) + (1 + layer.act) * part
+        if first:
+            activations += _largest(sharding.layout("mk"), (layer.batch, layer.inputs))
+        estimate = Estimate(flops / model.flops + elementwise * model.itemsize /
+                            model.bandwidth + ops * model.op +
+                            layer.act * part * model.activation,
+                            ((2 + layer.state) * (weight + bias) + activations) * model.itemsize)
+        estimate += _redistribution(out, whole, shape_out, model)     # a Partial output
+        grads = [("kn", (layer.inputs, layer.outputs)), ("n", (layer.outputs,))]
+        if not first:                                 # data needs no input gradient
+            grads.append(("mk", (layer.batch, layer.inputs)))
+        for dims, shape in grads:
             wanted = Layout(sharding.mesh, sharding.layout(dims).placements)
-            time += _comm_time(sharding.gradient_layout(dims), wanted, shape, model)
-        return time
+            estimate += _redistribution(sharding.gradient_layout(dims), wanted, shape,
+                                        model, copy=False)
+        return estimate
 
-    def _edge(self, before: Layer, s: int, after: Layer, t: int) -> float:
+    def _edge(self, before: Layer, s: int, after: Layer, t: int) -> Estimate:
         out = _sharding(self.strategies[s], self.nranks).layout("mn", output=True)
         out = out.for_gradient()
         wanted = _sharding(self.strategies[t], self.nranks).layout("mk")
         shape = (before.batch, before.outputs)
-        return _comm_time(out, wanted, shape, self.model) + \
-            _comm_time(wanted, out, shape, self.model)
+        return _redistribution(out, wanted, shape, self.model) + \
+            _redistribution(wanted, out, shape, self.model, copy=False)
+
+    def estimate(self, choice) -> Estimate:
+        """Time, memory and bytes of one strategy index per layer."""
+        total = Estimate()
+        for i, (layer, s) in enumerate(zip(self.layers, choice)):
+            total += self.node(layer, s, i == 0)
+        for a, b, s, t in zip(self.layers, self.layers[1:], choice, choice[1:]):
+            total += self.edge(a, s, b, t)
+        return total
 
     def total(self, choice) -> float:
-        """The cost of one strategy index per layer."""
-        cost = sum(self.node(layer, s) for layer, s in zip(self.layers, choice))
-        return cost + sum(self.edge(a, s, b, t) for a, b, s, t in zip(
-            self.layers, self.layers[1:], choice, choice[1:]))
+        """The time of one strategy index per layer."""
+        return self.estimate(choice).time
 
 
 def groups(layers, tie: bool) -> list[list[int]]:
@@ -119,34 +213,97 @@ def groups(layers, tie: bool) -> list[list[int]]:
     return runs
 
 
-def search(layers, nranks: int, model: CostModel = CostModel(), tie: bool = True):
-    """The cheapest strategy per layer and its cost: dynamic programming over the chain of
-    groups (``groups``), each group's cost its layers' nodes and inner edges."""
+def _pareto(options):
+    """The (time, memory, path) options no other beats in both time and memory."""
+    front, least = [], math.inf
+    for option in sorted(options, key=lambda o: (o[0], o[1])):
+        if option[1] < least:
+            front.append(option)
+            least = option[1]
+    return front
+
+
+def _bound_error(cost: ChainCost, runs, max_memory: float) -> ProgramError:
+    least = sum(min(sum(cost.node(cost.layers[i], s, i == 0).memory for i in run)
+                    for s in range(len(cost.strategies))) for run in runs)
+    return ProgramError(f"max_memory_mb: no strategy of the {len(cost.layers)} fc layers fits "
+                        f"{max_memory / 2**20:.6g} MB per rank; the least any needs is about "
+                        f"{least / 2**20:.6g} MB (parameters, gradients, activations)")
+
+
+def search(layers, nranks: int, model: CostModel = CostModel(), tie: bool = True,
+           max_memory: float | None = None):
+    """The cheapest strategy per layer and its time: dynamic programming over the chain of
+    groups (``groups``), each group's cost its layers' nodes and inner edges; with
+    ``max_memory`` (bytes per rank), the cheapest whose memory estimate fits (a Pareto
+    front per state); ``ProgramError`` if none does."""
     cost = ChainCost(layers, nranks, model)
     runs = groups(cost.layers, tie)
     options = range(len(cost.strategies))
 
     def inner(run, s):
         layer = cost.layers[run[0]]
-        return len(run) * cost.node(layer, s) + (len(run) - 1) * cost.edge(layer, s, layer, s)
+        total = cost.node(layer, s, run[0] == 0) + cost.node(layer, s) * (len(run) - 1)
+        return total + cost.edge(layer, s, layer, s) * (len(run) - 1)
 
-    best = {s: (inner(runs[0], s), (s,)) for s in options}
-    for previous, run in zip(runs, runs[1:]):
-        a, b = cost.layers[previous[-1]], cost.layers[run[0]]
-        best = {t: min(((value + cost.edge(a, s, b, t) + inner(run, t), path + (t,))
-                        for s, (value, path) in best.items()), key=lambda x: x[0])
-                for t in options}
-    value, path = min(best.values(), key=lambda x: x[0])
+    if max_memory is None:
+        best = {s: (inner(runs[0], s).time, (s,)) for s in options}
+        for previous, run in zip(runs, runs[1:]):
+            a, b = cost.layers[previous[-1]], cost.layers[run[0]]
+            best = {t: min(((value + cost.edge(a, s, b, t).time + inner(run, t).time,
+                             path + (t,)) for s, (value, path) in best.items()),
+                           key=lambda x: x[0])
+                    for t in options}
+        value, path = min(best.values(), key=lambda x: x[0])
+    else:
+        fronts = {}
+        for s in options:
+            first = inner(runs[0], s)
+            fronts[s] = [(first.time, first.memory, (s,))] if first.memory <= max_memory \
+                else []
+        for previous, run in zip(runs, runs[1:]):
+            a, b = cost.layers[previous[-1]], cost.layers[run[0]]
+            new = {}
+            for t in options:
+                own = inner(run, t)
+                found = []
+                for s, front in fronts.items():
+                    step = own + cost.edge(a, s, b, t)
+                    found += [(value + step.time, memory + step.memory, path + (t,))
+                              for value, memory, path in front
+                              if memory + step.memory <= max_memory]
+                new[t] = _pareto(found)
+            fronts = new
+        every = [option for front in fronts.values() for option in front]
+        if not every or math.isinf(min(o[0] for o in every)):
+            raise _bound_error(cost, runs, max_memory)
+        value, _, path = min(every, key=lambda x: x[0])
     choice = [s for run, s in zip(runs, path) for _ in run]
     return [cost.strategies[s] for s in choice], value
 
 
-def brute_force(layers, nranks: int, model: CostModel = CostModel(), tie: bool = True):
+def brute_force(layers, nranks: int, model: CostModel = CostModel(), tie: bool = True,
+                max_memory: float | None = None):
     """``search``'s answer by enumerating every choice (small models only)."""
     cost = ChainCost(layers, nranks, model)
     runs = groups(cost.layers, tie)
     best = (math.inf, None)
     for pick in itertools.product(range(len(cost.strategies)), repeat=len(runs)):
         choice = [s for run, s in zip(runs, pick) for _ in run]
-        best = min(best, (cost.total(choice), choice), key=lambda x: x[0])
+        estimate = cost.estimate(choice)
+        if max_memory is not None and estimate.memory > max_memory:
+            continue
+        best = min(best, (estimate.time, choice), key=lambda x: x[0])
+    if best[1] is None:
+        raise _bound_error(cost, runs, max_memory)
     return [cost.strategies[s] for s in best[1]], best[0]
+
+
+def estimate(layers, nranks: int, strategies, model: CostModel = CostModel()) -> Estimate:
+    """The model's time, memory and bytes for given strategies (one per layer)."""
+    cost = ChainCost([Layer(l.batch, l.inputs, l.outputs, l.act, None, l.state)
+                      for l in layers], nranks, model)
+    for strategy in strategies:
+        if strategy not in cost.strategies:
+            cost.strategies.append(tuple(strategy))
+    return cost.estimate([cost.strategies.index(tuple(s)) for s in strategies])

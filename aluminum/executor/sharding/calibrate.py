@@ -1,0 +1,156 @@
+"""The search's cost model measured on this machine, cached as the tuner caches its table.
+
+``machine_model(comm, itemsize)`` returns a ``CostModel`` whose
+
+- ``alpha``, ``beta`` are the α-β model of the tuning table in use (``python -m
+  aluminum.bench tune`` fits them to a ping-pong; ``python -m aluminum.bench model`` prints
+  what they predict), else the selector's defaults -- read each time, never cached here;
+- ``flops`` (a 256 × 256 by 256 × 128 matmul), ``bandwidth`` (a 16 MiB element-wise add:
+  three arrays' bytes), ``activation`` (tanh, per element), ``op`` (the ParallelExecutor's time per op, from a chain of tiny ops) and
+  ``call`` (a tiny Partial -> Replicate redistribution over ``comm``, less α) come from a
+  calibration run of about a second, measured on every rank at once (so under the load the
+  job itself makes) and averaged over the ranks; rank 0 keeps them in
+  ``$AL_AUTO_PARALLEL_FILE``, else ``auto_parallel.json`` next to the tuner's table
+  (``$XDG_CACHE_HOME/aluminum/``), one entry per rank count and item size.  Rank 0
+  decides whether the cache is used and broadcasts the rates, so every rank searches with
+  the same numbers and picks the same strategies.
+"""
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import time
+from pathlib import Path
+
+import numpy as np
+
+import aluminum as al
+from aluminum import selector
+from aluminum.costmodel import AlphaBeta
+
+from .search import CostModel
+
+RATES = ("flops", "bandwidth", "op", "call", "activation")
+
+
+def cache_path() -> Path:
+    return Path(os.environ.get("AL_AUTO_PARALLEL_FILE") or
+                selector.user_table_path().with_name("auto_parallel.json"))
+
+
+def alpha_beta() -> AlphaBeta:
+    """The tuning table's α, β (what ``python -m aluminum.bench model`` uses)."""
+    return selector.current_table().model or AlphaBeta(selector.DEFAULT_ALPHA,
+                                                       selector.DEFAULT_BETA)
+
+
+def _best(fn, repeats: int) -> float:
+    fn()
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return min(times)
+
+
+def _median(fn, repeats: int) -> float:
+    fn()
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return float(np.median(times))
+
+
+def measure(comm=None, itemsize: int = 8, alpha: float = 0.0) -> dict:
+    """This rank's rates (module docstring); ``comm``: None or one rank measures no call."""
+    from .. import layers
+    from ..ir import Program, program_guard
+    from ..parallel_context import swapped_context
+    from ..parallel_executor import ParallelExecutor
+    from ..scope import Scope
+
+    dtype = {8: np.float64, 4: np.float32, 2: np.float16}[itemsize]
+    a = np.random.default_rng(0).random((256, 256)).astype(dtype)
+    b = a[:, :128].copy()
+    flops = 2 * 256 * 256 * 128 / _best(lambda: a @ b, 5)
+    x = np.ones((1 << 24) // itemsize, dtype)
+    y = np.empty_like(x)
+    bandwidth = 3 * x.nbytes / _best(lambda: np.add(x, x, out=y), 5)
+    activation = _best(lambda: np.tanh(x[:1 << 18], out=y[:1 << 18]), 5) / (1 << 18)
+
+    from .. import ir
+    names, ir._names = ir._names, itertools.count()   # leave the user's names as they were
+    try:
+        main, startup = Program(), Program()
+        with program_guard(main, startup):
+            h = layers.data("calibrate_x", (1, 1), "float64", append_batch_size=False)
+            for _ in range(64):
+                h = layers.scale(h, 1.0)
+    finally:
+        ir._names = names
+    with swapped_context():
+        pe = ParallelExecutor(main, scope=Scope())
+        feed = {"calibrate_x": np.ones((1, 1))}
+        op = _median(lambda: pe.run([h.name], feed), 15) / 64
+        pe.close()
+
+    call = 0.0
+    if comm is not None and comm.size > 1:
+        from ..layouts import DeviceMesh, Layout, Partial, Replicate, redistribute
+        mesh = DeviceMesh((comm.size,))
+        src, dst = Layout(mesh, (Partial(),)), Layout(mesh, (Replicate(),))
+        one = np.ones(1)
+        call = max(_median(lambda: redistribute(one, src, dst, (1,), comm), 30) - alpha, 0.0)
+    return {"flops": flops, "bandwidth": bandwidth, "op": op, "call": call,
+            "activation": activation}
+
+
+def _read_cache(key: str) -> dict | None:
+    try:
+        entry = json.loads(cache_path().read_text(encoding="utf-8"))[key]
+        return {name: float(entry[name]) for name in RATES}
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def _write_cache(key: str, rates: dict) -> None:
+    path = cache_path()
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        if not isinstance(data, dict):
+            data = {}
+    except (OSError, ValueError):
+        data = {}
+    data[key] = {**rates, "measured": time.strftime("%Y-%m-%dT%H:%M:%S")}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def machine_model(comm=None, itemsize: int = 8, refresh: bool = False) -> CostModel:
+    """The cost model of this machine for ``comm``'s ranks (module docstring); collective
+    over ``comm``.  ``refresh``: measure again even if cached."""
+    ab = alpha_beta()
+    size = 1 if comm is None else comm.size
+    key = f"ranks={size},itemsize={itemsize}"
+    rank = 0 if comm is None else comm.rank
+    cached = None if refresh or rank != 0 else _read_cache(key)
+    values = np.array([cached is not None] + [cached[n] if cached else 0.0 for n in RATES],
+                      dtype=np.float64)
+    if size > 1:
+        al.bcast(values, comm, root=0)
+    if not values[0]:
+        measured = measure(comm, itemsize, ab.alpha)
+        values[1:] = [measured[n] for n in RATES]
+        if size > 1:
+            al.allreduce(values, comm, op=al.SUM)
+            values /= size
+        if rank == 0:
+            _write_cache(key, dict(zip(RATES, values[1:].tolist())))
+    rates = dict(zip(RATES, values[1:].tolist()))
+    return CostModel(alpha=ab.alpha, beta=ab.beta, itemsize=itemsize, **rates)

@@ -1,0 +1,137 @@
+"""AUTO_PARALLEL benchmark: the searched strategy against pure data and pure model
+parallelism, predicted (the search's cost model, calibrated on this machine) and measured.
+
+    python -m aluminum.run -n 4 python bench/auto_parallel.py [--steps 8] [--json out.json]
+
+For a deep-narrow MLP, a wide MLP and a memory-bounded one (Adam, bound 0.95 x data
+parallelism's memory estimate): per strategy the predicted and measured step time (the
+slowest rank's, median over the steps), predicted/measured, the bytes moved per step
+(summed over ranks: the planner's prediction and the runtime's count), the memory estimate
+per rank and the search time.  Pure model parallel is Megatron's column/row alternation.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+
+import numpy as np
+from mpi4py import MPI
+
+import aluminum as al
+import aluminum.executor as ex
+from aluminum.executor import layers
+from aluminum.executor.sharding.auto import fc_chain
+from aluminum.executor.sharding.calibrate import machine_model
+from aluminum.executor.sharding.search import data_parallel, estimate, model_parallel
+
+WORLD = MPI.COMM_WORLD
+MODELS = {   # name: (batch, widths, optimizer, bounded)
+    "deep-narrow": (512, [64] * 17, ex.SGD, False),
+    "wide": (32, [1024] * 4, ex.SGD, False),
+    "memory-bounded": (192, [128] * 7, ex.Adam, True),
+}
+
+
+def build(batch, widths, optimizer, shards):
+    ex.reset_unique_names()
+    main, startup = ex.Program(), ex.Program()
+    with ex.program_guard(main, startup):
+        h = layers.data("x", (batch, widths[0]), "float64", append_batch_size=False)
+        t = layers.data("t", (batch, widths[-1]), "float64", append_batch_size=False)
+        for i, width in enumerate(widths[1:]):
+            h = layers.fc(h, width, act="tanh", name=f"l{i}",
+                          shard=None if shards is None else shards[i])
+        loss = layers.mean(layers.square_error_cost(h, t))
+        optimizer(0.001).minimize(loss)
+    return main, startup, loss
+
+
+def measure(comm, model, spec, shards, steps, bound):
+    batch, widths, optimizer, _ = spec
+    mode = ex.ParallelMode.AUTO_PARALLEL if shards is None else \
+        ex.ParallelMode.SEMI_AUTO_PARALLEL
+    ex.set_parallel_context(parallel_mode=mode, comm=comm, cost_model=model,
+                            max_memory_mb=bound)
+    main, startup, loss = build(batch, widths, optimizer, shards)
+    chain, _ = fc_chain(main)
+    scope = ex.Scope()
+    ex.Executor().run(startup, scope=scope)
+    pe = ex.ParallelExecutor(main, loss_name=loss.name, scope=scope)
+    found = getattr(pe.program, "auto_parallel", None)
+    strategies = found.strategies if found else shards
+    rng = np.random.default_rng(0)
+    feed = {"x": rng.normal(size=(batch, widths[0])), "t": rng.normal(size=(batch, widths[-1]))}
+    for _ in range(2):
+        pe.run([loss.name], feed)
+    times, moved = [], 0
+    for _ in range(steps):
+        WORLD.Barrier()
+        start = time.perf_counter()
+        with ex.count_traffic() as traffic:
+            pe.run([loss.name], feed)
+        times.append(WORLD.allreduce(time.perf_counter() - start, op=MPI.MAX))
+        moved = WORLD.allreduce(traffic.received, op=MPI.SUM)
+    pe.close()
+    ex.reset_parallel_context()
+    predicted = estimate(chain, comm.size, strategies, model)
+    return {"strategies": [list(map(list, s)) for s in strategies],
+            "predicted_ms": predicted.time * 1e3, "measured_ms": float(np.median(times)) * 1e3,
+            "bytes_predicted": predicted.moved, "bytes_measured": moved,
+            "memory_mb": predicted.memory / 2**20,
+            "search_ms": found.seconds * 1e3 if found else None}
+
+
+def short(strategies) -> str:
+    names = {str(list(map(list, data_parallel(len_)))): "DP" for len_ in (2, 4)}
+    kinds = [names.get(str(s), str(tuple(map(tuple, s))).replace(" ", "")) for s in strategies]
+    if len(set(kinds)) == 1:
+        return f"{kinds[0]} x{len(kinds)}"
+    return ", ".join(kinds[:2]) + (" ..." if len(kinds) > 2 else "")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--steps", type=int, default=8)
+    parser.add_argument("--json", default=None)
+    args = parser.parse_args()
+    rows = []
+    with al.MPICommunicator() as comm:
+        model = machine_model(comm)
+        size = comm.size
+        for name, spec in MODELS.items():
+            batch, widths, optimizer, bounded = spec
+            depth = len(widths) - 1
+            dp, mp = [data_parallel(size)] * depth, model_parallel(depth, size)
+            bound = None
+            if bounded:
+                main_, _, _ = build(batch, widths, optimizer, None)
+                chain, _ = fc_chain(main_)
+                bound = 0.95 * estimate(chain, size, dp, model).memory / 2**20
+            for label, shards in (("searched", None), ("data parallel", dp),
+                                  ("model parallel", mp)):
+                row = measure(comm, model, spec, shards, args.steps, bound)
+                rows.append({"model": name, "strategy": label, "bound_mb": bound, **row})
+    if WORLD.rank == 0:
+        load = open("/proc/loadavg").read().split()[:3]
+        print(f"# {size} ranks, float64, {args.steps} steps, cost model: {model}")
+        print(f"# load average {' '.join(load)} on {os.cpu_count()} CPUs")
+        print("| model | strategy | strategies | predicted ms | measured ms | pred/meas | "
+              "bytes/step predicted | measured | memory MB | search ms |")
+        print("|---|---|---|---|---|---|---|---|---|---|")
+        for r in rows:
+            search = f"{r['search_ms']:.1f}" if r["search_ms"] is not None else ""
+            bound = f" (bound {r['bound_mb']:.2f} MB)" if r["bound_mb"] else ""
+            print(f"| {r['model']}{bound} | {r['strategy']} | {short(r['strategies'])} | "
+                  f"{r['predicted_ms']:.2f} | {r['measured_ms']:.2f} | "
+                  f"{r['predicted_ms'] / r['measured_ms']:.2f} | {r['bytes_predicted']:,.0f} | "
+                  f"{r['bytes_measured']:,.0f} | {r['memory_mb']:.2f} | {search} |")
+        if args.json:
+            with open(args.json, "w", encoding="utf-8") as out:
+                json.dump({"ranks": size, "load": load, "model": model.__dict__, "rows": rows},
+                          out, indent=1)
+
+
+if __name__ == "__main__":
+    main()

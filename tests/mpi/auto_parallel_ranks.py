@@ -1,0 +1,176 @@
+"""AUTO_PARALLEL on 2 and 4 ranks (tests/test_auto_parallel.py launches it).
+
+The ParallelExecutor searches the strategies itself: with a given cost model (so the
+choice does not depend on this machine) an Adam-trained MLP comes out data parallel, and
+model parallel (every weight split) under a memory bound below data parallelism's; both
+train as numpy alone does (float64, rtol 1e-10).  An unsupported graph is the same
+ProgramError on every rank; the calibrated model (no cost model given) is the same on
+every rank and cached.
+"""
+import numpy as np
+import pytest
+from mpi4py import MPI
+
+import aluminum as al
+import aluminum.executor as ex
+from aluminum.executor import layers
+from aluminum.executor.sharding.search import CostModel, Layer, data_parallel, estimate, search
+
+WORLD = MPI.COMM_WORLD
+SIZE, RANK = WORLD.Get_size(), WORLD.Get_rank()
+STEPS, LR = 2, 0.01
+BATCH, WIDTH, DEPTH = 192, 128, 6
+MODEL = CostModel(alpha=2e-6, beta=2e-10, flops=5e9, bandwidth=1e10, op=5e-6, call=1e-5)
+
+
+@pytest.fixture(scope="module")
+def comm():
+    with al.MPICommunicator() as communicator:
+        yield communicator
+
+
+@pytest.fixture(autouse=True)
+def context(comm):
+    yield
+    ex.reset_parallel_context()
+
+
+def agree(check):
+    try:
+        check()
+        error = None
+    except Exception as exc:  # noqa: BLE001 - reported on every rank below
+        error = f"{type(exc).__name__}: {exc}"
+    errors = WORLD.allgather(error)
+    failed = [f"rank {r}: {e}" for r, e in enumerate(errors) if e is not None]
+    assert not failed, "\n".join(failed)
+
+
+def gathered(program, scope, name):
+    var = program.global_block().var(name)
+    whole = np.zeros(var.shape)
+    for rank, part in enumerate(WORLD.allgather(np.asarray(scope[name]))):
+        box = var.layout.box(rank, var.shape)
+        if box is not None:
+            whole[tuple(slice(a, b) for a, b in box)] = part
+    return whole
+
+
+def build():
+    ex.reset_unique_names()
+    main, startup = ex.Program(), ex.Program()
+    with ex.program_guard(main, startup):
+        h = layers.data("x", (BATCH, WIDTH), "float64", append_batch_size=False)
+        t = layers.data("t", (BATCH, WIDTH), "float64", append_batch_size=False)
+        for i in range(DEPTH):
+            h = layers.fc(h, WIDTH, act="tanh", name=f"l{i}")
+        loss = layers.mean(layers.square_error_cost(h, t))
+        ex.Adam(LR).minimize(loss)
+    return main, startup, loss
+
+
+def reference(params, batches):
+    p = {k: v.copy() for k, v in params.items()}
+    m1 = {k: np.zeros_like(v) for k, v in p.items()}
+    m2 = {k: np.zeros_like(v) for k, v in p.items()}
+    b1, b2 = 0.9, 0.999
+    for x, target in batches:
+        acts = [x]
+        for i in range(DEPTH):
+            acts.append(np.tanh(acts[-1] @ p[f"l{i}.w"] + p[f"l{i}.b"]))
+        d = 2 * (acts[-1] - target) / target.size
+        grads = {}
+        for i in reversed(range(DEPTH)):
+            dz = d * (1 - acts[i + 1] ** 2)
+            d = dz @ p[f"l{i}.w"].T
+            grads[f"l{i}.w"], grads[f"l{i}.b"] = acts[i].T @ dz, dz.sum(0)
+        rate = LR * np.sqrt(1 - b2) / (1 - b1)
+        for k, g in grads.items():
+            m1[k] = 0.9 * m1[k] + 0.1 * g
+            m2[k] = 0.999 * m2[k] + 0.001 * g * g
+            p[k] = p[k] - rate * m1[k] / (np.sqrt(m2[k]) + 1e-8)
+        b1, b2 = b1 * 0.9, b2 * 0.999
+    return p
+
+
+@pytest.mark.parametrize("bounded", [False, True])
+def test_the_executor_searches_and_trains_as_numpy(comm, bounded):
+    chain = [Layer(BATCH, WIDTH, WIDTH, True, None, 2)] * DEPTH
+    dp = estimate(chain, SIZE, [data_parallel(SIZE)] * DEPTH, MODEL)
+    bound = 0.95 * dp.memory / 2**20 if bounded else None
+    ex.set_parallel_context(parallel_mode=ex.ParallelMode.AUTO_PARALLEL, comm=comm,
+                            cost_model=MODEL, max_memory_mb=bound)
+    main, startup, loss = build()
+    rng = np.random.default_rng(3)
+    params = {v.name: rng.normal(scale=0.2, size=v.shape)
+              for v in main.global_block().vars.values() if v.is_parameter}
+    batches = [(rng.normal(size=(BATCH, WIDTH)), rng.normal(size=(BATCH, WIDTH)))
+               for _ in range(STEPS)]
+    scope = ex.Scope()
+    ex.Executor().run(startup, scope=scope)
+    for name, value in params.items():
+        scope[name] = value.copy()
+    pe = ex.ParallelExecutor(main, loss_name=loss.name, scope=scope)
+    for x, t in batches:
+        pe.run([loss.name], feed={"x": x, "t": t})
+    pe.close()
+    found = pe.program.auto_parallel
+    expected = reference(params, batches)
+
+    def check():
+        assert found.strategies == search(chain, SIZE, MODEL, max_memory=found.max_memory)[0]
+        if bounded:   # model parallel: every weight split, within the bound
+            assert all(s[1][1] > 1 or s[0][1] > 1 for s in found.strategies), found.strategies
+            assert found.estimate.memory <= bound * 2**20 < dp.memory
+        else:
+            assert found.strategies == [data_parallel(SIZE)] * DEPTH, found.strategies
+        weight = pe.program.global_block().var("l1.w").layout
+        assert (str(weight.placements[-1]) == "R") != bounded, weight
+        for name, value in expected.items():
+            np.testing.assert_allclose(gathered(pe.program, scope, name), value, rtol=1e-10,
+                                       atol=1e-12, err_msg=f"{name} under {found.strategies}")
+    agree(check)
+
+
+def test_an_unsupported_graph_is_a_program_error_on_every_rank(comm):
+    ex.set_parallel_context(parallel_mode=ex.ParallelMode.AUTO_PARALLEL, comm=comm,
+                            cost_model=MODEL)
+    ex.reset_unique_names()
+    main, startup = ex.Program(), ex.Program()
+    with ex.program_guard(main, startup):
+        x = layers.data("x", (8, 6), "float64", append_batch_size=False)
+        a = layers.fc(x, 4, name="a")
+        b = layers.fc(x, 4, name="b")              # a branch, not a chain
+        out = layers.mean(layers.elementwise_add(a, b))
+    try:
+        ex.ParallelExecutor(main, loss_name=out.name, scope=ex.Scope())
+        error = None
+    except ex.ProgramError as exc:
+        error = str(exc)
+    errors = WORLD.allgather(error)
+    assert all(e is not None and e == errors[0] for e in errors), errors
+    assert "op matmul #2 (out matmul_2): it reads 'x', not the previous layer's output" \
+        in errors[0], errors[0]
+    assert "AUTO_PARALLEL searches chains of fc layers" in errors[0]
+
+
+def test_the_calibrated_model_is_the_same_on_every_rank_and_cached(comm, tmp_path_factory,
+                                                                  monkeypatch):
+    from aluminum.executor.sharding import calibrate
+    path = WORLD.bcast(str(tmp_path_factory.mktemp("cal") / "rates.json"))
+    monkeypatch.setenv("AL_AUTO_PARALLEL_FILE", path)
+    first = calibrate.machine_model(comm)
+    models = WORLD.allgather(first)
+    monkeypatch.setattr(calibrate, "measure", lambda *a, **k: 1 / 0)   # cached: not called
+    second = calibrate.machine_model(comm)
+
+    def check():
+        assert all(m == models[0] for m in models), models
+        assert second == first
+        assert first.flops > 0 and first.bandwidth > 0 and first.op > 0 and first.call >= 0 \
+            and first.activation > 0
+        assert (first.alpha, first.beta) == tuple(calibrate.alpha_beta())
+        if RANK == 0:
+            import json
+            assert f"ranks={SIZE},itemsize=8" in json.loads(open(path).read())
+    agree(check)

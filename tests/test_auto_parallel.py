@@ -1,0 +1,150 @@
+"""AUTO_PARALLEL (issue 28 items 5 and 7): the executor searches the strategies itself.
+
+Launched on 2 and 4 ranks: tests/mpi/auto_parallel_ranks.py (training equal to numpy under
+the searched strategies, unbounded and under a memory bound; errors on every rank; the
+calibrated model agreed and cached).  Below, one process: the memory bound in the search
+(equal to brute force, data parallel unbounded and model parallel bounded), the first
+layer's missing input gradient, the fc-chain reader and its errors, the calibration cache.
+"""
+import json
+
+import pytest
+
+import aluminum.executor as ex
+from aluminum.executor import layers
+from aluminum.executor.sharding import calibrate
+from aluminum.executor.sharding.auto import fc_chain, search_program
+from aluminum.executor.sharding.search import (ChainCost, CostModel, Layer, brute_force,
+                                               data_parallel, estimate, search)
+from test_multirank import run_ranks
+
+MODEL = CostModel(alpha=2e-6, beta=2e-10, flops=5e9, bandwidth=1e10, op=5e-6, call=1e-5)
+ADAM_MLP = [Layer(192, 128, 128, True, None, 2)] * 6
+
+
+@pytest.mark.parametrize("ranks", [2, 4])
+def test_auto_parallel_on_ranks(ranks, tmp_path):
+    run_ranks("auto_parallel_ranks.py", ranks, tmp_path)
+
+
+@pytest.mark.parametrize("nranks", [2, 4])
+def test_a_memory_bound_turns_data_parallel_into_model_parallel(nranks):
+    found, _ = search(ADAM_MLP, nranks, MODEL)
+    assert found == [data_parallel(nranks)] * 6
+    dp = estimate(ADAM_MLP, nranks, found, MODEL)
+    bounded, _ = search(ADAM_MLP, nranks, MODEL, max_memory=0.95 * dp.memory)
+    assert all(s[1] != (1, 1) for s in bounded), bounded        # every weight split
+    assert estimate(ADAM_MLP, nranks, bounded, MODEL).memory <= 0.95 * dp.memory
+    with pytest.raises(ex.ProgramError, match="no strategy of the 6 fc layers fits"):
+        search(ADAM_MLP, nranks, MODEL, max_memory=1000)
+
+
+CHAINS = [[Layer(16, 40, 24), Layer(16, 24, 9), Layer(16, 9, 30)],
+          [Layer(32, 64, 64, True, None, 2)] * 4 + [Layer(32, 64, 5, False)],
+          [Layer(64, 16, 48), Layer(64, 48, 48, True, None, 1), Layer(64, 48, 3)]]
+
+
+@pytest.mark.parametrize("index", range(len(CHAINS)))
+@pytest.mark.parametrize("fraction", [0.5, 0.8, 1.0])
+def test_the_bounded_search_equals_brute_force(index, fraction):
+    chain, nranks = CHAINS[index], 4
+    cost = ChainCost(chain, nranks, MODEL)
+    memories = sorted(cost.estimate([s] * len(chain)).memory
+                      for s in range(len(cost.strategies)))
+    bound = memories[0] + fraction * (memories[-1] - memories[0])
+    for tie in (True, False):
+        found, value = search(chain, nranks, MODEL, tie, bound)
+        expected, best = brute_force(chain, nranks, MODEL, tie, bound)
+        assert value == pytest.approx(best, rel=1e-12)
+        assert estimate(chain, nranks, found, MODEL).memory <= bound
+
+
+def test_the_first_layer_pays_no_input_gradient():
+    """A column-parallel layer's input gradient is Partial (an allreduce) -- except the
+    first layer's: its input is data.  One matmul fewer too."""
+    column = ((1, 1), (1, 4))
+    layer = Layer(16, 32, 32)
+    first = estimate([layer], 4, [column], MODEL)
+    cost = ChainCost([layer], 4, MODEL)
+    later = cost.node(layer, cost.strategies.index(column))
+    assert first.collectives == 0 and later.collectives == 1
+    assert later.time - first.time > 2 * 16 * 32 * 32 / 4 / MODEL.flops
+
+
+def program(widths=(6, 5, 3), optimizer=ex.SGD, branch=False, shard=None):
+    ex.reset_unique_names()
+    main, startup = ex.Program(), ex.Program()
+    with ex.program_guard(main, startup):
+        h = layers.data("x", (8, widths[0]), "float64", append_batch_size=False)
+        t = layers.data("t", (8, widths[-1]), "float64", append_batch_size=False)
+        x = h
+        for i, width in enumerate(widths[1:]):
+            h = layers.fc(x if branch and i else h, width, act="tanh" if i == 0 else None,
+                          shard=shard if i == 0 else None)
+        loss = layers.mean(layers.square_error_cost(h, t))
+        optimizer(0.1).minimize(loss)
+    return main
+
+
+def test_the_fc_chain_is_read_from_the_program():
+    chain, matmuls = fc_chain(program(optimizer=ex.Adam, shard=((2, 1), (1, 1))))
+    assert chain == [Layer(8, 6, 5, True, ((2, 1), (1, 1)), 2), Layer(8, 5, 3, False, None, 2)]
+    assert [op.type for op in matmuls] == ["matmul", "matmul"]
+    found = search_program(program(shard=((1, 1), (1, 2))), 2, MODEL)
+    assert found.strategies[0] == ((1, 1), (1, 2))      # a hand strategy is kept
+    assert found.estimate.time > 0 and found.seconds < 1
+
+
+@pytest.mark.parametrize("build, message", [
+    (lambda: program(widths=(6, 5, 5), branch=True), "not the previous layer's output"),
+    (lambda: _with_tail_matmul(), "multiplies or reads a parameter"),
+    (lambda: _softmax_first(), "does not start with an fc layer"),
+])
+def test_unsupported_graphs_name_the_op(build, message):
+    with pytest.raises(ex.ProgramError, match=message) as error:
+        fc_chain(build())
+    assert "AUTO_PARALLEL searches chains of fc layers" in str(error.value)
+    assert str(error.value).startswith("op ")
+
+
+def _with_tail_matmul():
+    main = program()
+    block = main.global_block()
+    block.ops.insert(3, block.ops[3].__class__("matmul", {"X": ["x"], "Y": ["x"]},
+                                                {"Out": ["x2"]}, {}))
+    block.create_var("x2", (8, 8), "float64")
+    ops = block.ops
+    ops.insert(len([o for o in ops if o.attrs.get("op_role") is None]) - 1, ops.pop(3))
+    return main
+
+
+def _softmax_first():
+    ex.reset_unique_names()
+    main, startup = ex.Program(), ex.Program()
+    with ex.program_guard(main, startup):
+        x = layers.data("x", (8, 6), "float64", append_batch_size=False)
+        layers.mean(layers.fc(layers.softmax(x), 3))
+    return main
+
+
+def test_the_calibration_is_cached(tmp_path, monkeypatch):
+    path = tmp_path / "rates.json"
+    monkeypatch.setenv("AL_AUTO_PARALLEL_FILE", str(path))
+    calls = []
+    monkeypatch.setattr(calibrate, "measure", lambda *a, **k: calls.append(1) or
+                        {"flops": 1e9, "bandwidth": 2e9, "op": 3e-6, "call": 0.0,
+                         "activation": 1e-8})
+    first = calibrate.machine_model()
+    assert calibrate.machine_model() == first and len(calls) == 1
+    assert json.loads(path.read_text())["ranks=1,itemsize=8"]["flops"] == 1e9
+    assert (first.flops, first.bandwidth, first.op) == (1e9, 2e9, 3e-6)
+    assert (first.alpha, first.beta) == tuple(calibrate.alpha_beta())
+    calibrate.machine_model(refresh=True)
+    assert len(calls) == 2
+
+
+def test_measure_gives_rates_of_this_machine():
+    rates = calibrate.measure()
+    assert 1e7 < rates["flops"] < 1e14 and 1e7 < rates["bandwidth"] < 1e13
+    assert 0 < rates["op"] < 1e-2 and rates["call"] == 0.0
+    assert 0 < rates["activation"] < 1e-5
