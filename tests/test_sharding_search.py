@@ -26,9 +26,19 @@ def test_the_search_equals_brute_force(nranks, index, tie):
     assert found == expected or cost == pytest.approx(best, rel=1e-12)
 
 
-def test_tied_layers_take_one_decision():
+def test_tied_layers_take_one_decision_a_pair_in_turn():
     found, _ = search([Layer(16, 64, 64)] * 5 + [Layer(16, 64, 3)], 4)
-    assert len(set(found[:5])) == 1
+    assert found[0] == found[2] == found[4] and found[1] == found[3]
+
+
+def test_wide_tied_layers_alternate_column_and_row_parallel():
+    """Megatron's MLP: column-parallel (weights split by columns), then row-parallel (by
+    rows, the input already split), in turn; tying identical layers must not exclude it."""
+    chain = [Layer(16, 1024, 1024)] * 4
+    tied, tied_cost = search(chain, 4)
+    untied, untied_cost = search(chain, 4, tie=False)
+    assert tied_cost == pytest.approx(untied_cost, rel=1e-12)
+    assert [str(s) for s in tied] == ["((1, 1), (1, 4))", "((1, 4), (4, 1))"] * 2
 
 
 @pytest.mark.parametrize("depth, untied_limit, tied_limit", [(64, 1.0, 1.0), (256, 5.0, 5.0)])

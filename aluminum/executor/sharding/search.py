@@ -20,8 +20,9 @@ gradients + optimizer state + the forward's activations (every forward tensor's 
 largest, redistributed copies included): it adds up over nodes and edges.
 
 The search is dynamic programming over the chain (MindSpore's elimination of a linear cost
-graph: a chain contracts to one edge), with consecutive identical layers tied to one
-decision.  Under a memory bound the state is (last strategy, memory) and each state keeps
+graph: a chain contracts to one edge), with a run of consecutive identical layers tied to
+one decision: a pair of strategies its layers take in turn (so Megatron's column-parallel,
+row-parallel alternation is one decision, as one repeated block is in MindSpore).  Under a memory bound the state is (last strategy, memory) and each state keeps
 its Pareto front of (time, memory); ``brute_force`` enumerates the same costs, to check it.
 """
 from __future__ import annotations
@@ -213,6 +214,20 @@ def groups(layers, tie: bool) -> list[list[int]]:
     return runs
 
 
+def patterns(run: list[int], count: int) -> list[tuple[int, ...]]:
+    """The decisions of a run of tied layers: the strategy of a lone layer, or the pair of
+    strategies a longer run's layers take in turn (the k-th layer ``pattern[k % 2]``)."""
+    if len(run) == 1:
+        return [(s,) for s in range(count)]
+    return list(itertools.product(range(count), repeat=2))
+
+
+def _expand(runs, picks) -> list[int]:
+    """One strategy index per layer from one pattern per run."""
+    return [pattern[k % len(pattern)] for run, pattern in zip(runs, picks)
+            for k in range(len(run))]
+
+
 def _pareto(options):
     """The (time, memory, path) options no other beats in both time and memory."""
     front, least = [], math.inf
@@ -239,47 +254,53 @@ def search(layers, nranks: int, model: CostModel = CostModel(), tie: bool = True
     front per state); ``ProgramError`` if none does."""
     cost = ChainCost(layers, nranks, model)
     runs = groups(cost.layers, tie)
-    options = range(len(cost.strategies))
+    count = len(cost.strategies)
 
-    def inner(run, s):
+    def inner(run, pattern):
+        """The run's nodes and the edges inside it, its layers taking ``pattern`` in turn."""
         layer = cost.layers[run[0]]
-        total = cost.node(layer, s, run[0] == 0) + cost.node(layer, s) * (len(run) - 1)
-        return total + cost.edge(layer, s, layer, s) * (len(run) - 1)
+        picks = [pattern[k % len(pattern)] for k in range(len(run))]
+        total = cost.node(layer, picks[0], run[0] == 0)
+        for s, t in zip(picks, picks[1:]):
+            total = total + cost.node(layer, t) + cost.edge(layer, s, layer, t)
+        return total
+
+    def last(run, pattern) -> int:
+        return pattern[(len(run) - 1) % len(pattern)]
 
     if max_memory is None:
-        best = {s: (inner(runs[0], s).time, (s,)) for s in options}
+        best = {p: (inner(runs[0], p).time, (p,)) for p in patterns(runs[0], count)}
         for previous, run in zip(runs, runs[1:]):
             a, b = cost.layers[previous[-1]], cost.layers[run[0]]
-            best = {t: min(((value + cost.edge(a, s, b, t).time + inner(run, t).time,
-                             path + (t,)) for s, (value, path) in best.items()),
-                           key=lambda x: x[0])
-                    for t in options}
+            best = {q: min(((value + cost.edge(a, last(previous, path[-1]), b, q[0]).time
+                             + inner(run, q).time, path + (q,))
+                            for value, path in best.values()), key=lambda x: x[0])
+                    for q in patterns(run, count)}
         value, path = min(best.values(), key=lambda x: x[0])
     else:
         fronts = {}
-        for s in options:
-            first = inner(runs[0], s)
-            fronts[s] = [(first.time, first.memory, (s,))] if first.memory <= max_memory \
+        for p in patterns(runs[0], count):
+            first = inner(runs[0], p)
+            fronts[p] = [(first.time, first.memory, (p,))] if first.memory <= max_memory \
                 else []
         for previous, run in zip(runs, runs[1:]):
             a, b = cost.layers[previous[-1]], cost.layers[run[0]]
             new = {}
-            for t in options:
-                own = inner(run, t)
+            for q in patterns(run, count):
+                own = inner(run, q)
                 found = []
-                for s, front in fronts.items():
-                    step = own + cost.edge(a, s, b, t)
-                    found += [(value + step.time, memory + step.memory, path + (t,))
+                for p, front in fronts.items():
+                    step = own + cost.edge(a, last(previous, p), b, q[0])
+                    found += [(value + step.time, memory + step.memory, path + (q,))
                               for value, memory, path in front
                               if memory + step.memory <= max_memory]
-                new[t] = _pareto(found)
+                new[q] = _pareto(found)
             fronts = new
         every = [option for front in fronts.values() for option in front]
         if not every or math.isinf(min(o[0] for o in every)):
             raise _bound_error(cost, runs, max_memory)
         value, _, path = min(every, key=lambda x: x[0])
-    choice = [s for run, s in zip(runs, path) for _ in run]
-    return [cost.strategies[s] for s in choice], value
+    return [cost.strategies[s] for s in _expand(runs, path)], value
 
 
 def brute_force(layers, nranks: int, model: CostModel = CostModel(), tie: bool = True,
@@ -288,8 +309,8 @@ def brute_force(layers, nranks: int, model: CostModel = CostModel(), tie: bool =
     cost = ChainCost(layers, nranks, model)
     runs = groups(cost.layers, tie)
     best = (math.inf, None)
-    for pick in itertools.product(range(len(cost.strategies)), repeat=len(runs)):
-        choice = [s for run, s in zip(runs, pick) for _ in run]
+    for picks in itertools.product(*(patterns(run, len(cost.strategies)) for run in runs)):
+        choice = _expand(runs, picks)
         estimate = cost.estimate(choice)
         if max_memory is not None and estimate.memory > max_memory:
             continue
