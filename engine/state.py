@@ -93,3 +93,14 @@ class State:
         the arguments bound; a state whose call has parts fixed by its arguments (an MPI
         datatype, a buffer spec) returns one with them made once."""
         return functools.partial(cls.run_blocking, *args)
+
+    @classmethod
+    def array_call(cls, *args):
+        """``run_blocking`` with everything but the buffers decided for ``args`` (the
+        State's constructor arguments): a callable taking the flat host arrays of the
+        distinct buffers among ``args``, in argument order (an in-place operation's one
+        buffer once), and running the blocking call on them; what a call on new arrays of
+        the kind ``args`` were checked to be runs (aluminum/recall.py).  None (the default,
+        also where a run must read more than its arrays): such calls take ``run_blocking``
+        on new arguments."""
+        return None
