@@ -56,6 +56,7 @@ CONTEXTS_PER_OP = 8        # (communicator, stream, options) kept per op
 _OWNDATA = 0x0004          # NPY_ARRAY_OWNDATA in ``ndarray.flags.num``
 
 _recent: dict[str, list[_Entry]] = {}
+_firsts: dict[str, set[int]] = {}   # per op: ids of the first objects of _recent's entries
 _kinds: dict[str, list[_Context]] = {}
 
 
@@ -65,7 +66,8 @@ def call_blocking(op: str, objects: tuple, comm, stream, options: tuple,
     (everything else validation depends on, compared by value, and fixing how many objects
     there are); ``make(*args)`` validates and builds its plan where nothing is found (a
     function and its arguments rather than a closure: making a closure over every argument
-    costs a fresh cell per argument on every call)."""
+    costs a fresh cell per argument on every call).  The lookups of ``_find`` are written
+    out here for the two common cases, each a function call fewer on every call."""
     entries = _recent.get(op)
     if entries:
         entry = entries[0]   # the common case first: a repeat of the op's latest call
@@ -76,11 +78,18 @@ def call_blocking(op: str, objects: tuple, comm, stream, options: tuple,
             if request is None or request._done:
                 plan.run()
                 return
-    found = _find(op, objects, comm, stream, options, make, args)
-    if found.__class__ is _Kind:
-        found.run(objects)
-    else:
-        found.run()
+        if objects and id(objects[0]) in _firsts[op]:
+            found = _find(op, objects, comm, stream, options, make, args)
+            if found.__class__ is _Kind:
+                found.run(objects)
+            else:
+                found.run()
+            return
+    kind = _kept(op, objects, comm, stream, options)
+    if kind is not None:
+        kind.run(objects)
+        return
+    _made(op, objects, comm, stream, options, make, args).run()
 
 
 def call_nonblocking(op: str, objects: tuple, comm, stream, options: tuple,
@@ -108,40 +117,67 @@ def _find(op, objects, comm, stream, options, make, args):
                     entries.insert(0, entries.pop(index))
                 return plan
             index += 1
-    key = _signature(objects)
-    context = None
-    if key is not None:
-        for context in _kinds.get(op, ()):
-            if context.comm is comm and context.stream is stream \
-                    and context.options == options:
-                kind = context.kinds.get(key)
-                if kind is not None and not comm.freed and (
-                        len(key) != 6 or key[2] & key[5] & _OWNDATA or _disjoint(objects)):
-                    last = kind.last
-                    if not (last and last[0] is objects[0]
-                            and all(map(operator.is_, objects, last))):
-                        kind.last = objects
-                        return kind
-                    # the same arrays twice in a row: a plan of their own (below), found
-                    # at level 1 from now on
-                break
+    kind = _kept(op, objects, comm, stream, options)
+    if kind is not None:
+        return kind
+    return _made(op, objects, comm, stream, options, make, args)
+
+
+def _kept(op, objects, comm, stream, options):
+    """The kept kind of a call on new arrays, ready to run on them; None where there is
+    none, the arrays may overlap, the communicator was freed, or the arrays are those of
+    the kind's latest call (twice in a row: they get a plan of their own, ``_made``)."""
+    contexts = _kinds.get(op)
+    if not contexts:
+        return None
+    if len(objects) == 2:
+        a, b = objects
+        if type(a) is not np.ndarray or type(b) is not np.ndarray or a is b:
+            key = _signature(objects)
+            if key is None:
+                return None
         else:
-            context = None
+            key = (a.dtype, a.shape, a.flags.num, b.dtype, b.shape, b.flags.num)
+    else:
+        key = _signature(objects)
+        if key is None:
+            return None
+    for context in contexts:
+        if context.comm is comm and context.stream is stream and context.options == options:
+            kind = context.kinds.get(key)
+            if kind is None or comm.freed:
+                return None
+            if len(key) == 6 and not key[2] & key[5] & _OWNDATA and not _disjoint(objects):
+                return None
+            last = kind.last
+            if last and last[0] is objects[0] and all(map(operator.is_, objects, last)):
+                return None
+            kind.last = objects
+            return kind
+    return None
+
+
+def _made(op, objects, comm, stream, options, make, args) -> Plan:
+    """The new plan of a call (``make(*args)`` validates), remembered, its kind kept."""
     plan = make(*args)
     _remember(op, objects, comm, stream, options, plan)
-    if key is not None:
-        kind = _Kind.of(plan, objects)
-        if kind is not None:
-            if context is None:
-                contexts = _kinds.setdefault(op, [])
-                context = _Context(comm, stream, options)
-                contexts.insert(0, context)
-                del contexts[CONTEXTS_PER_OP:]
-            kinds = context.kinds
-            kinds.pop(key, None)
-            if len(kinds) >= KINDS_PER_CONTEXT:
-                del kinds[next(iter(kinds))]     # the oldest kind
-            kinds[key] = kind
+    kind = _Kind.of(plan, objects) if _signature(objects) is not None else None
+    if kind is not None:
+        contexts = _kinds.setdefault(op, [])
+        for context in contexts:
+            if context.comm is comm and context.stream is stream \
+                    and context.options == options:
+                break
+        else:
+            context = _Context(comm, stream, options)
+            contexts.insert(0, context)
+            del contexts[CONTEXTS_PER_OP:]
+        kinds = context.kinds
+        key = _signature(objects)
+        kinds.pop(key, None)
+        if len(kinds) >= KINDS_PER_CONTEXT:
+            del kinds[next(iter(kinds))]     # the oldest kind
+        kinds[key] = kind
     return plan
 
 
@@ -151,10 +187,12 @@ def forget(comm=None) -> None:
     all, so a remembered algorithm choice never outlives the table."""
     if comm is None:
         _recent.clear()
+        _firsts.clear()
         _kinds.clear()
         return
-    for entries in _recent.values():
+    for op, entries in _recent.items():
         entries[:] = [entry for entry in entries if entry.comm is not comm]
+        _firsts[op] = {id(entry.first) for entry in entries}
     for contexts in _kinds.values():
         contexts[:] = [context for context in contexts if context.comm is not comm]
 
@@ -180,6 +218,7 @@ def _remember(op, objects, comm, stream, options, plan) -> None:
         first = objects[0] if objects else None
         entries.insert(0, _Entry(first, same, comm, stream, options, plan))
         del entries[RECENT_PER_OP:]
+        _firsts[op] = {id(entry.first) for entry in entries}   # (entries keep them alive)
 
 
 class _Context:
@@ -205,13 +244,15 @@ class _Kind:
     """One kind of call, decided once: the plan's arguments with every buffer replaced by a
     slot (``template``), what each object's Buffer was found to be, the State classes
     chosen (shared with every plan of the kind) and, where the blocking State has one, its
-    ``array_call`` (``direct``: run on the new arrays themselves, in ``order``).
+    ``array_call`` (``direct``: run on the new arrays themselves, in ``order``; what it
+    raises becomes the State's ``call_error``).
     ``run(objects)`` and ``start(objects)`` do what a new plan's first ``run()`` and
     ``start()`` would; ``op`` and ``algorithm`` name it to the stall monitor as a plan's
     do."""
 
     __slots__ = ("comm", "op", "algo", "nbytes", "inplace", "classes", "template",
-                 "buffers", "positions", "nested", "arrivals", "direct", "order", "last")
+                 "buffers", "positions", "nested", "arrivals", "direct", "call_error",
+                 "order", "last")
 
     @classmethod
     def of(cls, plan: Plan, objects: tuple) -> _Kind | None:
@@ -238,7 +279,9 @@ class _Kind:
         kind.order = tuple(dict.fromkeys(index for _, index in kind.positions))
         kind.direct = None
         if not kind.nested and all(objects[index].ndim == 1 for index in kind.order):
-            kind.direct = dispatch.array_runner(plan.comm, kind.state_class(False), plan.args)
+            state_class = kind.state_class(False)
+            kind.direct = dispatch.array_runner(plan.comm, state_class, plan.args)
+            kind.call_error = state_class.call_error
         return kind
 
     def bind(self, objects: tuple) -> tuple:
@@ -265,29 +308,30 @@ class _Kind:
         return self.state_class(False).name
 
     def run(self, objects: tuple) -> None:
+        direct = self.direct
         arrivals = self.arrivals
-        if self.direct is None:
+        if direct is None:
             self._run_bound(objects, arrivals)
             return
-        if arrivals is None:
-            wait_started(self.comm)
-            self._run_direct(objects)
-            return
-        arrivals.inside = (arrivals.arrive(), self)   # (for the stall monitor)
+        if arrivals is not None:
+            arrivals.inside = (arrivals.arrive(), self)   # (for the stall monitor)
         try:
             wait_started(self.comm)
-            self._run_direct(objects)
+            order = self.order
+            if len(order) == 2:
+                direct(objects[order[0]], objects[order[1]])
+            elif len(order) == 1:
+                direct(objects[order[0]])
+            else:
+                direct(*[objects[index] for index in order])
+        except Exception as exc:   # (free in Python 3.11 unless raised)
+            error = self.call_error(exc)
+            if error is None:
+                raise
+            raise error from exc
         finally:
-            arrivals.inside = None
-
-    def _run_direct(self, objects: tuple) -> None:
-        order = self.order
-        if len(order) == 2:
-            self.direct(objects[order[0]], objects[order[1]])
-        elif len(order) == 1:
-            self.direct(objects[order[0]])
-        else:
-            self.direct(*[objects[index] for index in order])
+            if arrivals is not None:
+                arrivals.inside = None
 
     def _run_bound(self, objects: tuple, arrivals) -> None:
         arguments = self.bind(objects)

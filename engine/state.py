@@ -102,5 +102,12 @@ class State:
         buffer once), and running the blocking call on them; what a call on new arrays of
         the kind ``args`` were checked to be runs (aluminum/recall.py).  None (the default,
         also where a run must read more than its arrays): such calls take ``run_blocking``
-        on new arguments."""
+        on new arguments.  The callable may raise its library's own exceptions: the caller
+        raises ``call_error``'s instead (a frame fewer than a wrapper, on every call)."""
+        return None
+
+    @classmethod
+    def call_error(cls, exc: Exception) -> Exception | None:
+        """The error to raise for ``exc``, raised by an ``array_call`` callable; None:
+        ``exc`` itself (the default)."""
         return None

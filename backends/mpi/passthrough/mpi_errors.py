@@ -22,8 +22,9 @@ def operation_error(name: str, exc: MPI.Exception) -> OperationError:
 
 
 def wrap_mpi_errors(cls: type) -> type:
-    """Make ``cls.run_blocking`` and the calls ``cls.blocking_call`` and ``cls.array_call``
-    return raise ``operation_error`` instead of ``MPI.Exception``."""
+    """Make ``cls.run_blocking`` and the calls ``cls.blocking_call`` returns raise
+    ``operation_error`` instead of ``MPI.Exception``, and ``cls.call_error`` name that
+    error for what the calls ``cls.array_call`` returns raise."""
     run_blocking = cls.run_blocking
 
     @functools.wraps(run_blocking)
@@ -48,20 +49,6 @@ def wrap_mpi_errors(cls: type) -> type:
         return checked_call
 
     cls.blocking_call = staticmethod(checked_blocking_call)
-    make_array_call = cls.array_call
-
-    @functools.wraps(make_array_call)
-    def checked_array_call(*args):
-        call = make_array_call(*args)
-        if call is None:
-            return None
-
-        def checked_call(*arrays):
-            try:
-                call(*arrays)
-            except MPI.Exception as exc:
-                raise operation_error(cls.name, exc) from exc
-        return checked_call
-
-    cls.array_call = staticmethod(checked_array_call)
+    cls.call_error = staticmethod(
+        lambda exc: operation_error(cls.name, exc) if isinstance(exc, MPI.Exception) else None)
     return cls
