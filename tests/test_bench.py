@@ -463,7 +463,8 @@ def test_allreduce_scripts_run_on_two_ranks_and_check_their_sums(script, args, r
     ("timeline.py", ["--batch", "4", "--steps", "2"],
      ["communication |", "fused_allreduce", "while compute ops ran on another stream"]),
     ("call_floor.py", ["--iters", "20", "--rounds", "1"],
-     ["allreduce out of place", "python floor", "start().wait()", "al.barrier"])])
+     ["allreduce out of place", "python floor", "start().wait()", "al.barrier",
+      "allreduce out of place, new buffers", "nonblocking().wait()"])])
 def test_training_and_call_cost_scripts_run_on_two_ranks(script, args, rows):
     path = Path(__file__).resolve().parent.parent / "bench" / script
     cmd = [sys.executable, "-m", "aluminum.run", "-n", "2", str(path), *args]
