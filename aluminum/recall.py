@@ -70,15 +70,16 @@ def call_blocking(op: str, objects: tuple, comm, stream, options: tuple,
     out here for the two common cases, each a function call fewer on every call."""
     entries = _recent.get(op)
     if entries:
+        first = objects[0] if objects else None
         entry = entries[0]   # the common case first: a repeat of the op's latest call
-        if entry.comm is comm and entry.stream is stream and entry.options == options \
-                and entry.same(objects):
+        if entry.first is first and entry.comm is comm and entry.stream is stream \
+                and entry.options == options and entry.same(objects):
             plan = entry.plan
             request = plan._request
             if request is None or request._done:
                 plan.run()
                 return
-        if objects and id(objects[0]) in _firsts[op]:
+        if id(first) in _firsts[op]:
             found = _find(op, objects, comm, stream, options, make, args)
             if found.__class__ is _Kind:
                 found.run(objects)
