@@ -148,7 +148,10 @@ def _kept(op, objects, comm, stream, options):
             kind = context.kinds.get(key)
             if kind is None or comm.freed:
                 return None
-            if len(key) == 6 and not key[2] & key[5] & _OWNDATA and not _disjoint(objects):
+            if len(key) == 6:   # two distinct arrays: free when both own their memory
+                if not key[2] & key[5] & _OWNDATA and not _disjoint(objects):
+                    return None
+            elif len(key) == 2 and not _disjoint(objects):   # any number of arrays
                 return None
             last = kind.last
             if last and last[0] is objects[0] and all(map(operator.is_, objects, last)):
@@ -407,7 +410,7 @@ def _signature(objects: tuple):
         if type(a) is np.ndarray:
             return a.dtype, a.shape, a.flags.num
         return None
-    if len(objects) == 2:
+    if len(objects) == 2 and objects[0] is not None:
         a, b = objects
         if type(a) is not np.ndarray:
             return None

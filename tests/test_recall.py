@@ -158,3 +158,14 @@ def test_another_size_dtype_or_layout_gets_its_own_decision(comm):
     with pytest.raises(al.BufferError, match="recvbuf: expected a C-contiguous"):
         al.allreduce(np.ones(4), comm, recvbuf=strided)
     np.testing.assert_array_equal(strided, np.zeros(4))
+
+
+def test_overlap_is_checked_among_any_number_of_new_arrays(comm):
+    """multisendrecv's receive buffers must not overlap its send buffers: a kind first
+    seen with disjoint views still rejects overlapping ones."""
+    disjoint = np.zeros(4)
+    al.multisendrecv([(disjoint[:2], 0)], [(disjoint[2:], 0)], comm)
+    other = np.arange(4.0)
+    with pytest.raises(al.BufferError, match="overlaps"):
+        al.multisendrecv([(other[:2], 0)], [(other[1:3], 0)], comm)
+    np.testing.assert_array_equal(other, np.arange(4.0))
