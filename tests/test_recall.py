@@ -163,9 +163,12 @@ def test_another_size_dtype_or_layout_gets_its_own_decision(comm):
 def test_overlap_is_checked_among_any_number_of_new_arrays(comm):
     """multisendrecv's receive buffers must not overlap its send buffers: a kind first
     seen with disjoint views still rejects overlapping ones."""
+    def blocks(array, *starts):
+        return [(array[start:start + 1], 0) for start in starts]
+
     disjoint = np.zeros(4)
-    al.multisendrecv([(disjoint[:2], 0)], [(disjoint[2:], 0)], comm)
+    al.multisendrecv(blocks(disjoint, 0, 1), blocks(disjoint, 2, 3), comm)
     other = np.arange(4.0)
     with pytest.raises(al.BufferError, match="overlaps"):
-        al.multisendrecv([(other[:2], 0)], [(other[1:3], 0)], comm)
+        al.multisendrecv(blocks(other, 0, 1), blocks(other, 1, 3), comm)
     np.testing.assert_array_equal(other, np.arange(4.0))
