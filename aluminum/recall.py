@@ -51,7 +51,8 @@ from .plan import Plan
 
 RECENT_PER_OP = 4
 KINDS_PER_CONTEXT = 32     # kinds of arrays kept per (op, communicator, stream, options)
-CONTEXTS_PER_OP = 8        # (communicator, stream, options) kept per op
+CONTEXTS_PER_OP = RECENT_PER_OP   # (communicator, stream, options) kept per op: each holds
+                                 # its communicator, as a remembered call does
 
 _OWNDATA = 0x0004          # NPY_ARRAY_OWNDATA in ``ndarray.flags.num``
 
