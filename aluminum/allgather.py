@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from .plan import Plan
-from .recall import layout, recall
+from .recall import layout, call_blocking, call_nonblocking
 from .validate import (block_count, check_comm, check_stream, counts_arg, disjoint_layout,
                        displs_arg, expect_at_least, expect_count, in_place_or_pair,
                        layout_extent)
@@ -21,15 +21,15 @@ def allgather(buf, comm, stream=None, *, recvbuf=None, algo: str = "automatic") 
     Blocking: returns when the result is in place; on stream-bound backends, once the work
     is enqueued on ``stream``.
     """
-    recall("allgather", (buf, recvbuf), comm, stream, (algo,),
-           _allgather, buf, comm, stream, recvbuf, algo).run()
+    call_blocking("allgather", (buf, recvbuf), comm, stream, (algo,),
+                  _allgather, buf, comm, stream, recvbuf, algo)
 
 
 def nonblocking_allgather(buf, comm, stream=None, *, recvbuf=None, algo: str = "automatic"):
     """Start ``allgather`` and return a ``Request``; buffers must not be touched until it
     completes."""
-    return recall("allgather", (buf, recvbuf), comm, stream, (algo,),
-                  _allgather, buf, comm, stream, recvbuf, algo).start()
+    return call_nonblocking("allgather", (buf, recvbuf), comm, stream, (algo,),
+                            _allgather, buf, comm, stream, recvbuf, algo)
 
 
 def allgather_init(buf, comm, stream=None, *, recvbuf=None, algo: str = "automatic") -> Plan:
@@ -50,16 +50,17 @@ def allgatherv(buf, counts, displs, comm, stream=None, *, recvbuf=None,
     place ``buf`` is the result buffer and this rank's contribution is read from its own
     block at ``displs[rank]``.  Blocking as ``allgather``.
     """
-    recall("allgatherv", (buf, recvbuf), comm, stream, (algo, layout(counts), layout(displs)),
-           _allgatherv, buf, counts, displs, comm, stream, recvbuf, algo).run()
+    call_blocking("allgatherv", (buf, recvbuf), comm, stream,
+                  (algo, layout(counts), layout(displs)),
+                  _allgatherv, buf, counts, displs, comm, stream, recvbuf, algo)
 
 
 def nonblocking_allgatherv(buf, counts, displs, comm, stream=None, *, recvbuf=None,
                            algo: str = "automatic"):
     """Start ``allgatherv`` and return a ``Request``."""
-    return recall("allgatherv",
-                  (buf, recvbuf), comm, stream, (algo, layout(counts), layout(displs)),
-                  _allgatherv, buf, counts, displs, comm, stream, recvbuf, algo).start()
+    return call_nonblocking("allgatherv", (buf, recvbuf), comm, stream,
+                            (algo, layout(counts), layout(displs)),
+                            _allgatherv, buf, counts, displs, comm, stream, recvbuf, algo)
 
 
 def allgatherv_init(buf, counts, displs, comm, stream=None, *, recvbuf=None,

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from .core.reduction import ReductionOp
 from .plan import Plan
-from .recall import recall
+from .recall import call_blocking, call_nonblocking
 from .validate import (check_comm, check_stream, expect_count, input_buffer, output_buffer,
                        reduction_op, same_or_disjoint)
 
@@ -20,16 +20,16 @@ def allreduce(buf, comm, stream=None, *, op=ReductionOp.SUM, recvbuf=None,
     enqueued on ``stream`` (default: the communicator's); on the MPI backend it returns when
     the result is in place.
     """
-    recall("allreduce", (buf, recvbuf), comm, stream, (op, algo),
-           _allreduce, buf, comm, stream, op, recvbuf, algo).run()
+    call_blocking("allreduce", (buf, recvbuf), comm, stream, (op, algo),
+                  _allreduce, buf, comm, stream, op, recvbuf, algo)
 
 
 def nonblocking_allreduce(buf, comm, stream=None, *, op=ReductionOp.SUM, recvbuf=None,
                           algo: str = "automatic"):
     """Start ``allreduce`` and return a ``Request``; buffers must not be touched until it
     completes (``req.wait()`` or ``req.test()``)."""
-    return recall("allreduce", (buf, recvbuf), comm, stream, (op, algo),
-                  _allreduce, buf, comm, stream, op, recvbuf, algo).start()
+    return call_nonblocking("allreduce", (buf, recvbuf), comm, stream, (op, algo),
+                            _allreduce, buf, comm, stream, op, recvbuf, algo)
 
 
 def allreduce_init(buf, comm, stream=None, *, op=ReductionOp.SUM, recvbuf=None,

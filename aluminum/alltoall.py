@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from .plan import Plan
-from .recall import layout, recall
+from .recall import layout, call_blocking, call_nonblocking
 from .core.errors import ArgumentError
 from .validate import (block_count, check_comm, check_stream, counts_arg, disjoint_layout,
                        displs_arg, expect_at_least, expect_count, in_place_or_pair,
@@ -21,15 +21,15 @@ def alltoall(buf, comm, stream=None, *, recvbuf=None, algo: str = "automatic") -
     them.  Blocking: returns when the result is in place; on stream-bound backends, once the
     work is enqueued on ``stream``.
     """
-    recall("alltoall", (buf, recvbuf), comm, stream, (algo,),
-           _alltoall, buf, comm, stream, recvbuf, algo).run()
+    call_blocking("alltoall", (buf, recvbuf), comm, stream, (algo,),
+                  _alltoall, buf, comm, stream, recvbuf, algo)
 
 
 def nonblocking_alltoall(buf, comm, stream=None, *, recvbuf=None, algo: str = "automatic"):
     """Start ``alltoall`` and return a ``Request``; buffers must not be touched until it
     completes."""
-    return recall("alltoall", (buf, recvbuf), comm, stream, (algo,),
-                  _alltoall, buf, comm, stream, recvbuf, algo).start()
+    return call_nonblocking("alltoall", (buf, recvbuf), comm, stream, (algo,),
+                            _alltoall, buf, comm, stream, recvbuf, algo)
 
 
 def alltoall_init(buf, comm, stream=None, *, recvbuf=None, algo: str = "automatic") -> Plan:
@@ -54,9 +54,9 @@ def alltoallv(buf, send_counts, send_displs, recv_counts, recv_displs, comm, str
     """
     layouts = (layout(send_counts), layout(send_displs), layout(recv_counts),
                layout(recv_displs))
-    recall("alltoallv", (buf, recvbuf), comm, stream, (algo, *layouts),
-           _alltoallv, buf, send_counts, send_displs, recv_counts, recv_displs, comm,
-                              stream, recvbuf, algo).run()
+    call_blocking("alltoallv", (buf, recvbuf), comm, stream, (algo, *layouts),
+                  _alltoallv, buf, send_counts, send_displs, recv_counts, recv_displs, comm,
+                  stream, recvbuf, algo)
 
 
 def nonblocking_alltoallv(buf, send_counts, send_displs, recv_counts, recv_displs, comm,
@@ -64,9 +64,9 @@ def nonblocking_alltoallv(buf, send_counts, send_displs, recv_counts, recv_displ
     """Start ``alltoallv`` and return a ``Request``."""
     layouts = (layout(send_counts), layout(send_displs), layout(recv_counts),
                layout(recv_displs))
-    return recall("alltoallv", (buf, recvbuf), comm, stream, (algo, *layouts),
-                  _alltoallv, buf, send_counts, send_displs, recv_counts, recv_displs,
-                                     comm, stream, recvbuf, algo).start()
+    return call_nonblocking("alltoallv", (buf, recvbuf), comm, stream, (algo, *layouts),
+                            _alltoallv, buf, send_counts, send_displs, recv_counts, recv_displs,
+                            comm, stream, recvbuf, algo)
 
 
 def alltoallv_init(buf, send_counts, send_displs, recv_counts, recv_displs, comm, stream=None, *,

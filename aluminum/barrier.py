@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from .plan import Plan
-from .recall import recall
+from .recall import call_blocking, call_nonblocking
 from .validate import check_comm, check_stream
 
 __all__ = ["barrier", "nonblocking_barrier", "barrier_init"]
@@ -14,14 +14,14 @@ def barrier(comm, stream=None, *, algo: str = "automatic") -> None:
     On the MPI backend the call blocks the host; on stream-bound backends it is enqueued on
     ``stream`` (default: the communicator's) and orders that stream's later work after it.
     """
-    recall("barrier", (), comm, stream, (algo,),
-           _barrier, comm, stream, algo).run()
+    call_blocking("barrier", (), comm, stream, (algo,),
+                  _barrier, comm, stream, algo)
 
 
 def nonblocking_barrier(comm, stream=None, *, algo: str = "automatic"):
     """Enter the barrier and return a ``Request`` that completes once every rank entered."""
-    return recall("barrier", (), comm, stream, (algo,),
-                  _barrier, comm, stream, algo).start()
+    return call_nonblocking("barrier", (), comm, stream, (algo,),
+                            _barrier, comm, stream, algo)
 
 
 def barrier_init(comm, stream=None, *, algo: str = "automatic") -> Plan:

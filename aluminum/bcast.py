@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from .plan import Plan
-from .recall import recall
+from .recall import call_blocking, call_nonblocking
 from .validate import check_comm, check_stream, input_buffer, output_buffer, rank_in_range
 
 __all__ = ["bcast", "nonblocking_bcast", "bcast_init"]
@@ -15,15 +15,15 @@ def bcast(buf, comm, stream=None, *, root: int = 0, algo: str = "automatic") -> 
     may be read-only), every other rank's is overwritten.  Blocking: returns when this
     rank's part is done; on stream-bound backends, once the work is enqueued on ``stream``.
     """
-    recall("bcast", (buf,), comm, stream, (root, algo),
-           _bcast, buf, comm, stream, root, algo).run()
+    call_blocking("bcast", (buf,), comm, stream, (root, algo),
+                  _bcast, buf, comm, stream, root, algo)
 
 
 def nonblocking_bcast(buf, comm, stream=None, *, root: int = 0, algo: str = "automatic"):
     """Start ``bcast`` and return a ``Request``; ``buf`` must not be touched until it
     completes."""
-    return recall("bcast", (buf,), comm, stream, (root, algo),
-                  _bcast, buf, comm, stream, root, algo).start()
+    return call_nonblocking("bcast", (buf,), comm, stream, (root, algo),
+                            _bcast, buf, comm, stream, root, algo)
 
 
 def bcast_init(buf, comm, stream=None, *, root: int = 0, algo: str = "automatic") -> Plan:

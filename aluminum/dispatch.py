@@ -49,3 +49,13 @@ def blocking_runner(comm, state_class: type, args: tuple):
     if trace.ENABLED or checks_enabled() or comm.backend.uses_streams:
         return None
     return state_class.blocking_call(comm, *args)
+
+
+def array_runner(comm, state_class: type, args: tuple):
+    """What blocking runs on new arrays of the kind ``args`` were checked to be may call
+    instead of ``run`` (after ``progress.wait_started``): ``state_class.array_call`` for
+    ``args``; None where every run must take ``run``'s path (as ``blocking_runner``) or
+    the state has no such call."""
+    if trace.ENABLED or checks_enabled() or comm.backend.uses_streams:
+        return None
+    return state_class.array_call(comm, *args)

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from .plan import Plan
-from .recall import layout, recall
+from .recall import layout, call_blocking, call_nonblocking
 from .validate import (block_count, check_comm, check_stream, counts_arg, disjoint_layout,
                        displs_arg, expect_at_least, expect_count, in_place_or_pair,
                        input_buffer, layout_extent, rank_in_range)
@@ -23,16 +23,16 @@ def gather(buf, comm, stream=None, *, root: int = 0, recvbuf=None,
     Blocking: returns when this rank's part is done; on stream-bound backends, once the
     work is enqueued on ``stream``.
     """
-    recall("gather", (buf, recvbuf), comm, stream, (root, algo),
-           _gather, buf, comm, stream, root, recvbuf, algo).run()
+    call_blocking("gather", (buf, recvbuf), comm, stream, (root, algo),
+                  _gather, buf, comm, stream, root, recvbuf, algo)
 
 
 def nonblocking_gather(buf, comm, stream=None, *, root: int = 0, recvbuf=None,
                        algo: str = "automatic"):
     """Start ``gather`` and return a ``Request``; buffers must not be touched until it
     completes."""
-    return recall("gather", (buf, recvbuf), comm, stream, (root, algo),
-                  _gather, buf, comm, stream, root, recvbuf, algo).start()
+    return call_nonblocking("gather", (buf, recvbuf), comm, stream, (root, algo),
+                            _gather, buf, comm, stream, root, recvbuf, algo)
 
 
 def gather_init(buf, comm, stream=None, *, root: int = 0, recvbuf=None,
@@ -55,16 +55,17 @@ def gatherv(buf, counts, displs, comm, stream=None, *, root: int = 0, recvbuf=No
     root's ``recvbuf`` holds at least that many; elements outside the blocks are left
     untouched.  ``recvbuf`` is ignored on non-root ranks.  Blocking as ``gather``.
     """
-    recall("gatherv", (buf, recvbuf), comm, stream, (root, algo, layout(counts), layout(displs)),
-           _gatherv, buf, counts, displs, comm, stream, root, recvbuf, algo).run()
+    call_blocking("gatherv", (buf, recvbuf), comm, stream,
+                  (root, algo, layout(counts), layout(displs)),
+                  _gatherv, buf, counts, displs, comm, stream, root, recvbuf, algo)
 
 
 def nonblocking_gatherv(buf, counts, displs, comm, stream=None, *, root: int = 0,
                         recvbuf=None, algo: str = "automatic"):
     """Start ``gatherv`` and return a ``Request``."""
-    return recall("gatherv",
-                  (buf, recvbuf), comm, stream, (root, algo, layout(counts), layout(displs)),
-                  _gatherv, buf, counts, displs, comm, stream, root, recvbuf, algo).start()
+    return call_nonblocking("gatherv", (buf, recvbuf), comm, stream,
+                            (root, algo, layout(counts), layout(displs)),
+                            _gatherv, buf, counts, displs, comm, stream, root, recvbuf, algo)
 
 
 def gatherv_init(buf, counts, displs, comm, stream=None, *, root: int = 0, recvbuf=None,

@@ -45,10 +45,12 @@ class Plan:
                  "_freed", "_arrivals", "__weakref__")
 
     def __init__(self, comm, op: str, algo: str, nbytes: int, args: tuple,
-                 inplace: bool | None = None) -> None:
+                 inplace: bool | None = None, classes: dict[bool, type] | None = None) -> None:
         self.comm, self.op, self.algo, self.nbytes, self.args = comm, op, algo, nbytes, args
         self.inplace = inplace
-        self._classes: dict[bool, type] = {}
+        # State classes by mode, chosen on first use; ``classes`` shares the choices of
+        # plans of the same kind (recall.py), which differ only in their buffers.
+        self._classes: dict[bool, type] = {} if classes is None else classes
         self._prepare = False
         self._persistent: dict[type, object] = {}
         self._run_prepared = None   # what later blocking runs call, once one ran checked
@@ -165,11 +167,15 @@ class Plan:
                 self._run_prepared = prepared.run
                 wait_started(self.comm)
                 prepared.run()
-            else:
+                return
+            runner = dispatch.blocking_runner(self.comm, state_class, self.args)
+            if runner is None:
                 dispatch.run(self.comm, self.op, state_class, self.nbytes, True, self.args,
                              detail)
-                self._run_prepared = dispatch.blocking_runner(self.comm, state_class,
-                                                              self.args)
+            else:   # what dispatch.run would do, with the call bound once for every run
+                wait_started(self.comm)
+                runner()
+                self._run_prepared = runner
         finally:
             if arrivals is not None:
                 arrivals.inside = None

@@ -8,7 +8,7 @@ posted sends never starve the receives they wait for.
 from __future__ import annotations
 
 from .plan import Plan
-from .recall import recall
+from .recall import call_blocking, call_nonblocking
 from .core.errors import ArgumentError
 from .validate import (check_comm, check_stream, disjoint_buffers, expect_dtype, input_buffer,
                        output_buffer, rank_in_range, same_or_disjoint)
@@ -25,15 +25,15 @@ def send(buf, dest: int, comm, stream=None, *, algo: str = "automatic") -> None:
     means once ``dest`` has posted the receive.  Use ``nonblocking_send`` (or ``sendrecv``)
     where two ranks send to each other.  Stream-bound backends enqueue on ``stream``.
     """
-    recall("send", (buf,), comm, stream, (dest, algo),
-           _send, buf, dest, comm, stream, algo).run()
+    call_blocking("send", (buf,), comm, stream, (dest, algo),
+                  _send, buf, dest, comm, stream, algo)
 
 
 def nonblocking_send(buf, dest: int, comm, stream=None, *, algo: str = "automatic"):
     """Start ``send`` and return a ``Request``; ``buf`` must not be touched until it
     completes."""
-    return recall("send", (buf,), comm, stream, (dest, algo),
-                  _send, buf, dest, comm, stream, algo).start()
+    return call_nonblocking("send", (buf,), comm, stream, (dest, algo),
+                            _send, buf, dest, comm, stream, algo)
 
 
 def send_init(buf, dest: int, comm, stream=None, *, algo: str = "automatic") -> Plan:
@@ -45,14 +45,14 @@ def send_init(buf, dest: int, comm, stream=None, *, algo: str = "automatic") -> 
 def recv(buf, src: int, comm, stream=None, *, algo: str = "automatic") -> None:
     """Receive into ``buf`` the next message from rank ``src``, which must hold exactly
     ``buf``'s count (else ``al.OperationError``).  Blocking: returns when it has landed."""
-    recall("recv", (buf,), comm, stream, (src, algo),
-           _recv, buf, src, comm, stream, algo).run()
+    call_blocking("recv", (buf,), comm, stream, (src, algo),
+                  _recv, buf, src, comm, stream, algo)
 
 
 def nonblocking_recv(buf, src: int, comm, stream=None, *, algo: str = "automatic"):
     """Start ``recv`` and return a ``Request``."""
-    return recall("recv", (buf,), comm, stream, (src, algo),
-                  _recv, buf, src, comm, stream, algo).start()
+    return call_nonblocking("recv", (buf,), comm, stream, (src, algo),
+                            _recv, buf, src, comm, stream, algo)
 
 
 def recv_init(buf, src: int, comm, stream=None, *, algo: str = "automatic") -> Plan:
@@ -70,15 +70,15 @@ def sendrecv(sendbuf, dest: int, recvbuf, src: int, comm, stream=None, *,
     must be disjoint and of one dtype; counts may differ.  Blocking: returns when both are
     done.
     """
-    recall("sendrecv", (sendbuf, recvbuf), comm, stream, (dest, src, algo),
-           _sendrecv, sendbuf, dest, recvbuf, src, comm, stream, algo).run()
+    call_blocking("sendrecv", (sendbuf, recvbuf), comm, stream, (dest, src, algo),
+                  _sendrecv, sendbuf, dest, recvbuf, src, comm, stream, algo)
 
 
 def nonblocking_sendrecv(sendbuf, dest: int, recvbuf, src: int, comm, stream=None, *,
                          algo: str = "automatic"):
     """Start ``sendrecv`` and return a ``Request``."""
-    return recall("sendrecv", (sendbuf, recvbuf), comm, stream, (dest, src, algo),
-                  _sendrecv, sendbuf, dest, recvbuf, src, comm, stream, algo).start()
+    return call_nonblocking("sendrecv", (sendbuf, recvbuf), comm, stream, (dest, src, algo),
+                            _sendrecv, sendbuf, dest, recvbuf, src, comm, stream, algo)
 
 
 def sendrecv_init(sendbuf, dest: int, recvbuf, src: int, comm, stream=None, *,
@@ -96,12 +96,12 @@ def multisendrecv(sends, recvs, comm, stream=None, *, algo: str = "automatic") -
     and from the send buffers (send buffers may be shared).  Blocking: returns when all are
     done.
     """
-    _recall_multisendrecv(sends, recvs, comm, stream, algo).run()
+    _call_multisendrecv(call_blocking, sends, recvs, comm, stream, algo)
 
 
 def nonblocking_multisendrecv(sends, recvs, comm, stream=None, *, algo: str = "automatic"):
     """Start ``multisendrecv`` and return a ``Request``."""
-    return _recall_multisendrecv(sends, recvs, comm, stream, algo).start()
+    return _call_multisendrecv(call_nonblocking, sends, recvs, comm, stream, algo)
 
 
 def multisendrecv_init(sends, recvs, comm, stream=None, *, algo: str = "automatic") -> Plan:
@@ -150,17 +150,18 @@ def _multisendrecv(sends, recvs, comm, stream, algo):
                 (check_stream(stream, comm), sends, recvs))
 
 
-def _recall_multisendrecv(sends, recvs, comm, stream, algo):
-    """The plan of this call: the buffers are the remembered objects, the peers (and with
-    them how many sends there are) an option; lists that are not pairs take the full path,
-    which says what is wrong."""
+def _call_multisendrecv(call, sends, recvs, comm, stream, algo):
+    """``call`` (``call_blocking`` or ``call_nonblocking``) of this multisendrecv: the
+    buffers are the remembered objects, the peers (and with them how many sends there are)
+    an option; lists that are not pairs take the full path, which says what is wrong."""
     try:
         objects = tuple(buf for buf, _ in sends) + tuple(buf for buf, _ in recvs)
         peers = (tuple(peer for _, peer in sends), tuple(peer for _, peer in recvs))
     except (TypeError, ValueError):
-        return _multisendrecv(sends, recvs, comm, stream, algo)
-    return recall("multisendrecv", objects, comm, stream, (algo, peers),
-                  _multisendrecv, sends, recvs, comm, stream, algo)
+        plan = _multisendrecv(sends, recvs, comm, stream, algo)   # (raises, saying why)
+        return plan.run() if call is call_blocking else plan.start()
+    return call("multisendrecv", objects, comm, stream, (algo, peers),
+                _multisendrecv, sends, recvs, comm, stream, algo)
 
 
 def _peer_buffers(pairs, comm, name, check, peer_name):

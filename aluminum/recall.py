@@ -1,96 +1,457 @@
-"""Finding the plan of a call that repeats an earlier one: the one plan cache of every op.
+"""The one plan cache of every op: what a call finds instead of validating and choosing again.
 
 Every blocking and nonblocking call is "find or make the plan for these arguments, run it"
-(``recall``).  A plan is found again when a call passes the very same buffer objects (numpy
-arrays or torch tensors), communicator, stream and options as one of the last
-``RECENT_PER_OP`` distinct calls of that operation, and nothing validation depends on has
-changed since: an array's dtype, shape, writability and contiguity (numpy lets all four
-change on an existing array), a tensor's dtype, shape, storage address and contiguity.  Any
-other buffer object takes the full path every time.  A plan found again runs as a new
-call would (the blocking or nonblocking MPI call on the MPI backend, never a persistent
-request): whether a call was found here depends on this rank's own buffer reuse, and MPI
-matches a collective only with the same form on every rank.  Only ``al.<op>_init`` plans,
-made on every rank alike, start MPI-4 persistent requests.
+(``call_blocking``, ``call_nonblocking``), looked up at two levels:
 
-What surprises people: the plans of those last calls keep their buffers referenced until
-newer calls push them out, the selector's table is reloaded, or ``forget()`` is called.
+1. **The same buffers again.**  A plan is found again when a call passes the very same
+   buffer objects (numpy arrays or torch tensors), communicator, stream and options as one
+   of the last ``RECENT_PER_OP`` distinct remembered calls of that operation, and nothing
+   validation depends on has changed since: an array's dtype, shape, writability and
+   contiguity (numpy lets all four change on an existing array), a tensor's dtype, shape,
+   storage address and contiguity.  The plan then runs its prepared call.
+2. **New arrays of a kind seen before.**  Everything a call decides that depends only on
+   (op, dtype, count, communicator, stream, options) - the checks of counts, roots, layouts
+   and reduction ops, the algorithm the selector chose - is kept per kind of call: numpy
+   arrays of one dtype, shape and flags (``flags.num``: contiguity, writability and whether
+   the array owns its memory), passed in one pattern of identities (``recvbuf=buf`` is
+   another kind than two arrays).  A call on new arrays of a kept kind only checks what
+   depends on the arrays themselves - that distinct arrays do not overlap (two arrays that
+   own their memory never do; others are asked ``np.may_share_memory``, and any possible
+   overlap takes the full path, which raises or decides as a first call would) - and binds
+   them into the kept arguments.  The same arrays passed twice in a row are promoted to
+   level 1.
+
+Anything else (other buffer kinds, a changed array, a communicator freed, a kind never seen)
+takes the full path: validation, which raises the op's ``al.AluminumError`` before anything
+runs, then a new plan, remembered at both levels where its buffers allow.
+
+A plan found at either level runs as a new call would (the blocking or nonblocking MPI call
+on the MPI backend, never a persistent request): whether a call was found here depends on
+this rank's own buffer reuse, and MPI matches a collective only with the same form on every
+rank.  Only ``al.<op>_init`` plans, made on every rank alike, start MPI-4 persistent
+requests.  Which path a call took never changes its result.
+
+What surprises people: the plans of the last calls keep their buffers referenced (and each
+kept kind the arrays of its latest call) until newer calls push them out, the communicator
+is freed, the selector's table is reloaded, or ``forget()`` is called.
 """
 from __future__ import annotations
 
+import operator
 import sys
 from typing import Callable
 
 import numpy as np
 
-from . import selector
+from . import dispatch, selector
+from .core.buffers import Buffer, checked_array_buffer
+from .debug import POINT_TO_POINT
+from .engine.progress import wait_started
 from .plan import Plan
 
 RECENT_PER_OP = 4
+KINDS_PER_CONTEXT = 32     # kinds of arrays kept per (op, communicator, stream, options)
+CONTEXTS_PER_OP = RECENT_PER_OP   # (communicator, stream, options) kept per op: each holds
+                                 # its communicator, as a remembered call does
+
+_OWNDATA = 0x0004          # NPY_ARRAY_OWNDATA in ``ndarray.flags.num``
 
 _recent: dict[str, list[_Entry]] = {}
+_firsts: dict[str, set[int]] = {}   # per op: ids of the first objects of _recent's entries
+_kinds: dict[str, list[_Context]] = {}
+
+
+def call_blocking(op: str, objects: tuple, comm, stream, options: tuple,
+                  make: Callable[..., Plan], *args) -> None:
+    """Run a blocking call of ``op`` on ``objects`` (its buffer arguments) with ``options``
+    (everything else validation depends on, compared by value, and fixing how many objects
+    there are); ``make(*args)`` validates and builds its plan where nothing is found (a
+    function and its arguments rather than a closure: making a closure over every argument
+    costs a fresh cell per argument on every call).  The lookups of ``_find`` are written
+    out here for the two common cases, each a function call fewer on every call."""
+    entries = _recent.get(op)
+    if entries:
+        first = objects[0] if objects else None
+        entry = entries[0]   # the common case first: a repeat of the op's latest call
+        if entry.first is first and entry.comm is comm and entry.stream is stream \
+                and entry.options == options and entry.same(objects):
+            plan = entry.plan
+            request = plan._request
+            if request is None or request._done:
+                plan.run()
+                return
+        if id(first) in _firsts[op]:
+            found = _find(op, objects, comm, stream, options, make, args)
+            if found.__class__ is _Kind:
+                found.run(objects)
+            else:
+                found.run()
+            return
+    kind = _kept(op, objects, comm, stream, options)
+    if kind is not None:
+        kind.run(objects)
+        return
+    _made(op, objects, comm, stream, options, make, args).run()
+
+
+def call_nonblocking(op: str, objects: tuple, comm, stream, options: tuple,
+                     make: Callable[..., Plan], *args):
+    """Start a nonblocking call of ``op`` (arguments as ``call_blocking``); its Request."""
+    found = _find(op, objects, comm, stream, options, make, args)
+    return found.start(objects) if found.__class__ is _Kind else found.start()
+
+
+def _find(op, objects, comm, stream, options, make, args):
+    """The remembered plan of a call, else the kept kind of its new arrays, else its new
+    plan (validated by ``make(*args)``, remembered, and its kind kept)."""
+    entries = _recent.get(op)
+    if entries:
+        index = 0
+        first = objects[0] if objects else None
+        for entry in entries:
+            if entry.first is first and entry.comm is comm and entry.stream is stream \
+                    and entry.options == options and entry.same(objects):
+                plan = entry.plan
+                request = plan._request
+                if request is not None and not request._done:
+                    break    # still running: a new call gets a plan of its own
+                if index:
+                    entries.insert(0, entries.pop(index))
+                return plan
+            index += 1
+    kind = _kept(op, objects, comm, stream, options)
+    if kind is not None:
+        return kind
+    return _made(op, objects, comm, stream, options, make, args)
+
+
+def _kept(op, objects, comm, stream, options):
+    """The kept kind of a call on new arrays, ready to run on them; None where there is
+    none, the arrays may overlap, the communicator was freed, or the arrays are those of
+    the kind's latest call (twice in a row: they get a plan of their own, ``_made``)."""
+    contexts = _kinds.get(op)
+    if not contexts:
+        return None
+    if len(objects) == 2:
+        a, b = objects
+        if type(a) is not np.ndarray or type(b) is not np.ndarray or a is b:
+            key = _signature(objects)
+            if key is None:
+                return None
+        else:
+            key = (a.dtype, a.shape, a.flags.num, b.dtype, b.shape, b.flags.num)
+    else:
+        key = _signature(objects)
+        if key is None:
+            return None
+    for context in contexts:
+        if context.comm is comm and context.stream is stream and context.options == options:
+            kind = context.kinds.get(key)
+            if kind is None or comm.freed:
+                return None
+            if len(key) == 6:   # two distinct arrays: free when both own their memory
+                if not key[2] & key[5] & _OWNDATA and not _disjoint(objects):
+                    return None
+            elif len(key) == 2 and not _disjoint(objects):   # any number of arrays
+                return None
+            last = kind.last
+            if last and last[0] is objects[0] and all(map(operator.is_, objects, last)):
+                return None
+            kind.last = objects
+            return kind
+    return None
+
+
+def _made(op, objects, comm, stream, options, make, args) -> Plan:
+    """The new plan of a call (``make(*args)`` validates), remembered, its kind kept."""
+    plan = make(*args)
+    _remember(op, objects, comm, stream, options, plan)
+    kind = _Kind.of(plan, objects) if _signature(objects) is not None else None
+    if kind is not None:
+        contexts = _kinds.setdefault(op, [])
+        for context in contexts:
+            if context.comm is comm and context.stream is stream \
+                    and context.options == options:
+                break
+        else:
+            context = _Context(comm, stream, options)
+            contexts.insert(0, context)
+            del contexts[CONTEXTS_PER_OP:]
+        kinds = context.kinds
+        key = _signature(objects)
+        kinds.pop(key, None)
+        if len(kinds) >= KINDS_PER_CONTEXT:
+            del kinds[next(iter(kinds))]     # the oldest kind
+        kinds[key] = kind
+    return plan
+
+
+def forget(comm=None) -> None:
+    """Drop the remembered plans and kept kinds of ``comm`` (all when None) and the buffers
+    they hold; ``comm.free()`` drops its own, and a reload of the selector's table drops
+    all, so a remembered algorithm choice never outlives the table."""
+    if comm is None:
+        _recent.clear()
+        _firsts.clear()
+        _kinds.clear()
+        return
+    for op, entries in _recent.items():
+        entries[:] = [entry for entry in entries if entry.comm is not comm]
+        _firsts[op] = {id(entry.first) for entry in entries}
+    for contexts in _kinds.values():
+        contexts[:] = [context for context in contexts if context.comm is not comm]
+
+
+selector.on_reload(forget)   # called with no argument: forget all
 
 
 class _Entry:
     """One remembered call: ``same(objects)`` says whether a call's buffer arguments are
     the remembered ones, unchanged (see ``_matcher``)."""
 
-    __slots__ = ("same", "comm", "stream", "options", "plan")
+    __slots__ = ("first", "same", "comm", "stream", "options", "plan")
 
-    def __init__(self, same, comm, stream, options, plan) -> None:
-        self.same, self.comm, self.stream, self.options = same, comm, stream, options
-        self.plan = plan
+    def __init__(self, first, same, comm, stream, options, plan) -> None:
+        self.first, self.same, self.comm, self.stream = first, same, comm, stream
+        self.options, self.plan = options, plan
 
 
-def recall(op: str, objects: tuple, comm, stream, options: tuple,
-           make: Callable[..., Plan], *args) -> Plan:
-    """The plan of a call of ``op`` on ``objects`` (its buffer arguments) with ``options``
-    (everything else validation depends on, compared by value, and fixing how many
-    objects there are); ``make(*args)`` validates and builds it where no recent call
-    matches (a function and its arguments rather than a closure: making a closure over
-    every argument costs a fresh cell per argument on every call).
-    A matching plan that is still running (a nonblocking call on the same buffers not yet
-    waited for) is not reused."""
-    entries = _recent.get(op)
-    if entries:
-        entry = entries[0]   # the common case first: a repeat of the op's latest call
-        if entry.comm is comm and entry.stream is stream and entry.options == options \
-                and entry.same(objects):
-            request = entry.plan._request
-            if request is None or request._done:
-                return entry.plan
-        index = 0
-        for entry in entries:
-            if entry.comm is comm and entry.stream is stream and entry.options == options \
-                    and entry.same(objects):
-                plan = entry.plan
-                request = plan._request
-                if request is not None and not request._done:
-                    break
-                if index:
-                    entries.insert(0, entries.pop(index))
-                return plan
-            index += 1
-    plan = make(*args)
+def _remember(op, objects, comm, stream, options, plan) -> None:
     same = _matcher(objects)
     if same is not None:
         entries = _recent.setdefault(op, [])
-        entries.insert(0, _Entry(same, comm, stream, options, plan))
+        first = objects[0] if objects else None
+        entries.insert(0, _Entry(first, same, comm, stream, options, plan))
         del entries[RECENT_PER_OP:]
-    return plan
+        _firsts[op] = {id(entry.first) for entry in entries}   # (entries keep them alive)
 
 
-def forget(comm=None) -> None:
-    """Drop the remembered plans of ``comm`` (all when None) and the buffers they hold;
-    ``comm.free()`` drops its own, and a reload of the selector's table drops all, so a
-    remembered algorithm choice never outlives the table."""
-    if comm is None:
-        _recent.clear()
-        return
-    for entries in _recent.values():
-        entries[:] = [entry for entry in entries if entry.comm is not comm]
+class _Context:
+    """The kept kinds of calls of one op on one (communicator, stream, options)."""
+
+    __slots__ = ("comm", "stream", "options", "kinds")
+
+    def __init__(self, comm, stream, options) -> None:
+        self.comm, self.stream, self.options = comm, stream, options
+        self.kinds: dict[tuple, _Kind] = {}
 
 
-selector.on_reload(forget)   # called with no argument: forget all
+class _Slot:
+    """Where a template's arguments take the Buffer of ``objects[index]``."""
+
+    __slots__ = ("index",)
+
+    def __init__(self, index: int) -> None:
+        self.index = index
+
+
+class _Kind:
+    """One kind of call, decided once: the plan's arguments with every buffer replaced by a
+    slot (``template``), what each object's Buffer was found to be, the State classes
+    chosen (shared with every plan of the kind) and, where the blocking State has one, its
+    ``array_call`` (``direct``: run on the new arrays themselves, in ``order``; what it
+    raises becomes the State's ``call_error``).
+    ``run(objects)`` and ``start(objects)`` do what a new plan's first ``run()`` and
+    ``start()`` would; ``op`` and ``algorithm`` name it to the stall monitor as a plan's
+    do."""
+
+    __slots__ = ("comm", "op", "algo", "nbytes", "inplace", "classes", "template",
+                 "buffers", "positions", "nested", "arrivals", "direct", "call_error",
+                 "order", "last")
+
+    @classmethod
+    def of(cls, plan: Plan, objects: tuple) -> _Kind | None:
+        """The kind of ``plan``'s call; None where its arguments hold anything bound to the
+        buffers that a template cannot rebind, or its distinct arrays may overlap."""
+        if not _disjoint(objects, exact=True):
+            return None
+        found: dict[int, tuple] = {}
+        try:
+            template = _templated(plan.args, objects, found)
+        except _NotTemplated:
+            return None
+        kind = cls.__new__(cls)
+        kind.comm, kind.op, kind.algo, kind.nbytes = plan.comm, plan.op, plan.algo, plan.nbytes
+        kind.inplace, kind.classes = plan.inplace, plan._classes
+        kind.template = template
+        kind.buffers = tuple(found.items())
+        kind.positions = tuple((position, part.index) for position, part in enumerate(template)
+                               if type(part) is _Slot)
+        kind.nested = any(type(part) in (tuple, list) and _has_slot(part)
+                          for part in template)
+        kind.arrivals = None if plan.op in POINT_TO_POINT else plan.comm.arrivals
+        kind.last = None
+        kind.order = tuple(dict.fromkeys(index for _, index in kind.positions))
+        kind.direct = None
+        if not kind.nested and all(objects[index].ndim == 1 for index in kind.order):
+            state_class = kind.state_class(False)
+            kind.direct = dispatch.array_runner(plan.comm, state_class, plan.args)
+            kind.call_error = state_class.call_error
+        return kind
+
+    def bind(self, objects: tuple) -> tuple:
+        """The arguments of a call on ``objects`` (checked to be of this kind)."""
+        made = [None] * len(objects)
+        for index, (dtype, count, writable) in self.buffers:
+            made[index] = checked_array_buffer(objects[index], dtype, count, writable)
+        if self.nested:
+            return _filled(self.template, made)
+        arguments = list(self.template)
+        for position, index in self.positions:
+            arguments[position] = made[index]
+        return tuple(arguments)
+
+    def state_class(self, nonblocking: bool) -> type:
+        found = self.classes.get(nonblocking)
+        if found is None:
+            found = self.classes[nonblocking] = selector.choose(
+                self.comm, self.op, self.algo, self.nbytes, self.inplace, nonblocking)
+        return found
+
+    @property
+    def algorithm(self) -> str:
+        return self.state_class(False).name
+
+    def run(self, objects: tuple) -> None:
+        direct = self.direct
+        arrivals = self.arrivals
+        if direct is None:
+            self._run_bound(objects, arrivals)
+            return
+        if arrivals is not None:
+            arrivals.inside = (arrivals.arrive(), self)   # (for the stall monitor)
+        try:
+            wait_started(self.comm)
+            order = self.order
+            if len(order) == 2:
+                direct(objects[order[0]], objects[order[1]])
+            elif len(order) == 1:
+                direct(objects[order[0]])
+            else:
+                direct(*[objects[index] for index in order])
+        except Exception as exc:   # (free in Python 3.11 unless raised)
+            error = self.call_error(exc)
+            if error is None:
+                raise
+            raise error from exc
+        finally:
+            if arrivals is not None:
+                arrivals.inside = None
+
+    def _run_bound(self, objects: tuple, arrivals) -> None:
+        arguments = self.bind(objects)
+        if arrivals is None:
+            dispatch.run(self.comm, self.op, self.state_class(False), self.nbytes, True,
+                         arguments)
+            return
+        number = arrivals.arrive()
+        arrivals.inside = (number, self)
+        try:
+            dispatch.run(self.comm, self.op, self.state_class(False), self.nbytes, True,
+                         arguments, (arrivals.missing, number))
+        finally:
+            arrivals.inside = None
+
+    def start(self, objects: tuple):
+        arguments = self.bind(objects)
+        arrivals = self.arrivals
+        detail = None if arrivals is None else (arrivals.missing, arrivals.arrive())
+        return dispatch.run(self.comm, self.op, self.state_class(True), self.nbytes, False,
+                            arguments, detail)
+
+
+class _NotTemplated(Exception):
+    """A plan's arguments hold something bound to its buffers other than their Buffers."""
+
+
+def _templated(value, objects: tuple, found: dict):
+    """``value`` with every Buffer of one of ``objects`` replaced by its ``_Slot``; records
+    in ``found`` what each object's Buffer is (dtype, count, writable)."""
+    if isinstance(value, Buffer):
+        obj = value.obj
+        for index, candidate in enumerate(objects):
+            if candidate is obj:
+                break
+        else:
+            raise _NotTemplated
+        if value.array is None or value.count != obj.size or value.dtype != obj.dtype:
+            raise _NotTemplated
+        found[index] = (value.dtype, value.count, value.writable)
+        return _Slot(index)
+    if isinstance(value, np.ndarray):
+        raise _NotTemplated
+    if type(value) is tuple:
+        return tuple(_templated(part, objects, found) for part in value)
+    if type(value) is list:
+        return [_templated(part, objects, found) for part in value]
+    return value
+
+
+def _has_slot(value) -> bool:
+    if type(value) is _Slot:
+        return True
+    return type(value) in (tuple, list) and any(_has_slot(part) for part in value)
+
+
+def _filled(value, made: list):
+    if type(value) is _Slot:
+        return made[value.index]
+    if type(value) is tuple:
+        return tuple(_filled(part, made) for part in value)
+    if type(value) is list:
+        return [_filled(part, made) for part in value]
+    return value
+
+
+def _signature(objects: tuple):
+    """The kind of a call's buffer arguments: per numpy array its dtype, shape and flags,
+    and which arguments are one object; None unless each is a numpy array or None."""
+    if len(objects) == 1:
+        (a,) = objects
+        if type(a) is np.ndarray:
+            return a.dtype, a.shape, a.flags.num
+        return None
+    if len(objects) == 2 and objects[0] is not None:
+        a, b = objects
+        if type(a) is not np.ndarray:
+            return None
+        if b is None:
+            return a.dtype, a.shape, a.flags.num, None
+        if type(b) is not np.ndarray:
+            return None
+        if b is a:
+            return a.dtype, a.shape, a.flags.num, True
+        return a.dtype, a.shape, a.flags.num, b.dtype, b.shape, b.flags.num
+    key = []
+    for index, obj in enumerate(objects):
+        if obj is None:
+            key.append(None)
+            continue
+        if type(obj) is not np.ndarray:
+            return None
+        first = next(i for i, other in enumerate(objects) if other is obj)
+        key.append(first if first < index else (obj.dtype, obj.shape, obj.flags.num))
+    return None, tuple(key)   # (a length of its own: only two distinct arrays make 6)
+
+
+def _disjoint(objects: tuple, exact: bool = False) -> bool:
+    """Whether the distinct arrays among ``objects`` surely share no memory: two that own
+    their memory never do; others are asked ``np.may_share_memory`` (``exact``:
+    ``np.shares_memory``, for the first call of a kind)."""
+    arrays = []
+    for obj in objects:
+        if obj is not None and all(obj is not seen for seen in arrays):
+            arrays.append(obj)
+    if len(arrays) < 2:
+        return True
+    test = np.shares_memory if exact else np.may_share_memory
+    for i, a in enumerate(arrays):
+        for b in arrays[i + 1:]:
+            if a.flags.num & b.flags.num & _OWNDATA:
+                continue
+            if test(a, b):
+                return False
+    return True
 
 
 def _state(obj) -> tuple:

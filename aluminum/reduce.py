@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from .plan import Plan
-from .recall import recall
+from .recall import call_blocking, call_nonblocking
 from .core.reduction import ReductionOp
 from .validate import (check_comm, check_stream, expect_count, in_place_or_pair, input_buffer,
                        rank_in_range, reduction_op)
@@ -20,16 +20,16 @@ def reduce(buf, comm, stream=None, *, root: int = 0, op=ReductionOp.SUM, recvbuf
     Blocking: returns when the result is at the root (this rank's part is done elsewhere);
     on stream-bound backends, once the work is enqueued on ``stream``.
     """
-    recall("reduce", (buf, recvbuf), comm, stream, (root, op, algo),
-           _reduce, buf, comm, stream, root, op, recvbuf, algo).run()
+    call_blocking("reduce", (buf, recvbuf), comm, stream, (root, op, algo),
+                  _reduce, buf, comm, stream, root, op, recvbuf, algo)
 
 
 def nonblocking_reduce(buf, comm, stream=None, *, root: int = 0, op=ReductionOp.SUM,
                        recvbuf=None, algo: str = "automatic"):
     """Start ``reduce`` and return a ``Request``; buffers must not be touched until it
     completes."""
-    return recall("reduce", (buf, recvbuf), comm, stream, (root, op, algo),
-                  _reduce, buf, comm, stream, root, op, recvbuf, algo).start()
+    return call_nonblocking("reduce", (buf, recvbuf), comm, stream, (root, op, algo),
+                            _reduce, buf, comm, stream, root, op, recvbuf, algo)
 
 
 def reduce_init(buf, comm, stream=None, *, root: int = 0, op=ReductionOp.SUM, recvbuf=None,

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from .plan import Plan
-from .recall import layout, recall
+from .recall import layout, call_blocking, call_nonblocking
 from .core.reduction import ReductionOp
 from .validate import (block_count, check_comm, check_stream, counts_arg, expect_count,
                        in_place_or_pair, reduction_op)
@@ -21,16 +21,16 @@ def reduce_scatter(buf, comm, stream=None, *, op=ReductionOp.SUM, recvbuf=None,
     ``recvbuf`` (``n`` elements, same dtype) gets the block.  Blocking: returns when the
     result is in place; on stream-bound backends, once the work is enqueued on ``stream``.
     """
-    recall("reduce_scatter", (buf, recvbuf), comm, stream, (op, algo),
-           _reduce_scatter, buf, comm, stream, op, recvbuf, algo).run()
+    call_blocking("reduce_scatter", (buf, recvbuf), comm, stream, (op, algo),
+                  _reduce_scatter, buf, comm, stream, op, recvbuf, algo)
 
 
 def nonblocking_reduce_scatter(buf, comm, stream=None, *, op=ReductionOp.SUM, recvbuf=None,
                                algo: str = "automatic"):
     """Start ``reduce_scatter`` and return a ``Request``; buffers must not be touched until
     it completes."""
-    return recall("reduce_scatter", (buf, recvbuf), comm, stream, (op, algo),
-                  _reduce_scatter, buf, comm, stream, op, recvbuf, algo).start()
+    return call_nonblocking("reduce_scatter", (buf, recvbuf), comm, stream, (op, algo),
+                            _reduce_scatter, buf, comm, stream, op, recvbuf, algo)
 
 
 def reduce_scatter_init(buf, comm, stream=None, *, op=ReductionOp.SUM, recvbuf=None,
@@ -50,15 +50,16 @@ def reduce_scatterv(buf, counts, comm, stream=None, *, op=ReductionOp.SUM, recvb
     is unspecified); otherwise ``recvbuf`` (exactly ``counts[rank]`` elements) gets it.
     Blocking as ``reduce_scatter``.
     """
-    recall("reduce_scatterv", (buf, recvbuf), comm, stream, (op, algo, layout(counts)),
-           _reduce_scatterv, buf, counts, comm, stream, op, recvbuf, algo).run()
+    call_blocking("reduce_scatterv", (buf, recvbuf), comm, stream, (op, algo, layout(counts)),
+                  _reduce_scatterv, buf, counts, comm, stream, op, recvbuf, algo)
 
 
 def nonblocking_reduce_scatterv(buf, counts, comm, stream=None, *, op=ReductionOp.SUM,
                                 recvbuf=None, algo: str = "automatic"):
     """Start ``reduce_scatterv`` and return a ``Request``."""
-    return recall("reduce_scatterv", (buf, recvbuf), comm, stream, (op, algo, layout(counts)),
-                  _reduce_scatterv, buf, counts, comm, stream, op, recvbuf, algo).start()
+    return call_nonblocking("reduce_scatterv", (buf, recvbuf), comm, stream,
+                            (op, algo, layout(counts)),
+                            _reduce_scatterv, buf, counts, comm, stream, op, recvbuf, algo)
 
 
 def reduce_scatterv_init(buf, counts, comm, stream=None, *, op=ReductionOp.SUM, recvbuf=None,

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from .plan import Plan
-from .recall import layout, recall
+from .recall import layout, call_blocking, call_nonblocking
 from .validate import (block_count, check_comm, check_stream, counts_arg, displs_arg,
                        expect_at_least, expect_count, in_place_or_pair, input_buffer,
                        layout_extent, output_buffer, rank_in_range)
@@ -22,16 +22,16 @@ def scatter(buf, comm, stream=None, *, root: int = 0, recvbuf=None,
     ``buf[root * n:(root + 1) * n]``.  Blocking: returns when this rank's part is done; on
     stream-bound backends, once the work is enqueued on ``stream``.
     """
-    recall("scatter", (buf, recvbuf), comm, stream, (root, algo),
-           _scatter, buf, comm, stream, root, recvbuf, algo).run()
+    call_blocking("scatter", (buf, recvbuf), comm, stream, (root, algo),
+                  _scatter, buf, comm, stream, root, recvbuf, algo)
 
 
 def nonblocking_scatter(buf, comm, stream=None, *, root: int = 0, recvbuf=None,
                         algo: str = "automatic"):
     """Start ``scatter`` and return a ``Request``; buffers must not be touched until it
     completes."""
-    return recall("scatter", (buf, recvbuf), comm, stream, (root, algo),
-                  _scatter, buf, comm, stream, root, recvbuf, algo).start()
+    return call_nonblocking("scatter", (buf, recvbuf), comm, stream, (root, algo),
+                            _scatter, buf, comm, stream, root, recvbuf, algo)
 
 
 def scatter_init(buf, comm, stream=None, *, root: int = 0, recvbuf=None,
@@ -53,17 +53,17 @@ def scatterv(buf, counts, displs, comm, stream=None, *, root: int = 0, recvbuf=N
     at the root (``recvbuf`` None) its block stays at ``displs[root]``.  Blocking as
     ``scatter``.
     """
-    recall("scatterv", (buf, recvbuf), comm, stream, (root, algo, layout(counts), layout(displs)),
-           _scatterv, buf, counts, displs, comm, stream, root, recvbuf, algo).run()
+    call_blocking("scatterv", (buf, recvbuf), comm, stream,
+                  (root, algo, layout(counts), layout(displs)),
+                  _scatterv, buf, counts, displs, comm, stream, root, recvbuf, algo)
 
 
 def nonblocking_scatterv(buf, counts, displs, comm, stream=None, *, root: int = 0,
                          recvbuf=None, algo: str = "automatic"):
     """Start ``scatterv`` and return a ``Request``."""
-    return recall("scatterv",
-                  (buf, recvbuf), comm, stream, (root, algo, layout(counts), layout(displs)),
-                  _scatterv, buf, counts, displs, comm, stream, root, recvbuf,
-                                    algo).start()
+    return call_nonblocking("scatterv", (buf, recvbuf), comm, stream,
+                            (root, algo, layout(counts), layout(displs)),
+                            _scatterv, buf, counts, displs, comm, stream, root, recvbuf, algo)
 
 
 def scatterv_init(buf, counts, displs, comm, stream=None, *, root: int = 0, recvbuf=None,

@@ -92,6 +92,10 @@ def _parser() -> argparse.ArgumentParser:
                                                                 "place, as OSU)")
         sub.add_argument("--nonblocking", action="store_true",
                          help="time nonblocking start + wait")
+        sub.add_argument("--new-buffers", action="store_true",
+                         help="also run each of our algorithms and mpi4py on new buffers "
+                              "every call (series marked [new buffers]; the allocation is "
+                              "timed with the call)")
         sub.add_argument("--json", nargs="?", const="-", default=None, metavar="PATH",
                          help="write the result as JSON (to stdout without PATH)")
         sub.add_argument("--csv", nargs="?", const="-", default=None, metavar="PATH",
@@ -368,7 +372,8 @@ def _sweep(args, parser) -> int:
     shared = _shared_series(args.buffers, algos, spec.name, args.backend)
     config = sweep.Config(spec.name, sizes, algos, [p.name for p in peers], args.backend,
                           dtype, args.inplace, args.nonblocking, args.iters, args.warmup,
-                          not args.quiet, max(1, _rounds(args.rounds, algos)), shared)
+                          not args.quiet, max(1, _rounds(args.rounds, algos)), shared,
+                          getattr(args, "new_buffers", False))
     series = sweep.run(config, comm, world, peers)
     for peer in peers:
         peer.close()

@@ -18,7 +18,15 @@ slowest rank; the median over calls; the best of ``--rounds`` rounds):
   pure-Python library with the same checks can cost;
 - ``plan.run()``: an ``al.<op>_init`` plan run blocking;
 - ``al.<op>``: the blocking call, found in the plan cache;
-- ``start().wait()`` (allreduce only): a plan's nonblocking run, through the progress engine.
+- ``start().wait()`` (allreduce only): a plan's nonblocking run, through the progress engine;
+- ``nonblocking().wait()`` (allreduce only): ``al.nonblocking_allreduce(...).wait()``.
+
+The case "new buffers" allocates both arrays in every timed call (``np.zeros``), as code
+writing ``al.allreduce(np.ones(n), comm, recvbuf=np.empty(n))`` does: ``mpi4py`` makes its
+call on them; ``python floor`` first recognises their kind (the communicator, stream and
+options of the kept one, each array's dtype, shape and flags, both owning their memory so
+they cannot overlap), the least a pure-Python library that keeps decisions per kind and
+checks each call's arrays can do; ``al.allreduce`` is ours.
 
 The ratio column is each row over ``mpi4py`` in the same run.
 """
@@ -70,6 +78,23 @@ def python_floor(arrays: tuple, comm, stream, options: tuple, run):
     return call
 
 
+def python_floor_new(arrays: tuple, comm, stream, options: tuple, run):
+    """A call taking ``((a, b), comm, stream, options)`` for two new arrays that checks they
+    are of the kind of ``arrays`` and cannot overlap, then calls ``run(a, b)``."""
+    kind = tuple(state for array in arrays
+                 for state in (array.dtype, array.shape, array.flags.num))
+    owndata = 0x0004
+
+    def call(given, comm_, stream_, options_):
+        a, b = given
+        if comm_ is not comm or stream_ is not stream or options_ != options \
+                or (a.dtype, a.shape, a.flags.num, b.dtype, b.shape, b.flags.num) != kind \
+                or not kind[2] & kind[5] & owndata:
+            raise AssertionError("not the kept kind")
+        run(a, b)
+    return call
+
+
 def cases(comm, inplace_buf, send, recv):
     """``{case: {row: call}}``; every call is collective and runs the case once."""
     mpi = MPI.COMM_WORLD.Dup()
@@ -98,6 +123,19 @@ def cases(comm, inplace_buf, send, recv):
         "plan.run()": plan_out.run,
         "al.allreduce": lambda: al.allreduce(send, comm, recvbuf=recv),
         "start().wait()": lambda: plan_nb.start().wait(),
+        "nonblocking().wait()":
+            lambda: al.nonblocking_allreduce(send, comm, recvbuf=recv).wait(),
+    }
+    zeros = np.zeros
+    new = python_floor_new((send, recv), comm, None, auto,
+                           lambda a, b: mpi.Allreduce([a, f32], [b, f32], MPI.SUM))
+    out["allreduce out of place, new buffers"] = {
+        "mpi4py": lambda: mpi.Allreduce([zeros(1, np.float32), f32],
+                                        [zeros(1, np.float32), f32], MPI.SUM),
+        "python floor": lambda: new((zeros(1, np.float32), zeros(1, np.float32)), comm, None,
+                                    auto),
+        "al.allreduce": lambda: al.allreduce(zeros(1, np.float32), comm,
+                                             recvbuf=zeros(1, np.float32)),
     }
     bc = python_floor((recv,), comm, None, (0, "automatic"), lambda: mpi.Bcast([recv, f32], 0))
     plan_bc = al.bcast_init(recv, comm)
@@ -154,9 +192,9 @@ def main(argv: list[str] | None = None) -> None:
                 world.Allreduce(mine, slowest, MPI.MAX)
                 best[k] = min(best[k], float(np.median(slowest)) * 1e6)
         if world.rank == 0:
-            print(f"\n{case}\n{'':18s} {'µs':>7s} {'ratio':>7s}")
+            print(f"\n{case}\n{'':22s} {'µs':>7s} {'ratio':>7s}")
             for name, value in zip(names, best):
-                print(f"{name:18s} {value:7.2f} {value / best[0]:7.2f}")
+                print(f"{name:22s} {value:7.2f} {value / best[0]:7.2f}")
             sys.stdout.flush()
     sync.Free()
     comm.free()

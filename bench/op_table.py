@@ -3,10 +3,13 @@
     python bench/op_table.py --np 2              # 4 B, out of place, automatic vs mpi4py
     python bench/op_table.py --np 2 --size 4KiB --inplace
 
-Runs ``python -m aluminum.bench --np N <op> --sizes SIZE --compare mpi4py`` for each of the
-17 swept operations (``recv`` is ``send``'s ping-pong) and prints their medians side by side
-with the ratio ours / mpi4py. Each operation is its own MPI job, so the ratios compare two
-columns measured in the same job (the sweep interleaves them), not numbers across jobs.
+Runs ``python -m aluminum.bench --np N <op> --sizes SIZE --compare mpi4py --new-buffers``
+for each of the 17 swept operations (``recv`` is ``send``'s ping-pong) and prints their
+medians side by side with the ratio ours / mpi4py, twice: on the same buffers every call,
+and on new buffers every call (both libraries called the same way, allocating them in the
+timed call as ``al.allreduce(np.ones(n), comm)`` does). Each operation is its own MPI job,
+so the ratios compare columns measured in the same job (the sweep interleaves all four),
+not numbers across jobs.
 """
 from __future__ import annotations
 
@@ -16,6 +19,8 @@ import os
 import subprocess
 import sys
 import tempfile
+
+NEW_BUFFERS = " [new buffers]"   # sweep.NEW_BUFFERS_SUFFIX (importing sweep loads MPI)
 
 OPS = ["allreduce", "reduce", "reduce_scatter", "reduce_scatterv", "allgather", "allgatherv",
        "alltoall", "alltoallv", "bcast", "gather", "gatherv", "scatter", "scatterv",
@@ -28,7 +33,7 @@ def measure(op: str, nprocs: int, size: str, inplace: bool, rounds: int) -> dict
         path = os.path.join(folder, f"{op}.json")
         command = [sys.executable, "-m", "aluminum.bench", "--np", str(nprocs), op,
                    "--sizes", size, "--compare", "mpi4py", "--rounds", str(rounds),
-                   "--json", path]
+                   "--buffers", "private", "--new-buffers", "--json", path]
         if inplace:
             command.append("--inplace")
         subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
@@ -48,12 +53,17 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     print(f"# np={args.nprocs}, {args.size} B, {'in place' if args.inplace else 'out of place'}"
           f", median µs of the slowest rank, {args.rounds} interleaved rounds")
-    print(f"{'op':16s} {'aluminum':>10s} {'mpi4py':>10s} {'ratio':>7s}")
+    new = NEW_BUFFERS
+    print(f"{'':16s} {'same buffers every call':>29s}   {'new buffers every call':>29s}")
+    print(f"{'op':16s} {'aluminum':>10s} {'mpi4py':>10s} {'ratio':>7s}   "
+          f"{'aluminum':>10s} {'mpi4py':>10s} {'ratio':>7s}")
+    nan = float("nan")
     for op in args.ops.split(","):
         medians = measure(op, args.nprocs, args.size, args.inplace, args.rounds)
-        ours = next((v for k, v in medians.items() if k != "mpi4py"), float("nan"))
-        peer = medians.get("mpi4py", float("nan"))
-        print(f"{op:16s} {ours:10.2f} {peer:10.2f} {ours / peer:7.2f}", flush=True)
+        ours, peer = medians.get("automatic", nan), medians.get("mpi4py", nan)
+        ours_new, peer_new = medians.get("automatic" + new, nan), medians.get("mpi4py" + new, nan)
+        print(f"{op:16s} {ours:10.2f} {peer:10.2f} {ours / peer:7.2f}   "
+              f"{ours_new:10.2f} {peer_new:10.2f} {ours_new / peer_new:7.2f}", flush=True)
 
 
 if __name__ == "__main__":

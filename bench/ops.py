@@ -189,13 +189,16 @@ def our_function(op: str, nonblocking: bool) -> Callable:
     return fn
 
 
-def our_call(case: Case, comm, algo: str, nonblocking: bool) -> Callable[[], None]:
+def our_call(case: Case, comm, algo: str, nonblocking: bool,
+             new_buffers: bool = False) -> Callable[[], None]:
     """A no-argument callable running one of our operations to completion.
 
     Nonblocking: start, then ``wait()``. Stream-bound backends: the host also waits for the
     communicator's stream, so the time includes the device work. ``algo`` is passed only
     to operations that accept it; for the others only "automatic" or "mpi_passthrough"
-    (their one implementation) make sense."""
+    (their one implementation) make sense. ``new_buffers``: every call allocates new
+    buffers like the point's (``renewer``) and passes those, as code that writes
+    ``al.allreduce(np.ones(n), comm)`` does; the allocation is timed with the call."""
     spec_ = case.spec
     name = spec_.name
     fn = our_function(name, nonblocking)
@@ -209,7 +212,12 @@ def our_call(case: Case, comm, algo: str, nonblocking: bool) -> Callable[[], Non
     if case.recv is not None and spec_.kind != "p2p":
         kw["recvbuf"] = case.recv
     if name == "send":
-        call = _pingpong(case, comm, nonblocking)
+        call = _pingpong(case, comm, nonblocking, new_buffers)
+    elif new_buffers:
+        kw.pop("recvbuf", None)
+        caller = _caller(case, comm, fn, kw)
+        new_send, new_recv = renewer(case.send), renewer(case.recv)
+        call = lambda: caller(new_send(), new_recv())  # noqa: E731
     else:
         call = _bind(case, comm, fn, kw)
     if nonblocking and name != "send":
@@ -246,17 +254,76 @@ def _bind(case: Case, comm, fn: Callable, kw: dict) -> Callable[[], Any]:
     return lambda: fn(send, comm, **kw)
 
 
-def _pingpong(case: Case, comm, nonblocking: bool) -> Callable[[], Any]:
+def _caller(case: Case, comm, fn: Callable, kw: dict) -> Callable[[Any, Any], Any]:
+    """``_bind``'s call with the buffers as arguments: ``caller(send, recv)`` (``recv``
+    None in place), for calls on new buffers."""
+    p, rank = case.p, case.rank
+    name = case.spec.name
+    if name == "barrier":
+        return lambda send, recv: fn(comm, **kw)
+    if name == "sendrecv":
+        right, left = (rank + 1) % p, (rank - 1) % p
+        return lambda send, recv: fn(send, right, send if recv is None else recv, left, comm,
+                                     **kw)
+    if name == "multisendrecv":
+        peers = [r for r in range(p) if r != rank]
+        return lambda send, recv: fn(list(zip(send, peers)),
+                                     list(zip(send if recv is None else recv, peers)), comm, **kw)
+    if name == "reduce_scatterv":
+        args = (case.counts, comm)
+    elif name in ("allgatherv", "gatherv", "scatterv"):
+        args = (case.counts, case.displs, comm)
+    elif name == "alltoallv":
+        args = (case.counts, case.displs, case.counts, case.displs, comm)
+    else:
+        args = (comm,)
+    if case.recv is None:
+        return lambda send, recv: fn(send, *args, **kw)
+    return lambda send, recv: fn(send, *args, recvbuf=recv, **kw)
+
+
+def renewer(buf) -> Callable[[], Any]:
+    """A function making a new zeroed buffer like ``buf`` (numpy or cupy) on every call; a
+    list of them for a list; None for None."""
+    if buf is None:
+        return lambda: None
+    if isinstance(buf, list):
+        makers = [renewer(one) for one in buf]
+        return lambda: [make() for make in makers]
+    zeros = np.zeros if isinstance(buf, np.ndarray) else type(buf).__module__.split(".")[0]
+    if isinstance(zeros, str):   # a device array: its own module's zeros (cupy.zeros)
+        import importlib
+
+        zeros = importlib.import_module(zeros).zeros
+    shape, dtype = buf.shape, buf.dtype
+    return lambda: zeros(shape, dtype)
+
+
+def _pingpong(case: Case, comm, nonblocking: bool,
+              new_buffers: bool = False) -> Callable[[], Any]:
     """One round trip between ranks 0 and 1 (each half waited on); other ranks idle."""
     send_fn = our_function("send", nonblocking)
     recv_fn = our_function("recv", nonblocking)
     buf = case.send
-    if nonblocking:
+    new = renewer(buf)
+    if nonblocking and new_buffers:
+        def send(peer):
+            send_fn(new(), peer, comm).wait()
+
+        def recv(peer):
+            recv_fn(new(), peer, comm).wait()
+    elif nonblocking:
         def send(peer):
             send_fn(buf, peer, comm).wait()
 
         def recv(peer):
             recv_fn(buf, peer, comm).wait()
+    elif new_buffers:
+        def send(peer):
+            send_fn(new(), peer, comm)
+
+        def recv(peer):
+            recv_fn(new(), peer, comm)
     else:
         def send(peer):
             send_fn(buf, peer, comm)

@@ -24,7 +24,7 @@ from mpi4py import MPI
 
 from aluminum.core import dtypes
 
-from .ops import ROOT, Case
+from .ops import ROOT, Case, renewer
 
 NAMES = ("mpi4py", "torch-gloo")
 
@@ -57,8 +57,16 @@ class MPI4PyPeer:
     def __init__(self, world: MPI.Comm):
         self.comm = world.Dup()
 
-    def call(self, case: Case, nonblocking: bool) -> Callable[[], Any]:
-        """A no-argument callable running the point to completion with mpi4py."""
+    def call(self, case: Case, nonblocking: bool,
+             new_buffers: bool = False) -> Callable[[], Any]:
+        """A no-argument callable running the point to completion with mpi4py;
+        ``new_buffers``: on new buffers every call, as ``ops.our_call`` does."""
+        if new_buffers and case.spec.name == "send":
+            return self._new_pingpong(case)
+        if new_buffers:
+            caller = self._caller(case, nonblocking)
+            new_send, new_recv = renewer(case.send), renewer(case.recv)
+            return lambda: caller(new_send(), new_recv())
         spec, comm = case.spec, self.comm
         dtype = np.dtype(case.send[0].dtype if isinstance(case.send, list)
                          else case.send.dtype) if case.send is not None else None
@@ -111,6 +119,95 @@ class MPI4PyPeer:
             args = (whole, own, ROOT)
             return _blocking_or_wait(lambda: comm.Scatter(*args),
                                      lambda: comm.Iscatter(*args), nonblocking)
+        raise PeerUnavailable(f"mpi4py: no peer call for {name}")
+
+    def _new_pingpong(self, case: Case) -> Callable[[], Any]:
+        """``_pingpong`` with a new buffer for each half, as ``ops.our_call`` does."""
+        comm, rank, new = self.comm, case.rank, renewer(case.send)
+        dt = _mpi_datatype(np.dtype(case.send.dtype), False)
+        if comm.Get_size() < 2:
+            raise PeerUnavailable("mpi4py: a ping-pong needs at least 2 ranks")
+        if rank == 0:
+            return lambda: (comm.Send([new(), dt], 1), comm.Recv([new(), dt], 1))
+        if rank == 1:
+            return lambda: (comm.Recv([new(), dt], 0), comm.Send([new(), dt], 0))
+        return lambda: None
+
+    def _caller(self, case: Case, nonblocking: bool) -> Callable[[Any, Any], Any]:
+        """``call``'s MPI call with the buffers as arguments, ``caller(send, recv)``
+        (``recv`` None in place), each made into a buffer spec on every call as code
+        passing new arrays does; the same MPI calls as ``call``."""
+        spec, comm, name = case.spec, self.comm, case.spec.name
+        dtype = np.dtype(case.send[0].dtype if isinstance(case.send, list)
+                         else case.send.dtype) if case.send is not None else None
+        dt = _mpi_datatype(dtype, spec.reduces) if dtype is not None else None
+        inplace, root, rank, p, c = case.recv is None, case.rank == ROOT, case.rank, case.p, \
+            case.count
+
+        def method(blocking: str) -> Callable[..., Any]:
+            if not nonblocking:
+                return getattr(comm, blocking)
+            start = getattr(comm, "I" + blocking[0].lower() + blocking[1:])
+            return lambda *args: start(*args).Wait()
+
+        if name == "barrier":
+            barrier = method("Barrier")
+            return lambda send, recv: barrier()
+        if name == "sendrecv":
+            right, left = (rank + 1) % p, (rank - 1) % p
+            if inplace:
+                return lambda send, recv: comm.Sendrecv_replace([send, dt], right, 0, left, 0)
+            return lambda send, recv: comm.Sendrecv([send, dt], right, 0, [recv, dt], left, 0)
+        if name == "multisendrecv":
+            peers = [r for r in range(p) if r != rank]
+
+            def exchange(send, recv):
+                reqs = [comm.Irecv([buf, dt], peer) for buf, peer in zip(recv, peers)]
+                reqs += [comm.Isend([buf, dt], peer) for buf, peer in zip(send, peers)]
+                MPI.Request.Waitall(reqs)
+            return exchange
+        IN_PLACE, SUM = MPI.IN_PLACE, MPI.SUM
+        if name == "allreduce":
+            call = method("Allreduce")
+            if inplace:
+                return lambda send, recv: call(IN_PLACE, [send, dt], SUM)
+            return lambda send, recv: call([send, dt], [recv, dt], SUM)
+        if name == "reduce":
+            call = method("Reduce")
+            if inplace:
+                own = IN_PLACE if root else None
+                return lambda send, recv: call(own or [send, dt], [send, dt], SUM, ROOT)
+            return lambda send, recv: call([send, dt], [recv, dt], SUM, ROOT)
+        if name == "bcast":
+            call = method("Bcast")
+            return lambda send, recv: call([send, dt], ROOT)
+        blocks = {"reduce_scatter": "Reduce_scatter_block", "allgather": "Allgather",
+                  "alltoall": "Alltoall"}
+        kind = name[:-1] if name.endswith("v") else name
+        if kind in blocks:
+            call = method(blocks[kind])
+            extra = (SUM,) if kind == "reduce_scatter" else ()
+            if inplace:
+                return lambda send, recv: call(IN_PLACE, [send, dt], *extra)
+            return lambda send, recv: call([send, dt], [recv, dt], *extra)
+        if kind == "gather":
+            call = method("Gather")
+            if inplace:
+                if root:
+                    return lambda send, recv: call(IN_PLACE, [send, dt], ROOT)
+                return lambda send, recv: call([send[:c], dt], None, ROOT)
+            if root:
+                return lambda send, recv: call([send, dt], [recv, dt], ROOT)
+            return lambda send, recv: call([send, dt], None, ROOT)
+        if kind == "scatter":
+            call = method("Scatter")
+            if inplace:
+                if root:
+                    return lambda send, recv: call([send, dt], IN_PLACE, ROOT)
+                return lambda send, recv: call(None, [send, dt], ROOT)
+            if root:
+                return lambda send, recv: call([send, dt], [recv, dt], ROOT)
+            return lambda send, recv: call(None, [recv, dt], ROOT)
         raise PeerUnavailable(f"mpi4py: no peer call for {name}")
 
     def close(self) -> None:

@@ -119,9 +119,11 @@ class Config:
     rounds: int = 1
     shared: list[str] = field(default_factory=list)   # of `algos`, those also run on
                                                        # al.shared_empty buffers
+    new_buffers: bool = False   # every series also on new buffers every call
 
 
 SHARED_SUFFIX = " [shared]"
+NEW_BUFFERS_SUFFIX = " [new buffers]"
 
 
 def scaled(count: int, size: int, floor: int) -> int:
@@ -238,6 +240,15 @@ def run(config: Config, comm, world: MPI.Comm, peers: list) -> list[Series]:
     runners: list[Any] = list(config.algos) + shared_algos + list(peers)
     on_shared = [False] * len(config.algos) + [True] * len(shared_algos) + \
         [False] * len(peers)
+    on_new = [False] * len(runners)
+    if config.new_buffers:   # our algorithms and mpi4py, each called on new buffers
+        fresh = list(config.algos) + [peer for peer in peers if peer.name == "mpi4py"]
+        series += [Series((runner if isinstance(runner, str) else runner.name)
+                          + NEW_BUFFERS_SUFFIX, "ours" if isinstance(runner, str) else "peer")
+                   for runner in fresh]
+        runners += fresh
+        on_shared += [False] * len(fresh)
+        on_new += [True] * len(fresh)
     sizes = _distinct_sizes(spec, config.sizes, config.dtype.itemsize, p)
     progress = Progress(config.progress and rank == 0, len(sizes),
                         f"{spec.name} on {p} ranks")
@@ -249,7 +260,7 @@ def run(config: Config, comm, world: MPI.Comm, peers: list) -> list[Series]:
         iters = scaled(config.iters, case.size, MIN_ITERS)
         warmup = scaled(config.warmup, case.size, MIN_WARMUP)
         calls = {i: _prepare(entry, runner, shared_case if on_shared[i] else case, comm,
-                             config.nonblocking, world)
+                             config.nonblocking, world, on_new[i])
                  for i, (entry, runner) in enumerate(zip(series, runners))
                  if not entry.skipped}
         calls = {i: fn for i, fn in calls.items() if fn is not None}
@@ -281,7 +292,7 @@ def run(config: Config, comm, world: MPI.Comm, peers: list) -> list[Series]:
 
 
 def _prepare(entry: Series, runner, case: ops.Case, comm, nonblocking: bool,
-             world: MPI.Comm) -> Callable[[], Any] | None:
+             world: MPI.Comm, new_buffers: bool = False) -> Callable[[], Any] | None:
     """The call of one series at one point, after a first (warm-up) call succeeded on every
     rank; None, with ``entry.skipped`` set to the reason, otherwise (collective)."""
     from .peers import PeerUnavailable
@@ -289,9 +300,11 @@ def _prepare(entry: Series, runner, case: ops.Case, comm, nonblocking: bool,
     fn = None
     try:
         if isinstance(runner, str):
-            fn = ops.our_call(case, comm, runner, nonblocking)
+            fn = ops.our_call(case, comm, runner, nonblocking, new_buffers)
         elif comm.backend.uses_streams:
             raise PeerUnavailable(f"{runner.name}: peers run on host buffers only")
+        elif new_buffers:
+            fn = runner.call(case, nonblocking, new_buffers=True)
         else:
             fn = runner.call(case, nonblocking)
         fn()        # argument errors surface here, on every rank

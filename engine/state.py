@@ -93,3 +93,21 @@ class State:
         the arguments bound; a state whose call has parts fixed by its arguments (an MPI
         datatype, a buffer spec) returns one with them made once."""
         return functools.partial(cls.run_blocking, *args)
+
+    @classmethod
+    def array_call(cls, *args):
+        """``run_blocking`` with everything but the buffers decided for ``args`` (the
+        State's constructor arguments): a callable taking the flat host arrays of the
+        distinct buffers among ``args``, in argument order (an in-place operation's one
+        buffer once), and running the blocking call on them; what a call on new arrays of
+        the kind ``args`` were checked to be runs (aluminum/recall.py).  None (the default,
+        also where a run must read more than its arrays): such calls take ``run_blocking``
+        on new arguments.  The callable may raise its library's own exceptions: the caller
+        raises ``call_error``'s instead (a frame fewer than a wrapper, on every call)."""
+        return None
+
+    @classmethod
+    def call_error(cls, exc: Exception) -> Exception | None:
+        """The error to raise for ``exc``, raised by an ``array_call`` callable; None:
+        ``exc`` itself (the default)."""
+        return None

@@ -463,7 +463,8 @@ def test_allreduce_scripts_run_on_two_ranks_and_check_their_sums(script, args, r
     ("timeline.py", ["--batch", "4", "--steps", "2"],
      ["communication |", "fused_allreduce", "while compute ops ran on another stream"]),
     ("call_floor.py", ["--iters", "20", "--rounds", "1"],
-     ["allreduce out of place", "python floor", "start().wait()", "al.barrier"])])
+     ["allreduce out of place", "python floor", "start().wait()", "al.barrier",
+      "allreduce out of place, new buffers", "nonblocking().wait()"])])
 def test_training_and_call_cost_scripts_run_on_two_ranks(script, args, rows):
     path = Path(__file__).resolve().parent.parent / "bench" / script
     cmd = [sys.executable, "-m", "aluminum.run", "-n", "2", str(path), *args]
@@ -471,3 +472,21 @@ def test_training_and_call_cost_scripts_run_on_two_ranks(script, args, rows):
     assert run.returncode == 0, run.stdout + run.stderr
     for row in rows:
         assert row in run.stdout, run.stdout
+
+
+@pytest.mark.bench
+def test_op_table_compares_same_and_new_buffers_with_mpi4py():
+    """Each row: ours, mpi4py and their ratio on the same buffers every call, then on new
+    buffers every call (both libraries allocating them in the timed call)."""
+    script = Path(__file__).resolve().parent.parent / "bench" / "op_table.py"
+    run = subprocess.run([sys.executable, str(script), "--np", "2", "--ops", "allreduce,send",
+                          "--rounds", "1"], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stdout + run.stderr
+    rows = {line.split()[0]: line.split()[1:] for line in run.stdout.splitlines()
+            if line.split() and line.split()[0] in ("allreduce", "send")}
+    assert set(rows) == {"allreduce", "send"}
+    for op, values in rows.items():
+        ours, peer, ratio, ours_new, peer_new, ratio_new = map(float, values)
+        assert 0 < ours and 0 < peer and ratio == pytest.approx(ours / peer, abs=0.03), op
+        assert 0 < ours_new and 0 < peer_new, op
+        assert ratio_new == pytest.approx(ours_new / peer_new, abs=0.03), op

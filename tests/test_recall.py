@@ -1,5 +1,10 @@
-"""The one plan cache (aluminum/recall.py): a repeated call finds its plan, anything
-validation depends on that changed sends the call back through validation."""
+"""The one plan cache (aluminum/recall.py), from outside: a call found again, or made on
+new arrays of a kind seen before, gives what a new call gives; anything validation depends
+on that changed sends the call back through validation; what the cache holds stays bounded
+and is let go."""
+import gc
+import weakref
+
 import numpy as np
 import pytest
 
@@ -13,30 +18,23 @@ def comm():
         yield communicator
 
 
-def _plans(op):
-    return [entry.plan for entry in recall._recent.get(op, [])]
+def _alive(refs):
+    gc.collect()
+    return sum(ref() is not None for ref in refs)
 
 
-def test_a_repeated_call_reuses_its_plan_without_making_persistent_requests(comm):
-    """Whether a call is found here depends on this rank's buffer reuse alone, so a found
-    plan must run the form a new call would (MPI never matches a persistent start with a
-    blocking or nonblocking call on another rank)."""
-    buf = np.arange(3.0)
-    for _ in range(3):
-        al.bcast(buf, comm)
-        al.nonblocking_bcast(buf, comm).wait()
-    first = _plans("bcast")[0]
-    al.bcast(buf, comm)
-    assert _plans("bcast")[0] is first and not first._prepare and not first._persistent
-    np.testing.assert_array_equal(buf, np.arange(3.0))
-
-
-def test_new_buffers_make_new_plans_and_the_cache_stays_bounded(comm):
-    arrays = [np.zeros(2) for _ in range(recall.RECENT_PER_OP + 3)]
-    for array in arrays:
-        al.bcast(array, comm)
-    assert len(_plans("bcast")) == recall.RECENT_PER_OP
-    assert _plans("bcast")[0].args[1].obj is arrays[-1]
+def test_buffers_of_many_calls_are_let_go(comm):
+    """Calls on new arrays keep a bounded number of them (the last calls' plans and the
+    latest arrays of each kind), not one per call."""
+    refs = []
+    for count in (2, 2, 3):                    # two kinds, the first twice
+        for _ in range(3 * recall.RECENT_PER_OP):
+            array = np.zeros(count)
+            refs.append(weakref.ref(array))
+            al.bcast(array, comm)
+            al.allreduce(np.ones(count), comm, recvbuf=array)
+            del array
+    assert _alive(refs) <= recall.RECENT_PER_OP + 2
 
 
 def test_a_buffer_made_read_only_is_validated_again(comm):
@@ -70,21 +68,107 @@ def test_counts_changed_in_place_are_seen(comm):
         al.allgatherv(send, counts, None, comm, recvbuf=out)
 
 
-def test_freeing_the_communicator_forgets_its_plans(comm):
+def test_freeing_the_communicator_lets_its_buffers_go(comm):
     sub = comm.split(0)
     buf = np.ones(2)
+    ref = weakref.ref(buf)
     al.allreduce(buf, sub)
     al.allreduce(buf, sub)
-    assert any(entry.comm is sub for entry in recall._recent["allreduce"])
+    al.allreduce(np.ones(2), sub)        # a new array of the same kind
     sub.free()
-    assert not any(entry.comm is sub for entry in recall._recent["allreduce"])
     with pytest.raises(al.CommunicatorError, match="freed"):
         al.allreduce(buf, sub)
+    with pytest.raises(al.CommunicatorError, match="freed"):
+        al.allreduce(np.ones(2), sub)
+    del buf
+    assert _alive([ref]) == 0
 
 
-def test_objects_without_cheap_checks_are_not_remembered(comm):
-    recall.forget()
-    al.bcast(bytearray(8), comm)
-    assert _plans("bcast") == []
-    al.bcast(np.zeros(1), comm)
-    assert len(_plans("bcast")) == 1
+def test_objects_without_cheap_checks_are_not_held(comm):
+    """A bytearray's buffer is not kept exported between calls (else it could not grow),
+    and a call after it grew sees its new size."""
+    data, out = bytearray(8), bytearray(8)
+    al.allgather(data, comm, recvbuf=out)
+    data.extend(bytes(8))                # raises BufferError while a view is exported
+    data[8:] = bytes(range(1, 9))
+    with pytest.raises(al.BufferError, match="recvbuf: expected 16 elements"):
+        al.allgather(data, comm, recvbuf=out)
+    out.extend(bytes(8))
+    al.allgather(data, comm, recvbuf=out)
+    assert out == data
+
+
+def test_new_arrays_of_a_seen_kind_get_their_own_results(comm):
+    """Out of place on new arrays of one kind: each call writes its own receive buffer,
+    never an earlier call's."""
+    outs = []
+    for value in range(1, 6):
+        out = np.full(3, -1.0)
+        al.allreduce(np.full(3, float(value)), comm, recvbuf=out)
+        outs.append(out)
+    for value, out in enumerate(outs, 1):
+        np.testing.assert_array_equal(out, np.full(3, value * comm.size))
+
+
+def test_the_same_arrays_again_after_new_ones_still_work(comm):
+    """Arrays seen twice in a row become a remembered call; results stay each call's."""
+    a, out = np.full(2, 2.0), np.zeros(2)
+    for repeat in range(4):
+        al.allreduce(np.full(2, 9.0), comm, recvbuf=np.zeros(2))
+        a[:] = repeat
+        al.allreduce(a, comm, recvbuf=out)
+        al.allreduce(a, comm, recvbuf=out)
+        np.testing.assert_array_equal(out, np.full(2, repeat * comm.size))
+
+
+def test_overlapping_new_arrays_of_a_seen_kind_are_rejected(comm):
+    """Views that do not own their memory are checked for overlap on every call: a kind
+    first seen with disjoint views does not let overlapping ones through."""
+    base = np.zeros(8)
+    al.allreduce(base[:4], comm, recvbuf=base[4:])          # disjoint views
+    other = np.arange(8.0)
+    before = other.copy()
+    with pytest.raises(al.BufferError, match="overlaps"):
+        al.allreduce(other[:4], comm, recvbuf=other[2:6])   # same kind, overlapping
+    np.testing.assert_array_equal(other, before)
+    al.allreduce(other[:4], comm, recvbuf=other[4:])        # still usable
+    np.testing.assert_array_equal(other[4:], before[:4] * comm.size)
+
+
+def test_another_size_dtype_or_layout_gets_its_own_decision(comm):
+    """New arrays differing from a seen kind in count, dtype, writability or contiguity
+    are validated as a first call is: right answers or the right error, nothing run."""
+    al.allreduce(np.ones(4), comm, recvbuf=np.zeros(4))
+    out = np.zeros(6)
+    al.allreduce(np.ones(6), comm, recvbuf=out)                      # another count
+    np.testing.assert_array_equal(out, np.full(6, comm.size))
+    out32 = np.zeros(4, np.float32)
+    al.allreduce(np.ones(4, np.float32), comm, recvbuf=out32)        # another dtype
+    np.testing.assert_array_equal(out32, np.full(4, comm.size, np.float32))
+    with pytest.raises(al.BufferError, match="recvbuf: expected 4 elements"):
+        al.allreduce(np.ones(4), comm, recvbuf=np.zeros(5))
+    with pytest.raises(al.BufferError, match="recvbuf: expected elements of float64|"
+                                             "recvbuf: expected 4 elements of float64"):
+        al.allreduce(np.ones(4), comm, recvbuf=np.zeros(4, np.float32))
+    frozen = np.zeros(4)
+    frozen.flags.writeable = False
+    with pytest.raises(al.BufferError, match="recvbuf: expected a writable"):
+        al.allreduce(np.ones(4), comm, recvbuf=frozen)
+    strided = np.zeros(8)[::2]
+    with pytest.raises(al.BufferError, match="recvbuf: expected a C-contiguous"):
+        al.allreduce(np.ones(4), comm, recvbuf=strided)
+    np.testing.assert_array_equal(strided, np.zeros(4))
+
+
+def test_overlap_is_checked_among_any_number_of_new_arrays(comm):
+    """multisendrecv's receive buffers must not overlap its send buffers: a kind first
+    seen with disjoint views still rejects overlapping ones."""
+    def blocks(array, *starts):
+        return [(array[start:start + 1], 0) for start in starts]
+
+    disjoint = np.zeros(4)
+    al.multisendrecv(blocks(disjoint, 0, 1), blocks(disjoint, 2, 3), comm)
+    other = np.arange(4.0)
+    with pytest.raises(al.BufferError, match="overlaps"):
+        al.multisendrecv(blocks(other, 0, 1), blocks(other, 1, 3), comm)
+    np.testing.assert_array_equal(other, np.arange(4.0))

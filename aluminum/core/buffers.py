@@ -115,6 +115,16 @@ def contiguous_host_buffer(obj: object, array: np.ndarray, writable: bool) -> Bu
     return Buffer(obj, flat, None, array.dtype, flat.size, HOST, writable)
 
 
+def checked_array_buffer(array: np.ndarray, dtype: np.dtype, count: int,
+                         writable: bool) -> Buffer:
+    """The Buffer of the numpy ``array`` whose dtype, shape and flags were already found
+    equal to those of an array ``as_buffer`` accepted (``dtype``, ``count`` and
+    ``writable`` are what it found then): what a call on new arrays of an already
+    validated kind uses instead of parsing them again."""
+    return Buffer(array, array if array.ndim == 1 else array.reshape(-1), None, dtype, count,
+                  HOST, writable)
+
+
 # typestr -> numpy dtype: parsing one costs more than the rest of a small GPU call's checks.
 _TYPESTR_DTYPES: dict[str, np.dtype] = {}
 

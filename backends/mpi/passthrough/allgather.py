@@ -6,7 +6,7 @@ already sits at offset ``rank * n``.
 """
 from __future__ import annotations
 
-from .mpi_request import MPIRequestState, send_spec, spec
+from .mpi_request import MPIRequestState, pair_call, send_spec, spec
 
 
 class PassthroughAllgather(MPIRequestState):
@@ -18,6 +18,10 @@ class PassthroughAllgather(MPIRequestState):
     @staticmethod
     def run_blocking(comm, stream, sendbuf, recvbuf):
         comm._mpi.Allgather(send_spec(sendbuf, recvbuf), spec(recvbuf))
+
+    @staticmethod
+    def array_call(comm, stream, sendbuf, recvbuf):
+        return pair_call(comm._mpi.Allgather, sendbuf, recvbuf)
 
     def post(self):
         return self.comm._mpi.Iallgather(send_spec(self.sendbuf, self.recvbuf),

@@ -19,6 +19,7 @@ from mpi4py import MPI
 from ....core.reduction import reduce_in_rank_order, sums_in_rank_order
 from ....engine.state import Action, State
 from ..datatypes import mpi_plan
+from .mpi_request import pair_call
 from .persistent import PersistentRequest
 
 _CONTINUE, _COMPLETE = Action.CONTINUE, Action.COMPLETE
@@ -46,7 +47,17 @@ class PassthroughAllreduce(State):
 
     @staticmethod
     def run_blocking(comm, stream, sendbuf, recvbuf, op):
-        PassthroughAllreduce.blocking_call(comm, stream, sendbuf, recvbuf, op)()
+        """``blocking_call``'s call made and called at once (what a call on new buffers
+        runs: nothing is kept, so nothing is bound)."""
+        recv = recvbuf.array
+        if _order_sensitive(comm, op, recv.dtype):
+            _ordered_blocking(comm, sendbuf, recvbuf, op)
+            return
+        datatype, mpiop, needs_finish = mpi_plan(op, recv.dtype)
+        comm._mpi.Allreduce(MPI.IN_PLACE if sendbuf is recvbuf else [sendbuf.array, datatype],
+                            [recv, datatype], mpiop)
+        if needs_finish:
+            op.finish(recv.reshape(-1), comm.size)
 
     @staticmethod
     def blocking_call(comm, stream, sendbuf, recvbuf, op):
@@ -66,6 +77,28 @@ class PassthroughAllreduce(State):
             call()
             op.finish(flat, size)
         return call_and_finish
+
+    @staticmethod
+    def array_call(comm, stream, sendbuf, recvbuf, op):
+        """``MPI_Allreduce`` on new arrays; None where the order matters (its path reads
+        the deterministic mode on every call)."""
+        if _order_sensitive(comm, op, recvbuf.dtype):
+            return None
+        datatype, mpiop, needs_finish = mpi_plan(op, recvbuf.dtype)
+        call = pair_call(comm._mpi.Allreduce, sendbuf, recvbuf, mpiop)
+        if not needs_finish:
+            return call
+        size = comm.size
+        if sendbuf is recvbuf:
+            def call_and_finish(recv):
+                call(recv)
+                op.finish(recv, size)
+            return call_and_finish
+
+        def call_and_finish_out(send, recv):
+            call(send, recv)
+            op.finish(recv, size)
+        return call_and_finish_out
 
     @classmethod
     def persistent(cls, comm, stream, sendbuf, recvbuf, op) -> PersistentRequest | None:

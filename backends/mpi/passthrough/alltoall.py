@@ -6,7 +6,7 @@ In place ``sendbuf is recvbuf`` and the received blocks replace the sent ones.
 """
 from __future__ import annotations
 
-from .mpi_request import MPIRequestState, send_spec, spec
+from .mpi_request import MPIRequestState, pair_call, send_spec, spec
 
 
 class PassthroughAlltoall(MPIRequestState):
@@ -18,6 +18,10 @@ class PassthroughAlltoall(MPIRequestState):
     @staticmethod
     def run_blocking(comm, stream, sendbuf, recvbuf):
         comm._mpi.Alltoall(send_spec(sendbuf, recvbuf), spec(recvbuf))
+
+    @staticmethod
+    def array_call(comm, stream, sendbuf, recvbuf):
+        return pair_call(comm._mpi.Alltoall, sendbuf, recvbuf)
 
     def post(self):
         return self.comm._mpi.Ialltoall(send_spec(self.sendbuf, self.recvbuf),

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from mpi4py import MPI
 
+from ..datatypes import mpi_datatype
 from .mpi_request import MPIRequestState, layout_spec
 
 
@@ -25,6 +26,16 @@ class PassthroughAlltoallv(MPIRequestState):
                      recv_displs):
         comm._mpi.Alltoallv(*_arguments(sendbuf, recvbuf, send_counts, send_displs,
                                         recv_counts, recv_displs))
+
+    @staticmethod
+    def array_call(comm, stream, sendbuf, recvbuf, send_counts, send_displs, recv_counts,
+                   recv_displs):
+        call, datatype = comm._mpi.Alltoallv, mpi_datatype(recvbuf.dtype)
+        if sendbuf is recvbuf:
+            in_place = MPI.IN_PLACE
+            return lambda recv: call(in_place, [recv, recv_counts, recv_displs, datatype])
+        return lambda send, recv: call([send, send_counts, send_displs, datatype],
+                                       [recv, recv_counts, recv_displs, datatype])
 
     def post(self):
         return self.comm._mpi.Ialltoallv(*_arguments(self.sendbuf, self.recvbuf, *self.layouts))

@@ -17,5 +17,9 @@ class PassthroughBarrier(MPIRequestState):
     def run_blocking(comm, stream):
         comm._mpi.Barrier()
 
+    @staticmethod
+    def array_call(comm, stream):
+        return comm._mpi.Barrier
+
     def post(self):
         return self.comm._mpi.Ibarrier()

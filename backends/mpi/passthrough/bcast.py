@@ -5,6 +5,7 @@ other rank's ``buf``.
 """
 from __future__ import annotations
 
+from ..datatypes import mpi_datatype
 from .mpi_request import MPIRequestState, spec
 
 
@@ -17,6 +18,11 @@ class PassthroughBcast(MPIRequestState):
     @staticmethod
     def run_blocking(comm, stream, buf, root):
         comm._mpi.Bcast(spec(buf), root)
+
+    @staticmethod
+    def array_call(comm, stream, buf, root):
+        call, datatype = comm._mpi.Bcast, mpi_datatype(buf.dtype)
+        return lambda array: call([array, datatype], root)
 
     def post(self):
         return self.comm._mpi.Ibcast(spec(self.buf), self.root)

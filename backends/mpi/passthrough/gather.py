@@ -7,7 +7,8 @@ place, the root's own contribution already sitting at offset ``root * n``.
 """
 from __future__ import annotations
 
-from .mpi_request import MPIRequestState, send_spec, spec
+from ..datatypes import mpi_datatype
+from .mpi_request import MPIRequestState, pair_call, send_spec, spec
 
 
 class PassthroughGather(MPIRequestState):
@@ -19,6 +20,13 @@ class PassthroughGather(MPIRequestState):
     @staticmethod
     def run_blocking(comm, stream, sendbuf, recvbuf, root):
         comm._mpi.Gather(*_arguments(sendbuf, recvbuf), root)
+
+    @staticmethod
+    def array_call(comm, stream, sendbuf, recvbuf, root):
+        call, datatype = comm._mpi.Gather, mpi_datatype(sendbuf.dtype)
+        if recvbuf is None:
+            return lambda send: call([send, datatype], None, root)
+        return pair_call(call, sendbuf, recvbuf, root)
 
     def post(self):
         return self.comm._mpi.Igather(*_arguments(self.sendbuf, self.recvbuf), self.root)

@@ -7,6 +7,9 @@ recvbuf`` means in place, the root's contribution already sitting at ``displs[ro
 """
 from __future__ import annotations
 
+from mpi4py import MPI
+
+from ..datatypes import mpi_datatype
 from .mpi_request import MPIRequestState, layout_spec, send_spec, spec
 
 
@@ -20,6 +23,17 @@ class PassthroughGatherv(MPIRequestState):
     @staticmethod
     def run_blocking(comm, stream, sendbuf, recvbuf, counts, displs, root):
         comm._mpi.Gatherv(*_arguments(sendbuf, recvbuf, counts, displs), root)
+
+    @staticmethod
+    def array_call(comm, stream, sendbuf, recvbuf, counts, displs, root):
+        call, datatype = comm._mpi.Gatherv, mpi_datatype(sendbuf.dtype)
+        if recvbuf is None:
+            return lambda send: call([send, datatype], None, root)
+        if sendbuf is recvbuf:
+            in_place = MPI.IN_PLACE
+            return lambda recv: call(in_place, [recv, counts, displs, datatype], root)
+        return lambda send, recv: call([send, datatype], [recv, counts, displs, datatype],
+                                       root)
 
     def post(self):
         return self.comm._mpi.Igatherv(

@@ -23,7 +23,8 @@ def operation_error(name: str, exc: MPI.Exception) -> OperationError:
 
 def wrap_mpi_errors(cls: type) -> type:
     """Make ``cls.run_blocking`` and the calls ``cls.blocking_call`` returns raise
-    ``operation_error`` instead of ``MPI.Exception``."""
+    ``operation_error`` instead of ``MPI.Exception``, and ``cls.call_error`` name that
+    error for what the calls ``cls.array_call`` returns raise."""
     run_blocking = cls.run_blocking
 
     @functools.wraps(run_blocking)
@@ -48,4 +49,6 @@ def wrap_mpi_errors(cls: type) -> type:
         return checked_call
 
     cls.blocking_call = staticmethod(checked_blocking_call)
+    cls.call_error = staticmethod(
+        lambda exc: operation_error(cls.name, exc) if isinstance(exc, MPI.Exception) else None)
     return cls

@@ -128,6 +128,18 @@ class _OtherForm:
         return getattr(self._comm, name)
 
 
+def pair_call(call, sendbuf, recvbuf, *after):
+    """``array_call``'s callable for ``call(send spec, receive spec, *after)``: on the
+    receive array alone in place (``sendbuf is recvbuf``, sending ``MPI.IN_PLACE``), else
+    on the send and receive arrays."""
+    datatype = mpi_datatype(recvbuf.dtype)
+    if sendbuf is recvbuf:
+        in_place = MPI.IN_PLACE
+        return lambda recv: call(in_place, [recv, datatype], *after)
+    send_type = mpi_datatype(sendbuf.dtype)
+    return lambda send, recv: call([send, send_type], [recv, datatype], *after)
+
+
 def spec(buf) -> list:
     """``[array, datatype]``: the whole buffer."""
     return [buf.array, mpi_datatype(buf.dtype)]

@@ -7,6 +7,7 @@ itself into a receive that was already posted).
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 from contextlib import contextmanager
 
@@ -37,6 +38,13 @@ class PassthroughRecv(MPIRequestState):
         status = MPI.Status()
         return checked_receive(functools.partial(comm.mpi_comm.Recv, spec(buf), src,
                                                  POINT_TO_POINT_TAG, status), status, buf, src)
+
+    @staticmethod
+    def array_call(comm, stream, buf, src):
+        """``MPI_Recv`` into new arrays, with a status of its own per call, then the
+        count check (as ``blocking_call``'s)."""
+        return array_receive(comm._mpi.Recv, buf, src, lambda array, datatype, status:
+                             ([array, datatype], src, POINT_TO_POINT_TAG, status))
 
     @classmethod
     def persistent(cls, comm, stream, buf, src) -> PersistentRequests:
@@ -73,6 +81,24 @@ def checked_receive(receive, status: MPI.Status, buf, src: int):
             raise message_error(exc, src) from exc
         if status.Get_count(datatype) != count:
             check_received(status, buf, src)    # raises, saying what came
+    return call
+
+
+def array_receive(receive, buf, src: int, arguments):
+    """An ``array_call`` callable receiving from ``src`` into new arrays of ``buf``'s kind:
+    ``receive(*arguments(array, datatype, status))`` (the receive's array last among the
+    arrays), then the count check, raising as ``checked_receive``'s call."""
+    datatype, count, Status = mpi_datatype(buf.dtype), buf.count, MPI.Status
+    expected = dataclasses.replace(buf, obj=None, array=None, address=None)  # (for messages)
+
+    def call(*arrays):
+        status = Status()
+        try:
+            receive(*arguments(*arrays, datatype, status))
+        except MPI.Exception as exc:
+            raise message_error(exc, src) from exc
+        if status.Get_count(datatype) != count:
+            check_received(status, expected, src)    # raises, saying what came
     return call
 
 

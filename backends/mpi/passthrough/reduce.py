@@ -6,8 +6,8 @@ every rank but the root; at the root ``sendbuf is recvbuf`` means in place.
 """
 from __future__ import annotations
 
-from ..datatypes import mpi_op
-from .mpi_request import MPIRequestState, send_spec, spec
+from ..datatypes import mpi_datatype, mpi_op
+from .mpi_request import MPIRequestState, pair_call, send_spec, spec
 
 
 class PassthroughReduce(MPIRequestState):
@@ -23,6 +23,30 @@ class PassthroughReduce(MPIRequestState):
             return
         comm._mpi.Reduce(*_arguments(sendbuf, recvbuf, op), root)
         _finish(comm, recvbuf, op)
+
+    @staticmethod
+    def array_call(comm, stream, sendbuf, recvbuf, op, root):
+        """``MPI_Reduce`` on new arrays; None where the order matters."""
+        if comm.size > 2 and op.order_sensitive(sendbuf.dtype):
+            return None
+        call, mpiop = comm._mpi.Reduce, mpi_op(op, sendbuf.dtype)
+        if recvbuf is None:
+            datatype = mpi_datatype(sendbuf.dtype)
+            return lambda send: call([send, datatype], None, mpiop, root)
+        reduce = pair_call(call, sendbuf, recvbuf, mpiop, root)
+        if not op.finishes(comm.size):
+            return reduce
+        size = comm.size
+        if sendbuf is recvbuf:
+            def reduce_and_finish(recv):
+                reduce(recv)
+                op.finish(recv, size)
+            return reduce_and_finish
+
+        def reduce_and_finish_out(send, recv):
+            reduce(send, recv)
+            op.finish(recv, size)
+        return reduce_and_finish_out
 
     def order_sensitive(self):
         return self.comm.size > 2 and self.op.order_sensitive(self.sendbuf.dtype)

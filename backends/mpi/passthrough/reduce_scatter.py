@@ -7,7 +7,7 @@ rank's reduced block lands in its first ``n`` elements (MPI's in-place semantics
 from __future__ import annotations
 
 from ..datatypes import mpi_op
-from .mpi_request import MPIRequestState, send_spec, spec
+from .mpi_request import MPIRequestState, pair_call, send_spec, spec
 
 
 class PassthroughReduceScatter(MPIRequestState):
@@ -23,6 +23,29 @@ class PassthroughReduceScatter(MPIRequestState):
         comm._mpi.Reduce_scatter_block(send_spec(sendbuf, recvbuf), spec(recvbuf),
                                        mpi_op(op, recvbuf.dtype))
         _finish(comm, sendbuf, recvbuf, op)
+
+    @staticmethod
+    def array_call(comm, stream, sendbuf, recvbuf, op):
+        """``MPI_Reduce_scatter_block`` on new arrays; None where the order matters."""
+        if comm.size > 2 and op.order_sensitive(recvbuf.dtype):
+            return None
+        call = pair_call(comm._mpi.Reduce_scatter_block, sendbuf, recvbuf,
+                         mpi_op(op, recvbuf.dtype))
+        if not op.finishes(comm.size):
+            return call
+        size = comm.size
+        if sendbuf is recvbuf:
+            count = recvbuf.count // size
+
+            def call_and_finish(recv):
+                call(recv)
+                op.finish(recv[:count], size)
+            return call_and_finish
+
+        def call_and_finish_out(send, recv):
+            call(send, recv)
+            op.finish(recv, size)
+        return call_and_finish_out
 
     def order_sensitive(self):
         return self.comm.size > 2 and self.op.order_sensitive(self.recvbuf.dtype)

@@ -8,7 +8,7 @@ holds ``sum(counts)`` and this rank's reduced block lands in its first ``counts[
 from __future__ import annotations
 
 from ..datatypes import mpi_op
-from .mpi_request import MPIRequestState, send_spec, spec
+from .mpi_request import MPIRequestState, pair_call, send_spec, spec
 
 
 class PassthroughReduceScatterv(MPIRequestState):
@@ -25,6 +25,27 @@ class PassthroughReduceScatterv(MPIRequestState):
         comm._mpi.Reduce_scatter(send_spec(sendbuf, recvbuf), spec(recvbuf), counts,
                                  mpi_op(op, recvbuf.dtype))
         op.finish(recvbuf.array[:counts[comm.rank]], comm.size)
+
+    @staticmethod
+    def array_call(comm, stream, sendbuf, recvbuf, op, counts):
+        """``MPI_Reduce_scatter`` on new arrays; None where the order matters."""
+        if comm.size > 2 and op.order_sensitive(recvbuf.dtype):
+            return None
+        call = pair_call(comm._mpi.Reduce_scatter, sendbuf, recvbuf, counts,
+                         mpi_op(op, recvbuf.dtype))
+        if not op.finishes(comm.size):
+            return call
+        size, count = comm.size, counts[comm.rank]
+        if sendbuf is recvbuf:
+            def call_and_finish(recv):
+                call(recv)
+                op.finish(recv[:count], size)
+            return call_and_finish
+
+        def call_and_finish_out(send, recv):
+            call(send, recv)
+            op.finish(recv[:count], size)
+        return call_and_finish_out
 
     def order_sensitive(self):
         return self.comm.size > 2 and self.op.order_sensitive(self.recvbuf.dtype)

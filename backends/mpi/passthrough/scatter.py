@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from mpi4py import MPI
 
+from ..datatypes import mpi_datatype
 from .mpi_request import MPIRequestState, spec
 
 
@@ -21,6 +22,16 @@ class PassthroughScatter(MPIRequestState):
     @staticmethod
     def run_blocking(comm, stream, sendbuf, recvbuf, root):
         comm._mpi.Scatter(*_arguments(sendbuf, recvbuf), root)
+
+    @staticmethod
+    def array_call(comm, stream, sendbuf, recvbuf, root):
+        call, datatype = comm._mpi.Scatter, mpi_datatype(recvbuf.dtype)
+        if sendbuf is None:
+            return lambda recv: call(None, [recv, datatype], root)
+        if sendbuf is recvbuf:
+            in_place = MPI.IN_PLACE
+            return lambda buf: call([buf, datatype], in_place, root)
+        return lambda send, recv: call([send, datatype], [recv, datatype], root)
 
     def post(self):
         return self.comm._mpi.Iscatter(*_arguments(self.sendbuf, self.recvbuf), self.root)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from mpi4py import MPI
 
+from ..datatypes import mpi_datatype
 from .mpi_request import MPIRequestState, layout_spec, spec
 
 
@@ -22,6 +23,17 @@ class PassthroughScatterv(MPIRequestState):
     @staticmethod
     def run_blocking(comm, stream, sendbuf, recvbuf, counts, displs, root):
         comm._mpi.Scatterv(*_arguments(sendbuf, recvbuf, counts, displs), root)
+
+    @staticmethod
+    def array_call(comm, stream, sendbuf, recvbuf, counts, displs, root):
+        call, datatype = comm._mpi.Scatterv, mpi_datatype(recvbuf.dtype)
+        if sendbuf is None:
+            return lambda recv: call(None, [recv, datatype], root)
+        if sendbuf is recvbuf:
+            in_place = MPI.IN_PLACE
+            return lambda buf: call([buf, counts, displs, datatype], in_place, root)
+        return lambda send, recv: call([send, counts, displs, datatype], [recv, datatype],
+                                       root)
 
     def post(self):
         return self.comm._mpi.Iscatterv(

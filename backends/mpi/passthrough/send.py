@@ -6,6 +6,7 @@ receives in posting order.
 from __future__ import annotations
 
 from ....engine.state import RunType
+from ..datatypes import mpi_datatype
 from .mpi_request import POINT_TO_POINT_TAG, MPIRequestState, spec
 
 
@@ -19,6 +20,11 @@ class PassthroughSend(MPIRequestState):
     @staticmethod
     def run_blocking(comm, stream, buf, dest):
         comm._mpi.Send(spec(buf), dest, POINT_TO_POINT_TAG)
+
+    @staticmethod
+    def array_call(comm, stream, buf, dest):
+        call, datatype = comm._mpi.Send, mpi_datatype(buf.dtype)
+        return lambda array: call([array, datatype], dest, POINT_TO_POINT_TAG)
 
     def post(self):
         return self.comm._mpi.Isend(spec(self.buf), self.dest, POINT_TO_POINT_TAG)

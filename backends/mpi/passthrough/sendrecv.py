@@ -13,10 +13,11 @@ import functools
 
 from mpi4py import MPI
 
+from ..datatypes import mpi_datatype
 from .mpi_request import POINT_TO_POINT_TAG, spec
 from .multisendrecv import PassthroughMultiSendRecv, persistent_pairs
 from .persistent import PersistentRequests
-from .recv import checked_receive
+from .recv import array_receive, checked_receive
 
 TAG = POINT_TO_POINT_TAG
 
@@ -44,6 +45,18 @@ class PassthroughSendrecv(PassthroughMultiSendRecv):
             exchange = functools.partial(comm.mpi_comm.Sendrecv, spec(sendbuf), dest, TAG,
                                          spec(recvbuf), src, TAG, status)
         return checked_receive(exchange, status, recvbuf, src)
+
+    @staticmethod
+    def array_call(comm, stream, sendbuf, dest, recvbuf, src):
+        """``MPI_Sendrecv(_replace)`` on new arrays, as ``blocking_call``'s."""
+        send_type = mpi_datatype(sendbuf.dtype)
+        if sendbuf is recvbuf:
+            return array_receive(comm._mpi.Sendrecv_replace, recvbuf, src,
+                                 lambda buf, datatype, status:
+                                 ([buf, datatype], dest, TAG, src, TAG, status))
+        return array_receive(comm._mpi.Sendrecv, recvbuf, src,
+                             lambda send, recv, datatype, status:
+                             ([send, send_type], dest, TAG, [recv, datatype], src, TAG, status))
 
     @classmethod
     def persistent(cls, comm, stream, sendbuf, dest, recvbuf, src) -> PersistentRequests | None:
