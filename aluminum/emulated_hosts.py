@@ -21,7 +21,9 @@ every host gets a daemon of its own: the hostfile names the hosts, and the launc
 host.  Ranks on one host then share memory, ranks on different hosts talk TCP over the bridge.
 
 It needs root (CAP_NET_ADMIN and CAP_SYS_ADMIN); without it ``EmulatedHostsError`` says so
-before anything is made.
+before anything is made.  A launcher killed outright (SIGKILL: no handler runs) leaves its
+hosts behind; the next launch removes those of every launcher that is no longer alive (each
+launch's work folder names its launcher's pid).
 """
 from __future__ import annotations
 
@@ -45,6 +47,7 @@ ADDRESS_POOL = ipaddress.ip_network("10.231.0.0/16")
 BRIDGE_HOST = 254
 TOOLS = ("ip", "nsenter", "unshare")
 LOCK_FILE = Path(tempfile.gettempdir()) / "aluminum-emulated-hosts.lock"
+LAUNCHER_PID = "launcher.pid"   # in a launch's work folder: whose hosts they are
 
 # PRRTE calls its ssh agent as ``agent <host> <command line>``.
 LAUNCH_AGENT = """#!/bin/sh
@@ -106,6 +109,7 @@ def emulated_hosts(hosts: int, nprocs: int, link_mbit: float | None = None):
                             subnet="", bridge=f"al{token}br", link_mbit=link_mbit,
                             slots=math.ceil(nprocs / hosts),
                             workdir=Path(tempfile.mkdtemp(prefix=f"al-hosts-{token}-")))
+    (cluster.workdir / LAUNCHER_PID).write_text(str(os.getpid()))
     try:
         _build(cluster, token)
         yield cluster
@@ -129,6 +133,7 @@ def check_privilege(need_tc: bool = False) -> None:
 def _build(cluster: EmulatedHosts, token: str) -> None:
     with open(LOCK_FILE, "w") as lock:   # two launches must not pick the same subnet
         fcntl.flock(lock, fcntl.LOCK_EX)
+        reap_orphans()
         subnet = _free_subnet()
         cluster.subnet = str(subnet)
         hosts = list(subnet.hosts())
@@ -210,6 +215,43 @@ def _stop_processes(names: list[str]) -> None:
                 os.kill(int(pid), signal.SIGKILL)
             except (OSError, ValueError):
                 pass
+
+
+def reap_orphans() -> list[str]:
+    """Remove the hosts of launches whose launcher is no longer alive (killed outright, so
+    its own clean-up never ran): their processes, namespaces, links and work folder.
+    Returns the tokens removed.  Launches still running, and folders without a pid, are
+    left alone."""
+    reaped = []
+    for workdir in Path(tempfile.gettempdir()).glob("al-hosts-*-*"):
+        match = re.fullmatch(r"al-hosts-([0-9a-f]{6})-.*", workdir.name)
+        try:
+            pid = int((workdir / LAUNCHER_PID).read_text())
+        except (OSError, ValueError):
+            continue
+        if match is None or _alive(pid):
+            continue
+        token = match.group(1)
+        names = leftovers(token)
+        _stop_processes([name for name in names if name.startswith("al-")])
+        for name in names:
+            if name.startswith("al-"):
+                subprocess.run(["ip", "netns", "del", name], capture_output=True)
+            else:
+                subprocess.run(["ip", "link", "del", name], capture_output=True)
+        shutil.rmtree(workdir, ignore_errors=True)
+        reaped.append(token)
+    return reaped
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def leftovers(token: str = "[0-9a-f]{6}") -> list[str]:

@@ -119,6 +119,26 @@ def test_nothing_is_left_when_the_launcher_is_signalled(sig):
     assert not left_behind(before)
 
 
+@needs_namespaces
+def test_hosts_of_a_killed_launcher_are_removed_by_the_next_launch():
+    before = leftovers()
+    runner = subprocess.Popen([sys.executable, "-m", "aluminum.run", "--hosts", "2", "-n", "2",
+                               "python", "-c", "import time; print('up', flush=True); "
+                               "time.sleep(60)"], stdout=subprocess.PIPE, text=True)
+    try:
+        assert runner.stdout.readline().strip() == "up"
+        runner.kill()                      # SIGKILL: the launcher's clean-up never runs
+        runner.wait(30)
+        orphaned = left_behind(before)
+        assert orphaned
+        result = launch(2, [sys.executable, "-c", "pass"], hosts=2, capture=True, timeout=120)
+        assert result.returncode == 0, result.stdout
+        assert not orphaned & set(leftovers())
+    finally:
+        if runner.poll() is None:
+            runner.kill()
+
+
 @pytest.mark.parametrize("kwargs,named", [
     ({"hosts": 0}, "--hosts"),
     ({"hosts": 3, "nprocs": 2}, "-n"),
