@@ -15,6 +15,7 @@ import aluminum as al
 import aluminum.executor as ex
 from aluminum.executor import layers
 from aluminum.executor.sharding.search import CostModel, Layer, data_parallel, estimate, search
+from agreement import agree
 
 WORLD = MPI.COMM_WORLD
 SIZE, RANK = WORLD.Get_size(), WORLD.Get_rank()
@@ -33,17 +34,6 @@ def comm():
 def context(comm):
     yield
     ex.reset_parallel_context()
-
-
-def agree(check):
-    try:
-        check()
-        error = None
-    except Exception as exc:  # noqa: BLE001 - reported on every rank below
-        error = f"{type(exc).__name__}: {exc}"
-    errors = WORLD.allgather(error)
-    failed = [f"rank {r}: {e}" for r, e in enumerate(errors) if e is not None]
-    assert not failed, "\n".join(failed)
 
 
 def gathered(program, scope, name):

@@ -13,6 +13,7 @@ from mpi4py import MPI
 import aluminum as al
 import aluminum.executor as ex
 from aluminum.executor import layers
+from agreement import agree
 
 WORLD = MPI.COMM_WORLD
 SIZE, RANK = WORLD.Get_size(), WORLD.Get_rank()
@@ -30,18 +31,6 @@ def semi_auto(comm):
     ex.set_parallel_context(parallel_mode=ex.ParallelMode.SEMI_AUTO_PARALLEL, comm=comm)
     yield
     ex.reset_parallel_context()
-
-
-def agree(check):
-    """Run ``check`` here; fail on every rank with every rank's error if any rank failed."""
-    try:
-        check()
-        error = None
-    except Exception as exc:  # noqa: BLE001 - reported on every rank below
-        error = f"{type(exc).__name__}: {exc}"
-    errors = WORLD.allgather(error)
-    failed = [f"rank {r}: {e}" for r, e in enumerate(errors) if e is not None]
-    assert not failed, "\n".join(failed)
 
 
 # -- the reference: numpy alone ------------------------------------------------------------

@@ -45,24 +45,23 @@ def alpha_beta() -> AlphaBeta:
                                                        selector.DEFAULT_BETA)
 
 
-def _best(fn, repeats: int) -> float:
+def _times(fn, repeats: int) -> list[float]:
+    """Seconds of ``repeats`` runs of ``fn`` after one untimed run."""
     fn()
     times = []
     for _ in range(repeats):
         start = time.perf_counter()
         fn()
         times.append(time.perf_counter() - start)
-    return min(times)
+    return times
+
+
+def _best(fn, repeats: int) -> float:
+    return min(_times(fn, repeats))
 
 
 def _median(fn, repeats: int) -> float:
-    fn()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return float(np.median(times))
+    return float(np.median(_times(fn, repeats)))
 
 
 def measure(comm=None, itemsize: int = 8, alpha: float = 0.0) -> dict:
