@@ -19,7 +19,7 @@ from mpi4py import MPI
 from ....core.reduction import reduce_in_rank_order, sums_in_rank_order
 from ....engine.state import Action, State
 from ..datatypes import mpi_plan
-from .mpi_request import pair_call
+from .mpi_request import pair_call, then_finish
 from .persistent import PersistentRequest
 
 _CONTINUE, _COMPLETE = Action.CONTINUE, Action.COMPLETE
@@ -88,17 +88,7 @@ class PassthroughAllreduce(State):
         call = pair_call(comm._mpi.Allreduce, sendbuf, recvbuf, mpiop)
         if not needs_finish:
             return call
-        size = comm.size
-        if sendbuf is recvbuf:
-            def call_and_finish(recv):
-                call(recv)
-                op.finish(recv, size)
-            return call_and_finish
-
-        def call_and_finish_out(send, recv):
-            call(send, recv)
-            op.finish(recv, size)
-        return call_and_finish_out
+        return then_finish(call, sendbuf is recvbuf, op, comm.size)
 
     @classmethod
     def persistent(cls, comm, stream, sendbuf, recvbuf, op) -> PersistentRequest | None:

@@ -140,6 +140,21 @@ def pair_call(call, sendbuf, recvbuf, *after):
     return lambda send, recv: call([send, send_type], [recv, datatype], *after)
 
 
+def then_finish(call, in_place: bool, op, size: int, count: int | None = None):
+    """``pair_call``'s callable followed by ``op.finish`` (AVG's division, the logical ops'
+    0/1) on the receive array's first ``count`` elements (all of them when None)."""
+    if in_place:
+        def call_and_finish(recv):
+            call(recv)
+            op.finish(recv if count is None else recv[:count], size)
+        return call_and_finish
+
+    def call_and_finish_out(send, recv):
+        call(send, recv)
+        op.finish(recv if count is None else recv[:count], size)
+    return call_and_finish_out
+
+
 def spec(buf) -> list:
     """``[array, datatype]``: the whole buffer."""
     return [buf.array, mpi_datatype(buf.dtype)]

@@ -7,7 +7,7 @@ every rank but the root; at the root ``sendbuf is recvbuf`` means in place.
 from __future__ import annotations
 
 from ..datatypes import mpi_datatype, mpi_op
-from .mpi_request import MPIRequestState, pair_call, send_spec, spec
+from .mpi_request import MPIRequestState, pair_call, send_spec, spec, then_finish
 
 
 class PassthroughReduce(MPIRequestState):
@@ -36,17 +36,7 @@ class PassthroughReduce(MPIRequestState):
         reduce = pair_call(call, sendbuf, recvbuf, mpiop, root)
         if not op.finishes(comm.size):
             return reduce
-        size = comm.size
-        if sendbuf is recvbuf:
-            def reduce_and_finish(recv):
-                reduce(recv)
-                op.finish(recv, size)
-            return reduce_and_finish
-
-        def reduce_and_finish_out(send, recv):
-            reduce(send, recv)
-            op.finish(recv, size)
-        return reduce_and_finish_out
+        return then_finish(reduce, sendbuf is recvbuf, op, comm.size)
 
     def order_sensitive(self):
         return self.comm.size > 2 and self.op.order_sensitive(self.sendbuf.dtype)

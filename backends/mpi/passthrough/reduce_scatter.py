@@ -7,7 +7,7 @@ rank's reduced block lands in its first ``n`` elements (MPI's in-place semantics
 from __future__ import annotations
 
 from ..datatypes import mpi_op
-from .mpi_request import MPIRequestState, pair_call, send_spec, spec
+from .mpi_request import MPIRequestState, pair_call, send_spec, spec, then_finish
 
 
 class PassthroughReduceScatter(MPIRequestState):
@@ -33,19 +33,7 @@ class PassthroughReduceScatter(MPIRequestState):
                          mpi_op(op, recvbuf.dtype))
         if not op.finishes(comm.size):
             return call
-        size = comm.size
-        if sendbuf is recvbuf:
-            count = recvbuf.count // size
-
-            def call_and_finish(recv):
-                call(recv)
-                op.finish(recv[:count], size)
-            return call_and_finish
-
-        def call_and_finish_out(send, recv):
-            call(send, recv)
-            op.finish(recv, size)
-        return call_and_finish_out
+        return then_finish(call, sendbuf is recvbuf, op, comm.size, sendbuf.count // comm.size)
 
     def order_sensitive(self):
         return self.comm.size > 2 and self.op.order_sensitive(self.recvbuf.dtype)

@@ -8,7 +8,7 @@ holds ``sum(counts)`` and this rank's reduced block lands in its first ``counts[
 from __future__ import annotations
 
 from ..datatypes import mpi_op
-from .mpi_request import MPIRequestState, pair_call, send_spec, spec
+from .mpi_request import MPIRequestState, pair_call, send_spec, spec, then_finish
 
 
 class PassthroughReduceScatterv(MPIRequestState):
@@ -35,17 +35,7 @@ class PassthroughReduceScatterv(MPIRequestState):
                          mpi_op(op, recvbuf.dtype))
         if not op.finishes(comm.size):
             return call
-        size, count = comm.size, counts[comm.rank]
-        if sendbuf is recvbuf:
-            def call_and_finish(recv):
-                call(recv)
-                op.finish(recv[:count], size)
-            return call_and_finish
-
-        def call_and_finish_out(send, recv):
-            call(send, recv)
-            op.finish(recv[:count], size)
-        return call_and_finish_out
+        return then_finish(call, sendbuf is recvbuf, op, comm.size, counts[comm.rank])
 
     def order_sensitive(self):
         return self.comm.size > 2 and self.op.order_sensitive(self.recvbuf.dtype)
