@@ -6,7 +6,6 @@ and the host must not wait for it), ``Work.wait()`` ordering the stream without 
 host, and ``aluminum.torch.DistributedDataParallel`` with CUDA buckets.  Two ranks sharing
 the GPU (the host-transfer path) run tests/mpi/torch_cuda_ranks.py, launched from here.
 """
-import socket
 import time
 
 import pytest
@@ -31,23 +30,17 @@ REASON = _why_skip()
 pytestmark = pytest.mark.skipif(REASON is not None, reason=REASON or "")
 
 import aluminum.torch as altorch  # noqa: E402
+from torch_groups import init_one_rank_group  # noqa: E402
 
 SLOW = int(2e8)        # torch.cuda._sleep cycles: ~0.1 s of one busy kernel ahead of a call
 # torch before 2.13 does not show PREMUL_SUM's factor to Python process groups
 PREMUL_READABLE = hasattr(dist._make_nccl_premul_sum(2.0), "factor")
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def groups():
     """The default group on "aluminum" (one rank) and an ``nccl`` group beside it."""
-    dist.init_process_group("aluminum", init_method=f"tcp://127.0.0.1:{_free_port()}",
-                            rank=0, world_size=1)
+    init_one_rank_group()
     nccl = dist.new_group(backend="nccl")
     yield dist.group.WORLD, nccl
     dist.destroy_process_group()

@@ -3,7 +3,6 @@ argument checks, the async Work and its Future, and the environment the import l
 
 Multi-rank semantics against gloo live in tests/mpi/rank_torch_collectives.py."""
 import os
-import socket
 import subprocess
 import sys
 
@@ -14,19 +13,13 @@ import torch.distributed as dist  # noqa: E402
 
 import aluminum as al  # noqa: E402
 import aluminum.torch as altorch  # noqa: E402
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
+from torch_groups import init_one_rank_group  # noqa: E402
 
 
 @pytest.fixture(scope="module")
 def group():
     """A one-rank default group on the "aluminum" backend (no launcher: explicit store)."""
-    dist.init_process_group("aluminum", init_method=f"tcp://127.0.0.1:{_free_port()}",
-                            rank=0, world_size=1)
+    init_one_rank_group()
     yield dist.group.WORLD
     dist.destroy_process_group()
 
