@@ -15,7 +15,7 @@ import aluminum as al
 import aluminum.executor as ex
 from aluminum.executor import layers
 from aluminum.executor.sharding.search import CostModel, Layer, data_parallel, estimate, search
-from agreement import agree
+from sharded_checks import agree, gathered
 
 WORLD = MPI.COMM_WORLD
 SIZE, RANK = WORLD.Get_size(), WORLD.Get_rank()
@@ -34,16 +34,6 @@ def comm():
 def context(comm):
     yield
     ex.reset_parallel_context()
-
-
-def gathered(program, scope, name):
-    var = program.global_block().var(name)
-    whole = np.zeros(var.shape)
-    for rank, part in enumerate(WORLD.allgather(np.asarray(scope[name]))):
-        box = var.layout.box(rank, var.shape)
-        if box is not None:
-            whole[tuple(slice(a, b) for a, b in box)] = part
-    return whole
 
 
 def build():

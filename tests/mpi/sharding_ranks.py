@@ -13,7 +13,7 @@ from mpi4py import MPI
 import aluminum as al
 import aluminum.executor as ex
 from aluminum.executor import layers
-from agreement import agree
+from sharded_checks import agree, gathered
 
 WORLD = MPI.COMM_WORLD
 SIZE, RANK = WORLD.Get_size(), WORLD.Get_rank()
@@ -34,31 +34,6 @@ def semi_auto(comm):
 
 
 # -- the reference: numpy alone ------------------------------------------------------------
-
-def box(placements, mesh_shape, rank, shape):
-    """Rank's index arrays per dimension: nested numpy.array_split (row-major mesh)."""
-    coord = np.unravel_index(rank, mesh_shape)
-    idx = [np.arange(n) for n in shape]
-    for i, p in enumerate(placements):
-        if p.startswith("S("):
-            d = int(p[2:-1])
-            idx[d] = np.array_split(idx[d], mesh_shape[i])[coord[i]]
-    return np.ix_(*idx)
-
-
-def gathered(program, scope, name):
-    """The whole parameter from every rank's part; replicas must be equal."""
-    var = program.global_block().var(name)
-    layout = var.layout.to_dict()
-    parts = WORLD.allgather(np.asarray(scope[name]))
-    full = np.full(var.shape, np.nan)
-    for rank, part in enumerate(parts):
-        where = box(layout["placements"], layout["mesh"]["shape"], rank, var.shape)
-        if not np.all(np.isnan(full[where])):
-            np.testing.assert_array_equal(full[where], part, err_msg=f"{name}: replicas")
-        full[where] = part
-    return full
-
 
 def ce_forward(logits, labels):
     shifted = logits - logits.max(axis=1, keepdims=True)
