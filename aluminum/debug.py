@@ -22,22 +22,18 @@ import numpy as np
 
 from .core.buffers import Buffer
 from .core.errors import ArgumentError
+from .core.ops import POINT_TO_POINT, UNIFORM
 
 ENABLED = os.environ.get("AL_DEBUG", "0") not in ("", "0", "false", "False")
 
-POINT_TO_POINT = frozenset({"send", "recv", "sendrecv", "multisendrecv"})
-
-
-# Collectives whose first buffer has the same dtype and count on every rank.
 _FINGERPRINT_BYTES = 256      # exchanged per rank; longer fingerprints are cut
-_UNIFORM = frozenset({"allreduce", "reduce", "reduce_scatter", "allgather", "alltoall", "bcast"})
 
 
 def fingerprint(op: str, algo: str, args: tuple) -> str:
     """A printable summary of one call: what every rank must agree on."""
     parts = [op, algo]
     first_buffer = next((arg for arg in args if isinstance(arg, Buffer)), None)
-    if op in _UNIFORM and first_buffer is not None:
+    if op in UNIFORM and first_buffer is not None:
         parts.append(first_buffer.describe())
     for arg in args:
         if type(arg) is int:                                  # root

@@ -17,7 +17,7 @@ import functools
 from . import dispatch, selector
 from .core import trace
 from .core.errors import ArgumentError, CommunicatorError
-from .debug import POINT_TO_POINT
+from .core.ops import POINT_TO_POINT
 from .engine.progress import submit, wait_started
 
 __all__ = ["Plan"]

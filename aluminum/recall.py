@@ -45,7 +45,7 @@ import numpy as np
 
 from . import dispatch, selector
 from .core.buffers import Buffer, checked_array_buffer
-from .debug import POINT_TO_POINT
+from .core.ops import POINT_TO_POINT
 from .engine.progress import wait_started
 from .plan import Plan
 

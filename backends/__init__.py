@@ -1,6 +1,7 @@
 """Backend registry: each backend registers by name the operations and algorithms it offers.
 
-A backend's op table maps an operation name (``"allreduce"``) to its algorithms, each one
+A backend's table maps an operation name (``"allreduce"``, one of the op table's,
+aluminum/core/ops.py) to its algorithms, each one
 ``State`` class (engine/state.py) serving both the blocking and the nonblocking call.  Backend
 modules are imported on first use, so a machine without cupy never imports the NCCL backend.
 """
@@ -12,6 +13,7 @@ from typing import Any, Callable
 
 from ..core.errors import UnsupportedError
 from ..core.names import Algorithm, Device
+from ..core.ops import check_registry
 
 _MODULES = {"mpi": ".mpi", "ht": ".ht", "nccl": ".nccl"}
 _REGISTRY: dict[str, "Backend"] = {}
@@ -72,7 +74,9 @@ class Backend:
 
 
 def register_backend(backend: Backend) -> None:
-    """Make ``backend`` available to communicators under ``backend.name``."""
+    """Make ``backend`` available to communicators under ``backend.name``; its operations
+    must be the op table's (``al.ArgumentError`` otherwise)."""
+    check_registry(backend.name, backend.ops)
     _REGISTRY[backend.name] = backend
 
 
