@@ -21,7 +21,9 @@ Every blocking and nonblocking call is "find or make the plan for these argument
    them into the kept arguments.  The same arrays passed twice in a row are promoted to
    level 1.
 
-Anything else (other buffer kinds, a changed array, a communicator freed, a kind never seen)
+CPU torch tensors take part in level 2 as the numpy arrays they are validated as (their
+``numpy()`` views): a new tensor each call is a new array of a kind seen before.  Anything
+else (other buffer kinds, a changed array, a communicator freed, a kind never seen)
 takes the full path: validation, which raises the op's ``al.AluminumError`` before anything
 runs, then a new plan, remembered at both levels where its buffers allow.
 
@@ -44,7 +46,7 @@ from typing import Callable
 import numpy as np
 
 from . import dispatch, selector
-from .core.buffers import Buffer, checked_array_buffer
+from .core.buffers import Buffer, checked_array_buffer, cpu_tensor_array
 from .core.ops import POINT_TO_POINT
 from .engine.progress import wait_started
 from .plan import Plan
@@ -87,6 +89,16 @@ def call_blocking(op: str, objects: tuple, comm, stream, options: tuple,
             else:
                 found.run()
             return
+    first = objects[0] if objects else None
+    if first is not None and type(first) is not np.ndarray:
+        arrays = _tensor_arrays(objects, args)
+        if arrays is not None:   # CPU tensors: found or kept as their numpy views
+            kind = _kept(op, arrays[0], comm, stream, options, objects)
+            if kind is not None:
+                kind.run(arrays[0])
+                return
+            _made(op, objects, comm, stream, options, make, arrays[1], arrays[0]).run()
+            return
     kind = _kept(op, objects, comm, stream, options)
     if kind is not None:
         kind.run(objects)
@@ -119,16 +131,26 @@ def _find(op, objects, comm, stream, options, make, args):
                     entries.insert(0, entries.pop(index))
                 return plan
             index += 1
+    first = objects[0] if objects else None
+    if first is not None and type(first) is not np.ndarray:
+        arrays = _tensor_arrays(objects, args)
+        if arrays is not None:
+            kind = _kept(op, arrays[0], comm, stream, options, objects)
+            if kind is not None:
+                return _Bound(kind, arrays[0])
+            return _made(op, objects, comm, stream, options, make, arrays[1], arrays[0])
     kind = _kept(op, objects, comm, stream, options)
     if kind is not None:
         return kind
     return _made(op, objects, comm, stream, options, make, args)
 
 
-def _kept(op, objects, comm, stream, options):
+def _kept(op, objects, comm, stream, options, source=None):
     """The kept kind of a call on new arrays, ready to run on them; None where there is
     none, the arrays may overlap, the communicator was freed, or the arrays are those of
-    the kind's latest call (twice in a row: they get a plan of their own, ``_made``)."""
+    the kind's latest call (twice in a row: they get a plan of their own, ``_made``).
+    ``source``: the objects the call was given, where ``objects`` are their views (CPU
+    tensors), compared instead with the latest call's."""
     contexts = _kinds.get(op)
     if not contexts:
         return None
@@ -154,18 +176,23 @@ def _kept(op, objects, comm, stream, options):
                     return None
             elif len(key) == 2 and not _disjoint(objects):   # any number of arrays
                 return None
+            given = objects if source is None else source
             last = kind.last
-            if last and last[0] is objects[0] and all(map(operator.is_, objects, last)):
+            if last and last[0] is given[0] and all(map(operator.is_, given, last)):
                 return None
-            kind.last = objects
+            kind.last = given
             return kind
     return None
 
 
-def _made(op, objects, comm, stream, options, make, args) -> Plan:
-    """The new plan of a call (``make(*args)`` validates), remembered, its kind kept."""
+def _made(op, objects, comm, stream, options, make, args, arrays=None) -> Plan:
+    """The new plan of a call (``make(*args)`` validates), remembered, its kind kept;
+    ``arrays``: the numpy views standing for ``objects`` (CPU tensors) in ``args``, the
+    kind then kept for them."""
     plan = make(*args)
     _remember(op, objects, comm, stream, options, plan)
+    if arrays is not None:
+        objects = arrays
     kind = _Kind.of(plan, objects) if _signature(objects) is not None else None
     if kind is not None:
         contexts = _kinds.setdefault(op, [])
@@ -432,6 +459,42 @@ def _signature(objects: tuple):
         first = next(i for i, other in enumerate(objects) if other is obj)
         key.append(first if first < index else (obj.dtype, obj.shape, obj.flags.num))
     return None, tuple(key)   # (a length of its own: only two distinct arrays make 6)
+
+
+def _tensor_arrays(objects: tuple, args: tuple):
+    """``(arrays, args)`` with each CPU tensor among ``objects`` replaced by its numpy view
+    (``cpu_tensor_array``) in both; None unless ``objects`` hold a tensor and every object
+    is None, a numpy array or such a tensor passed to ``make`` as an argument of its own."""
+    arrays, swapped = [], {}
+    for obj in objects:
+        if obj is None or type(obj) is np.ndarray:
+            arrays.append(obj)
+            continue
+        array = swapped.get(id(obj))
+        if array is None:
+            array = cpu_tensor_array(obj)
+            if array is None or not any(arg is obj for arg in args):
+                return None
+            swapped[id(obj)] = array
+        arrays.append(array)
+    if not swapped:
+        return None
+    return tuple(arrays), tuple(swapped.get(id(arg), arg) for arg in args)
+
+
+class _Bound:
+    """A kept kind with the arrays of one call (``run()`` and ``start()`` as a plan's)."""
+
+    __slots__ = ("kind", "objects")
+
+    def __init__(self, kind, objects) -> None:
+        self.kind, self.objects = kind, objects
+
+    def run(self) -> None:
+        self.kind.run(self.objects)
+
+    def start(self, _objects=None):
+        return self.kind.start(self.objects)
 
 
 def _disjoint(objects: tuple, exact: bool = False) -> bool:

@@ -172,3 +172,31 @@ def test_overlap_is_checked_among_any_number_of_new_arrays(comm):
     with pytest.raises(al.BufferError, match="overlaps"):
         al.multisendrecv(blocks(other, 0, 1), blocks(other, 1, 3), comm)
     np.testing.assert_array_equal(other, np.arange(4.0))
+
+
+def test_new_cpu_tensors_of_a_seen_kind_get_their_own_results(comm):
+    """New CPU tensors every call (what torch code passes) reuse the kind's decisions as
+    numpy arrays do: each call reads and writes its own tensors; one that cannot be viewed
+    as an array (not contiguous) is still rejected, and the same tensor twice still works."""
+    torch = pytest.importorskip("torch")
+    for step in range(6):
+        values = np.arange(5, dtype=np.float32) + step
+        tensor = torch.tensor(values)
+        out = torch.zeros(5)
+        al.allreduce(tensor, comm, recvbuf=out, op=al.MAX)
+        np.testing.assert_array_equal(out.numpy(), values)
+        np.testing.assert_array_equal(tensor.numpy(), values)      # only read
+        in_place = torch.tensor(values * 2)
+        al.allreduce(in_place, comm)
+        np.testing.assert_array_equal(in_place.numpy(), values * 2 * comm.size)
+    graded = torch.ones(5, requires_grad=True)
+    out = torch.zeros(5)
+    al.allreduce(graded, comm, recvbuf=out)
+    np.testing.assert_array_equal(out.numpy(), np.full(5, comm.size, np.float32))
+    with pytest.raises(al.BufferError, match="recvbuf"):
+        al.allreduce(torch.ones(5), comm, recvbuf=torch.zeros(10)[::2])
+    again = torch.ones(5)
+    for _ in range(3):
+        before = again.clone().numpy()
+        al.allreduce(again, comm)
+        np.testing.assert_array_equal(again.numpy(), before * comm.size)

@@ -224,6 +224,15 @@ def _torch_to_numpy(tensor, name: str) -> np.ndarray:
     raise BufferError(f"{name}: unsupported tensor dtype {tensor.dtype}")
 
 
+def cpu_tensor_array(obj) -> np.ndarray | None:
+    """The numpy array a CPU torch tensor is validated and run as (``as_buffer`` of the
+    tensor describes exactly this array), else None: not a tensor, or one with no numpy
+    view (on a GPU, not contiguous, a dtype numpy lacks)."""
+    if not _is_torch_tensor(obj):
+        return None
+    return _tensor_view(obj, sys.modules["torch"])
+
+
 def _tensor_view(tensor, torch) -> np.ndarray | None:
     """The numpy view of a contiguous CPU ``tensor`` (of its data: a tensor that requires
     grad is detached), bfloat16 included, else None.  The cheap checks come first: a failing
