@@ -15,6 +15,7 @@ from .communicator import (Communicator, HostTransferCommunicator, MPICommunicat
                            NCCLCommunicator)
 from .core.dtypes import bfloat16
 from .core.names import Algorithm, Device, Mode, Placement
+from .core.ops import OPS, OpSpec
 from .engine import Request, test_all, wait_all, wait_any
 from .core.errors import (AluminumError, ArgumentError, BufferError, CommunicatorError,
                      OperationError, TimeoutError, UnsupportedError)
