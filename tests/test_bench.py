@@ -15,7 +15,6 @@ import pytest
 import aluminum as al
 from aluminum import selector
 from aluminum.bench import model, ops, peers, report, sweep, tune
-from aluminum.bench.__main__ import _without_jobs, _without_np
 from aluminum.bench.__main__ import main as bench_main
 from aluminum.bench.sizes import format_size, parse_size, parse_sizes
 
@@ -153,11 +152,23 @@ def test_parse_peers():
         peers.parse_peers("nccl")
 
 
-def test_without_np_removes_only_the_launch_option():
-    assert _without_np(["--np", "2", "allreduce", "--np=3", "--iters", "5"]) == \
-        ["allreduce", "--iters", "5"]
-    assert _without_jobs(["tune", "--jobs", "3", "--np", "2", "--jobs=2"]) == \
-        ["tune", "--np", "2"]
+def test_ranks_are_launched_without_the_launch_options(monkeypatch):
+    """``--np`` and ``--jobs`` (either spelling) are for the launch: each launched rank
+    gets the rest of the command line."""
+    from types import SimpleNamespace
+
+    from aluminum import launcher
+
+    launched = []
+    monkeypatch.setattr(launcher, "launch", lambda n, argv, **kwargs: (
+        launched.append((n, argv[argv.index("aluminum.bench") + 1:])),
+        SimpleNamespace(returncode=0))[1])
+    assert bench_main(["--np", "2", "allreduce", "--np=3", "--iters", "5"]) == 0
+    assert launched == [(3, ["allreduce", "--iters", "5"])]
+    launched.clear()
+    assert bench_main(["tune", "--jobs", "3", "--np", "2", "--jobs=2", "--ops", "allreduce"]) == 0
+    assert [(n, argv[:3]) for n, argv in launched] == [(2, ["tune", "--ops", "allreduce"])] * 2
+    assert [argv[3] for _, argv in launched] == ["--record", "--earlier"]     # 2 jobs
 
 
 def test_tune_jobs_need_a_launch_of_their_own(capsys):

@@ -175,12 +175,18 @@ def test_host_stream_can_wait_on_a_cuda_event():
 @pytest.mark.parametrize("shape", [(), (0,), (5,), (2, 3), (1, 4, 1)])
 @pytest.mark.parametrize("dtype", [np.int8, np.uint64, np.float16, np.float32, np.bool_])
 def test_cupy_arrays_are_described_as_their_interface_says(shape, dtype):
-    from aluminum.core.buffers import _from_cuda_interface, as_buffer
+    """cupy arrays are read from their attributes: the same description as an object
+    offering only the array's ``__cuda_array_interface__`` gets."""
+    from aluminum.core.buffers import as_buffer
+
+    class InterfaceOnly:
+        def __init__(self, array):
+            self.__cuda_array_interface__ = array.__cuda_array_interface__
 
     array = cupy.zeros(shape, dtype)
     fields = ("address", "dtype", "count", "device", "writable")
     fast = as_buffer(array, "buf")
-    slow = _from_cuda_interface(array, array.__cuda_array_interface__, "buf")
+    slow = as_buffer(InterfaceOnly(array), "buf")
     assert [getattr(fast, f) for f in fields] == [getattr(slow, f) for f in fields]
     assert fast.obj is array
 

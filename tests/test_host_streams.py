@@ -412,7 +412,7 @@ def test_parked_stream_does_not_spin_its_worker(stream):
     stream.synchronize(timeout=DONE)
 
 
-def test_synchronize_drives_the_installed_progress_hook(stream, monkeypatch):
+def test_synchronize_drives_the_installed_progress_hook(stream):
     """A thread synchronizing a stream parked on a flag lets the hook (the progress engine,
     installed by the HT backend) make the progress that sets it."""
     flag = host.HostStreamFlag()
@@ -422,9 +422,13 @@ def test_synchronize_drives_the_installed_progress_hook(stream, monkeypatch):
         calls.append(predicate())
         flag.set()
 
-    monkeypatch.setattr(runtime, "_drive", drive)
-    stream.wait_flag(flag)
-    stream.synchronize(timeout=DONE)
+    installed = runtime.waiting_driver()
+    runtime.drive_while_waiting(drive)
+    try:
+        stream.wait_flag(flag)
+        stream.synchronize(timeout=DONE)
+    finally:
+        runtime.drive_while_waiting(installed)
     assert calls == [False] and flag.is_set()
 
 

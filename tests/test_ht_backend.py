@@ -11,7 +11,7 @@ import aluminum as al
 from aluminum.backends import get_backend
 from aluminum.backends.ht import HOST_TRANSFER_OPS, default_stream
 from aluminum.backends.ht.host_transfer import layout_blocks
-from aluminum.backends.ht.staging import DeviceRegion, StagingPool, region
+from aluminum.backends.ht.staging import DeviceRegion, StagingPool, region, staging_pool
 from aluminum.backends.mpi.passthrough import PASSTHROUGH_OPS
 from aluminum.backends.runtime import host, host_runtime
 from aluminum.core.buffers import as_buffer
@@ -188,6 +188,5 @@ def test_stage_host_environment_variable_is_read_per_communicator(monkeypatch, v
     with al.HostTransferCommunicator(stream=host.HostStream()) as communicator:
         buf = np.arange(5.0)
         al.nonblocking_allreduce(buf, communicator).wait(timeout=10)
-        pool = communicator._scratch.get("ht_staging")
-        assert (pool is not None and pool.allocated > 0) == staged
+        assert (staging_pool(communicator).allocated > 0) == staged
         np.testing.assert_array_equal(buf, np.arange(5.0))

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 import aluminum as al
+from aluminum.backends.ht.staging import staging_pool
 from aluminum.backends.runtime import cupy_runtime
 
 try:
@@ -128,7 +129,7 @@ def test_data_movement_and_point_to_point(comm):
 def test_staging_comes_from_the_pinned_pool(comm):
     x = cupy.ones(1000, dtype=cupy.float32)
     al.nonblocking_allreduce(x, comm).wait()
-    pool = comm._scratch["ht_staging"]
+    pool = staging_pool(comm)
     allocated = pool.allocated
     for _ in range(3):
         al.nonblocking_allreduce(x, comm).wait()

@@ -112,7 +112,10 @@ def small_chunk_comm():
     short last chunks and slot reuse, on small vectors."""
     with al.MPICommunicator() as fresh:
         skip_unless_offered(fresh, "shared_memory")
-        fresh._scratch[SharedWindow.KEY] = SharedWindow(fresh.local_comm, chunk_bytes=4096)
+        # a window made before its first shared_memory use is the one that use finds
+        window = fresh.scratch(SharedWindow.KEY,
+                               lambda: SharedWindow(fresh.local_comm, chunk_bytes=4096))
+        assert window.chunk_bytes == 4096
         yield fresh
 
 
