@@ -1,7 +1,6 @@
 """al.GradientBucket and its rules (aluminum/buckets.py), in one process: which tensors share
 a bucket (size caps, keys), views that alias the bucket's memory, and when memory is shared.
-That the node's ranks really share it is checked on several ranks in tests/mpi/
-rank_torch_ddp.py (DDP's rebuilt buckets)."""
+Training through them on several ranks: tests/mpi/rank_executor_*.py, rank_torch_ddp.py."""
 from types import SimpleNamespace
 
 import numpy as np
