@@ -15,8 +15,8 @@ A typical loop::
     groups = al.assign_buckets([g.nbytes for g in grads], [g.dtype for g in grads])
     buckets = [al.GradientBucket([grads[i].shape for i in group], grads[group[0]].dtype,
                                  comm, op=al.AVG) for group in groups]
-    # each step: write (or compute) the gradients into bucket.views, then
-    requests = [bucket.start() for bucket in buckets]      # same order on every rank
+    # each step: write (or compute) the gradients into bucket.views, start each bucket
+    # once its views are written (in the same order on every rank), then
     for bucket in buckets:
         bucket.wait()                                      # bucket.views hold the average
 
@@ -31,6 +31,10 @@ What surprises people:
 - Making a shared bucket is a collective over the communicator (``al.shared_empty``), and
   every rank must start its buckets' plans in the same order: build and start them in the
   order ``assign_buckets`` gives, on every rank.
+- Buckets are numbered in the order they open, and with several keys (dtypes) a bucket can
+  fill after one opened later: starting strictly in that order (as DDP does) may hold a
+  full bucket back until the earlier one is full.  ``first_bucket_mb`` caps only the very
+  first bucket, not the first of each key.
 """
 from __future__ import annotations
 
