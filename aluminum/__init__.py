@@ -34,6 +34,7 @@ from .runtime import finalize, init, initialized
 from .scatter import (nonblocking_scatter, nonblocking_scatterv, scatter, scatter_init,
                       scatterv, scatterv_init)
 from .shared import shared_empty
+from .buckets import GradientBucket, assign_buckets, bucket_memory, shares_memory
 
 SUM, PROD, MIN, MAX = ReductionOp.SUM, ReductionOp.PROD, ReductionOp.MIN, ReductionOp.MAX
 LOR, LAND, LXOR = ReductionOp.LOR, ReductionOp.LAND, ReductionOp.LXOR

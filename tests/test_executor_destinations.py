@@ -2,12 +2,14 @@
 its kernel writes there or not; and which gradients' producers get their bucket view as
 destination (aluminum/executor/buckets.py).  Training with them runs under MPI:
 tests/mpi/rank_executor_zero_copy.py."""
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
 
 import aluminum.executor as ex
 from aluminum.executor import layers
-from aluminum.executor.buckets import Bucket, gradient_destinations
+from aluminum.executor.buckets import gradient_destinations
 from aluminum.executor.executor import PreparedOp
 from aluminum.executor.ir import Operator
 from aluminum.executor.ops.registry import Destinations
@@ -65,13 +67,13 @@ def test_a_value_that_does_not_fit_its_destination_is_kept_as_it_is(copies):
 
 
 class _Buckets:
-    """Buckets without a communicator: plain memory, no plan."""
+    """Buckets without a communicator: plain memory and its views, no plan."""
 
     def get(self, key, shapes, dtype, root=None):
         sizes = [int(np.prod(shape)) for shape in shapes]
         memory = np.empty(sum(sizes), dtype)
         offsets = np.cumsum([0] + sizes)
-        return Bucket(memory, None, shapes, tuple(
+        return SimpleNamespace(views=tuple(
             memory[offsets[i]:offsets[i + 1]].reshape(shape) for i, shape in enumerate(shapes)))
 
 

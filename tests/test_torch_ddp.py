@@ -33,11 +33,12 @@ def inside_a_bucket(grad, ddp) -> bool:
 
 
 def test_first_buckets_follow_reverse_parameter_order_and_caps(comm):
-    ddp = altorch.DistributedDataParallel(mlp(), comm, bucket_cap_mb=0.0001,
-                                          first_bucket_mb=0.0001)
+    # sizes in reverse order: 16 B, 1024 B, 256 B, 16 KiB; caps of 1153 B
+    ddp = altorch.DistributedDataParallel(mlp(), comm, bucket_cap_mb=0.0011,
+                                          first_bucket_mb=0.0011)
     params = list(ddp.module.parameters())
     layout = [[next(i for i, q in enumerate(params) if q is p) for p in b.parameters()] for b in ddp.buckets()]
-    assert layout == [[3, 2], [1], [0]]   # each closes once it reaches its cap
+    assert layout == [[3, 2], [1], [0]]   # each closes before a gradient would overflow it
     ddp.close()
 
 

@@ -1,16 +1,17 @@
 """The memory the data-parallel ops reduce gradients in, and which producers write there.
 
-Every ``allreduce``/``reduce`` op (fused or not) reduces its gradients in its bucket: one
+Every ``allreduce``/``reduce`` op (fused or not) reduces its gradients in its bucket, an
+``al.GradientBucket`` (aluminum/buckets.py: the same buckets as aluminum.torch's DDP): one
 contiguous array holding them in order, then a tail of ``TAIL`` = 2 numbers (this rank's
 samples under ``gradient_scale="samples"``, and 1 for a rank that takes part in the step,
 0 for one that has joined, see join.py), with a persistent allreduce (or reduce) plan bound
 to it, made once and reused every step.  So every reduced bucket knows how many samples and
 how many ranks its sums came from, at the cost of two elements, not of a collective:
 ``weigh`` turns the sums into the average the build strategy asked for.  The memory is
-``al.shared_empty`` when every rank of an MPI communicator is on this node, so the
-shared-memory allreduce reads and writes it in place.  Each gradient has a view in it
-(``Bucket.views``), which the op returns as its output, so the optimizer reads the reduced
-gradient where it was reduced.
+shared by the node's ranks by ``al.bucket_memory``'s rule (an MPI communicator of more than
+one rank, all on this node), so the shared-memory allreduce reads and writes it in place.
+Each gradient has a view in it (``views``), which the op returns as its output, so the
+optimizer reads the reduced gradient where it was reduced.
 
 ``gradient_destinations`` picks, once per executor, the op that finishes each gradient and
 hands it the gradient's view as the output's destination (see ``Destinations``): the
@@ -28,8 +29,6 @@ producer runs in the next step, which is before its reduction runs.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 
 import aluminum as al
@@ -44,27 +43,9 @@ from .ssa_graph import COMPUTE, SSAGraph
 TAIL = 2          # elements after the gradients: samples, ranks
 
 
-@dataclass(eq=False)
-class Bucket:
-    """A bucket's memory, its plan, and one view per gradient (in order, shaped like it);
-    ``gradients`` is the memory without the tail, ``tail`` the last ``TAIL`` elements."""
-
-    memory: np.ndarray
-    plan: object
-    shapes: tuple
-    views: tuple
-
-    @property
-    def gradients(self) -> np.ndarray:
-        return self.memory[:-TAIL]
-
-    @property
-    def tail(self) -> np.ndarray:
-        return self.memory[-TAIL:]
-
-
 class Buckets:
-    """The buckets of one executor, by the ``bucket`` attribute of their op.
+    """The buckets of one executor (``al.GradientBucket``s with a tail of ``TAIL``), by the
+    ``bucket`` attribute of their op.
     ``divide_by_initial_world_size``: under "coeff_num_device", a step in which some ranks
     have joined (join.py) divides the sum by the size of the communicator (True) or by the
     number of ranks that took part (False, the default)."""
@@ -72,36 +53,30 @@ class Buckets:
     def __init__(self, comm) -> None:
         self.comm = comm
         self.divide_by_initial_world_size = False
-        self._buckets: dict[int, Bucket] = {}
+        self._buckets: dict[int, al.GradientBucket] = {}
 
-    def get(self, key: int, shapes: tuple, dtype, root: int | None = None) -> Bucket:
+    def get(self, key: int, shapes: tuple, dtype, root: int | None = None
+            ) -> al.GradientBucket:
         """Bucket ``key`` for gradients of these shapes and ``dtype``: made (memory and
         plan: an allreduce, or with ``root`` a reduce to that rank) on first use, a
         collective over the communicator; remade if the gradients changed size or dtype."""
         found = self._buckets.get(key)
         dtype = np.dtype(dtype)
-        if found is not None and found.shapes == shapes and found.memory.dtype == dtype:
-            return found
-        sizes = [int(np.prod(shape, dtype=np.int64)) for shape in shapes]
-        if found is not None and found.memory.size == sum(sizes) + TAIL and \
-                found.memory.dtype == dtype:
-            memory, plan = found.memory, found.plan
-        else:
-            if found is not None:
-                found.plan.free()
-            comm = self.comm
-            shared = isinstance(comm, al.MPICommunicator) and comm.local_size == comm.size
-            memory = al.shared_empty(sum(sizes) + TAIL, dtype, comm) if shared \
-                else np.empty(sum(sizes) + TAIL, dtype)
-            plan = al.allreduce_init(memory, comm) if root is None else \
-                al.reduce_init(memory, comm, root=root)
-        offsets = np.concatenate([[0], np.cumsum(sizes, dtype=np.int64)])
-        views = tuple(memory[offsets[i]:offsets[i + 1]].reshape(shape)
-                      for i, shape in enumerate(shapes))
-        bucket = self._buckets[key] = Bucket(memory, plan, shapes, views)
+        shapes = tuple(tuple(shape) for shape in shapes)
+        if found is not None and found.memory.dtype == dtype:
+            if found.shapes != shapes and \
+                    sum(int(np.prod(shape, dtype=np.int64)) for shape in shapes) == \
+                    found.memory.size - TAIL:
+                found.reshape_views(shapes)
+            if found.shapes == shapes:
+                return found
+        if found is not None:
+            found.free()
+        bucket = self._buckets[key] = al.GradientBucket(shapes, dtype, self.comm, extra=TAIL,
+                                                        root=root)
         return bucket
 
-    def weigh(self, bucket: Bucket, gradient_scale: str) -> None:
+    def weigh(self, bucket: al.GradientBucket, gradient_scale: str) -> None:
         """Turn a reduced bucket's sums into what ``gradient_scale`` asks for, from its
         tail: "samples" divides by the samples of every rank (``ExecutionError`` when there
         are none, or more than the bucket's dtype counts exactly); "coeff_num_device"
@@ -117,10 +92,10 @@ class Buckets:
                 raise ExecutionError(f"gradient_scale: 'samples' counts in the gradients' "
                                      f"dtype {bucket.memory.dtype}, exact up to {limit} "
                                      f"samples, got {samples:.0f}")
-            np.divide(bucket.gradients, samples, out=bucket.gradients)
+            np.divide(bucket.tensors, samples, out=bucket.tensors)
         elif gradient_scale == "coeff_num_device" and 0 < ranks != self.comm.size and \
                 not self.divide_by_initial_world_size:
-            gradients = bucket.gradients
+            gradients = bucket.tensors
             np.multiply(gradients, gradients.dtype.type(self.comm.size / ranks), out=gradients)
 
     def release(self, scope: Scope) -> None:
@@ -129,7 +104,7 @@ class Buckets:
         communicator can give the buckets' shared memory back when it is freed."""
         buckets, self._buckets = self._buckets, {}
         for bucket in buckets.values():
-            bucket.plan.free()
+            bucket.free()
             for name, value in list(scope.items()):
                 if isinstance(value, np.ndarray) and np.may_share_memory(value, bucket.memory):
                     scope[name] = value.copy()

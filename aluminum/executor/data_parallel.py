@@ -55,8 +55,9 @@ def data_parallel_program(program: Program, loss_name: str, num_devices: int,
     ``overlap=False`` puts every allreduce after the whole backward pass instead (the
     baseline overlap is measured against).  ``fuse_grad_size_mb``: gradients are grouped,
     in the order the backward pass finishes them, into buckets of at most that size (the
-    first at most ``first_bucket_mb``, as DDP's), one ``fused_allreduce`` per bucket right
-    after its last gradient is finished.
+    first at most ``first_bucket_mb``, as DDP's; ``al.assign_buckets`` is the rule, the same
+    as aluminum.torch's DDP), one ``fused_allreduce`` per bucket right after its last
+    gradient is finished.
 
     ``reduce_strategy="reduce"`` (Paddle's ReduceStrategy.Reduce, a sharded optimizer): each
     parameter has one owner rank (owners balanced by bytes, see ``owners``); its gradient is
@@ -127,7 +128,10 @@ def data_parallel_program(program: Program, loss_name: str, num_devices: int,
             block, params, num_devices // places).items()}
     groups = [[name] for name in order] if fuse_grad_size_mb is None else \
         _buckets(block, order, fuse_grad_size_mb, first_bucket_mb, owner)
-    for bucket, names in reversed(list(enumerate(groups))):
+    # latest insertion point first, so that each insertion leaves the earlier points where
+    # they are (a bucket of one dtype or owner may close after a later-opened one)
+    for bucket, names in sorted(enumerate(groups), reverse=True,
+                                key=lambda item: (last_writer[item[1][-1]], item[0])):
         attrs = {"op_role": "communication", "gradient_scale": gradient_scale}
         if owner is not None:
             attrs["root"] = owner[names[0]]
@@ -187,21 +191,14 @@ def _nbytes(var) -> int:
 
 def _buckets(block, order: list[str], cap_mb: float, first_mb: float,
              owner: dict[str, int] | None = None) -> list[list[str]]:
-    """Consecutive gradients of one dtype (and one owner, under the reduce strategy), each
-    bucket at most its cap (a gradient larger than the cap gets a bucket of its own)."""
-    groups, current, size, cap = [], [], 0, first_mb * 2 ** 20
-    for name in order:
-        var = block.var(name)
-        nbytes = _nbytes(var)
-        if current and (size + nbytes > cap or block.var(current[0]).dtype != var.dtype
-                        or owner is not None and owner[current[0]] != owner[name]):
-            groups.append(current)
-            current, size, cap = [], 0, cap_mb * 2 ** 20
-        current.append(name)
-        size += nbytes
-    if current:
-        groups.append(current)
-    return groups
+    """The gradients in ``order`` grouped by ``al.assign_buckets``'s rule (one dtype, and
+    one owner under the reduce strategy, per bucket; each at most its cap unless a single
+    gradient is larger), in the order the buckets open."""
+    keys = [(str(block.var(name).dtype), None if owner is None else owner[name])
+            for name in order]
+    groups = al.assign_buckets([_nbytes(block.var(name)) for name in order], keys,
+                               cap_mb, first_mb)
+    return [[order[i] for i in group] for group in groups]
 
 
 def check_ranks_agree(program: Program, comm) -> None:

@@ -17,9 +17,12 @@ How an iteration goes:
   does) starts what is left and waits for every bucket, so when ``loss.backward()``
   returns each ``.grad`` holds the average over ranks.
 
-Buckets are allocated with ``al.shared_empty`` when every rank is on one node (the zero-copy
-shared-memory allreduce then reads and writes them in place), else as private tensors; the
-first iteration's buckets are private either way (they are rebuilt after it).
+Buckets are ``al.GradientBucket``s (aluminum/buckets.py, shared with the executor's data
+parallelism): ``al.assign_buckets`` groups the parameters, and ``al.bucket_memory`` gives
+them memory shared by the node's ranks when every rank is on one node (the zero-copy
+shared-memory allreduce then reads and writes them in place), else private tensors; the
+first iteration's buckets are private either way (provisional: they are rebuilt after it,
+and shared memory is returned only when the communicator is freed).
 
 A model on a CUDA device gets CUDA buckets, averaged on the communicator's GPU twin (NCCL, or
 host-transfer where ranks share a GPU: see ``devices``) and ordered on torch's current
@@ -62,24 +65,19 @@ _atexit_registered = False
 
 
 class _Bucket:
-    """Parameters whose gradients are views into one flat tensor, and its allreduce."""
+    """Parameters whose gradients are the views of one ``al.GradientBucket`` (``.reduction``:
+    its flat ``memory`` tensor, persistent AVG allreduce and request), and what this
+    iteration's backward has delivered to it."""
 
     def __init__(self, indices: list[int], params: list[torch.nn.Parameter],
-                 buffer: torch.Tensor, comm: al.Communicator, stream=None) -> None:
+                 reduction: al.GradientBucket) -> None:
         self.indices = indices          # positions in the DDP's parameter list
         self.params = params
-        self.buffer = buffer
-        self.views: list[torch.Tensor] = []
-        offset = 0
-        for p in params:
-            self.views.append(buffer[offset:offset + p.numel()].view_as(p))
-            offset += p.numel()
-        self.comm = comm
-        self.stream = stream            # CUDA: the stream the plan is ordered on
-        self.plan = al.allreduce_init(buffer, comm, stream, op=al.AVG)
+        self.reduction = reduction
+        self.buffer: torch.Tensor = reduction.memory
+        self.views: tuple[torch.Tensor, ...] = reduction.views
         self.pending = len(params)
         self.ready = [False] * len(params)
-        self.request: al.Request | None = None
         self.future: torch.futures.Future | None = None
 
 
@@ -88,7 +86,9 @@ class DistributedDataParallel(torch.nn.Module, Joinable):
 
     Parameters are broadcast from rank 0 here (a collective: every rank constructs it).
     ``bucket_cap_mb``/``first_bucket_mb``: bucket size limits in MiB (the first bucket, whose
-    gradients arrive first, is small so communication starts early).
+    gradients arrive first, is small so communication starts early); a bucket never exceeds
+    its cap unless one gradient alone does (``al.assign_buckets``; torch's DDP lets a bucket
+    overshoot its cap by one gradient).
     ``find_unused_parameters``: parameters that get no gradient in a backward count as zero
     gradients (their buckets start at the end of backward).  Without it such a parameter
     raises ``ReductionIncompleteError`` naming it at the end of that backward, after the
@@ -110,8 +110,7 @@ class DistributedDataParallel(torch.nn.Module, Joinable):
         self.comm = comm if comm is not None else world_communicator()
         self.find_unused_parameters = find_unused_parameters
         self.broadcast_buffers = broadcast_buffers
-        self._cap = int(bucket_cap_mb * 2 ** 20)
-        self._first_cap = int(first_bucket_mb * 2 ** 20)
+        self._cap_mb, self._first_cap_mb = bucket_cap_mb, first_bucket_mb
         self._names = [name for name, p in module.named_parameters() if p.requires_grad]
         self._params = [p for p in module.parameters() if p.requires_grad]
         self._device = self._check_params()
@@ -128,7 +127,7 @@ class DistributedDataParallel(torch.nn.Module, Joinable):
         self._in_backward = False
         self._next_to_start = 0
         self._buckets = self._make_buckets(list(reversed(range(len(self._params)))),
-                                           shared=False)
+                                           provisional=True)
         self._where = {}
         self._index_buckets()
         self._handles = [p.register_post_accumulate_grad_hook(self._hook(i))
@@ -155,7 +154,7 @@ class DistributedDataParallel(torch.nn.Module, Joinable):
             self._sync_from(list(self.module.buffers()), self._buffer_source(active))
         for bucket in self._buckets:
             bucket.pending, bucket.ready = len(bucket.params), [False] * len(bucket.params)
-            bucket.request = bucket.future = None
+            bucket.future = None
         self._next_to_start = 0
 
     def _buffer_source(self, active: bool) -> int:
@@ -262,47 +261,40 @@ class DistributedDataParallel(torch.nn.Module, Joinable):
             if p.grad is not None:
                 p.grad = p.grad.clone()
         for bucket in self._buckets:
-            bucket.plan.free()
+            bucket.reduction.free()
         self._buckets = []
         _live.discard(self)
 
     # -- buckets -----------------------------------------------------------------------------
 
-    def _make_buckets(self, order: list[int], shared: bool) -> list[_Bucket]:
-        """Buckets over the parameters in ``order`` (launch order), one dtype per bucket,
-        the first capped at ``first_bucket_mb`` and the others at ``bucket_cap_mb``."""
-        groups: list[list[int]] = []
-        open_group: dict[torch.dtype, list[int]] = {}
-        sizes: dict[torch.dtype, int] = {}
-        for i in order:
-            p = self._params[i]
-            group = open_group.setdefault(p.dtype, [])
-            if not group:
-                groups.append(group)
-            group.append(i)
-            sizes[p.dtype] = sizes.get(p.dtype, 0) + p.numel() * p.element_size()
-            if sizes[p.dtype] >= (self._first_cap if len(groups) == 1 else self._cap):
-                del open_group[p.dtype]
-                sizes[p.dtype] = 0
-        return [self._bucket(group, shared) for group in groups]
+    def _make_buckets(self, order: list[int], provisional: bool) -> list[_Bucket]:
+        """Buckets over the parameters in ``order`` (launch order) by ``al.assign_buckets``'s
+        rule (one dtype per bucket, the first capped at ``first_bucket_mb``, the others at
+        ``bucket_cap_mb``); host memory by ``al.bucket_memory``'s rule (``provisional``:
+        private, for the first iteration's buckets, which are rebuilt after it)."""
+        params = [self._params[i] for i in order]
+        groups = al.assign_buckets([p.numel() * p.element_size() for p in params],
+                                   [p.dtype for p in params], self._cap_mb, self._first_cap_mb)
+        return [self._bucket([order[k] for k in group], provisional) for group in groups]
 
-    def _bucket(self, indices: list[int], shared: bool) -> _Bucket:
+    def _bucket(self, indices: list[int], provisional: bool) -> _Bucket:
         params = [self._params[i] for i in indices]
         dtype, count = params[0].dtype, sum(p.numel() for p in params)
+        shapes = [p.shape for p in params]
         if self._device.type == "cuda":
-            buffer = torch.zeros(count, dtype=dtype, device=self._device)
-            return _Bucket(indices, params, buffer, self._grad_comm,
-                           devices.current_stream(self._device))
-        if shared:   # a collective: every rank builds the same buckets in the same order
-            if dtype == torch.bfloat16:
-                buffer = torch.from_numpy(al.shared_empty(count, np.int16, self.comm)) \
-                    .view(torch.bfloat16)
-            else:
-                buffer = torch.from_numpy(al.shared_empty(count, _NUMPY[dtype], self.comm))
+            memory = torch.zeros(count, dtype=dtype, device=self._device)
+            return _Bucket(indices, params, al.GradientBucket(
+                shapes, None, self._grad_comm, op=al.AVG, memory=memory,
+                stream=devices.current_stream(self._device)))
+        if dtype == torch.bfloat16:     # numpy has no bfloat16: the same bits as int16
+            memory = torch.from_numpy(al.bucket_memory(count, np.int16, self.comm,
+                                                       provisional)).view(torch.bfloat16)
         else:
-            buffer = torch.empty(count, dtype=dtype)
-        buffer.zero_()
-        return _Bucket(indices, params, buffer, self.comm)
+            memory = torch.from_numpy(al.bucket_memory(count, _NUMPY[dtype], self.comm,
+                                                       provisional))
+        memory.zero_()
+        return _Bucket(indices, params, al.GradientBucket(shapes, None, self.comm, op=al.AVG,
+                                                          memory=memory))
 
     def _index_buckets(self) -> None:
         self._where = {i: (b, k) for b, bucket in enumerate(self._buckets)
@@ -313,16 +305,15 @@ class DistributedDataParallel(torch.nn.Module, Joinable):
         shared memory when every rank is on this node; current gradients move along."""
         order = torch.tensor(self._ready_order, dtype=torch.int64)
         al.bcast(order, self.comm, root=0)
-        shared = self.comm.local_size == self.comm.size and self.comm.size > 1
         old = self._buckets
-        self._buckets = self._make_buckets(order.tolist(), shared)
+        self._buckets = self._make_buckets(order.tolist(), provisional=False)
         for bucket in self._buckets:
             for p, view in zip(bucket.params, bucket.views):
                 if p.grad is not None:
                     view.copy_(p.grad)
                     p.grad = view
         for bucket in old:
-            bucket.plan.free()
+            bucket.reduction.free()
         self._index_buckets()
         self._ready_order = None
 
@@ -372,14 +363,10 @@ class DistributedDataParallel(torch.nn.Module, Joinable):
 
     def _start(self, b: int) -> None:
         bucket = self._buckets[b]
-        if bucket.stream is not None:
-            stream = devices.current_stream(self._device)
-            if stream is not bucket.stream:       # backward runs on another stream now
-                bucket.plan.free()
-                bucket.plan = al.allreduce_init(bucket.buffer, bucket.comm, stream, op=al.AVG)
-                bucket.stream = stream
+        if bucket.reduction.stream is not None:     # backward may run on another stream now
+            bucket.reduction.bind(devices.current_stream(self._device))
         if self._comm_hook is None:
-            bucket.request = bucket.plan.start()
+            bucket.reduction.start()
         else:
             bucket.future = self._comm_hook(self._hook_state, GradBucket(
                 b, bucket.buffer, bucket.params, b == len(self._buckets) - 1))
@@ -419,13 +406,9 @@ class DistributedDataParallel(torch.nn.Module, Joinable):
     def _wait_for_buckets(self) -> None:
         """Every started bucket's allreduce done: on the host, or for CUDA buckets ordered
         before whatever torch's current stream runs next (the host goes on)."""
-        requests = [bucket.request for bucket in self._buckets if bucket.request is not None]
-        if self._device.type == "cuda":
-            stream = devices.current_stream(self._device)
-            for request in requests:
-                request.wait_on_stream(stream)
-        else:
-            al.wait_all(requests)
+        stream = devices.current_stream(self._device) if self._device.type == "cuda" else None
+        for bucket in self._buckets:
+            bucket.reduction.wait(stream)
 
     def _average_over_active_ranks(self) -> None:
         """Inside a join: the buckets were averaged over every rank, the joined ones giving
