@@ -104,7 +104,7 @@ class Join:
         for index, op in enumerate(self.reducers):
             bucket = self._bucket(op)
             bucket.memory[...] = 0
-            bucket.plan.run()
+            bucket.run()
             if self.comm.stream is not None:
                 self.comm.stream.synchronize()
             ranks = float(bucket.tail[1])

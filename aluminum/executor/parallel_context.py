@@ -110,39 +110,34 @@ def reset_parallel_context() -> None:
 class GradReducer:
     """``grads = GradReducer(comm, mean=True)(grads)``: every rank gets the sum (``mean``:
     the average) of each gradient over the ranks of ``comm`` (default: the parallel
-    context's).  Gradients are packed into one contiguous bucket per dtype, reduced by one
-    persistent allreduce plan kept for the next call with the same sizes, and returned as
-    new arrays of the original shapes, in order."""
+    context's).  Gradients are packed into one ``al.GradientBucket`` per dtype (private
+    memory: a bucket per distinct set of shapes is kept for the next call with them), and
+    returned as new arrays of the original shapes, in order."""
 
     def __init__(self, comm=None, mean: bool = True) -> None:
         self.comm = comm if comm is not None else \
             ParallelContext(ParallelMode.DATA_PARALLEL, comm=_context.comm).communicator()
         self.mean = mean
-        self._buckets: dict[tuple, tuple] = {}
+        self._buckets: dict[tuple, al.GradientBucket] = {}
 
     def __call__(self, grads: list) -> list[np.ndarray]:
         arrays = [np.asarray(grad) for grad in grads]
         result: list[np.ndarray | None] = [None] * len(arrays)
         for dtype in dict.fromkeys(array.dtype for array in arrays):
             members = [i for i, array in enumerate(arrays) if array.dtype == dtype]
-            bucket, plan = self._bucket(dtype, tuple(arrays[i].size for i in members))
-            offset = 0
-            for i in members:
-                bucket[offset:offset + arrays[i].size] = arrays[i].reshape(-1)
-                offset += arrays[i].size
-            plan.run()
-            offset = 0
-            for i in members:
-                result[i] = bucket[offset:offset + arrays[i].size].reshape(
-                    arrays[i].shape).copy()
-                offset += arrays[i].size
+            bucket = self._bucket(dtype, tuple(arrays[i].shape for i in members))
+            for i, view in zip(members, bucket.views):
+                view[...] = arrays[i]
+            bucket.run()
+            for i, view in zip(members, bucket.views):
+                result[i] = view.copy()
         return result
 
-    def _bucket(self, dtype, sizes: tuple) -> tuple:
-        key = (dtype, sizes)
+    def _bucket(self, dtype, shapes: tuple) -> al.GradientBucket:
+        key = (dtype, shapes)
         found = self._buckets.get(key)
         if found is None:
-            bucket = np.empty(sum(sizes), dtype)
-            op = al.AVG if self.mean else al.SUM
-            found = self._buckets[key] = (bucket, al.allreduce_init(bucket, self.comm, op=op))
+            found = self._buckets[key] = al.GradientBucket(
+                shapes, dtype, self.comm, op=al.AVG if self.mean else al.SUM,
+                memory=np.empty(sum(int(np.prod(shape)) for shape in shapes), dtype))
         return found

@@ -51,7 +51,7 @@ class Allreduce(OpKind):
             if not holds(view, grad):
                 view[...] = grad
         bucket.tail[...] = (float(ins["Samples"][0][0]) if "Samples" in ins else 0.0, 1.0)
-        bucket.plan.run()
+        bucket.run()
         if comm.stream is not None:   # a stream-ordered plan has only been enqueued
             comm.stream.synchronize()
         if attrs.get("root", comm.rank) == comm.rank:   # a reduce's other ranks hold no sum
