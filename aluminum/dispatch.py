@@ -1,6 +1,8 @@
 """Forward a validated operation to its backend: blocking on this thread, or to the engine."""
 from __future__ import annotations
 
+import functools
+
 from . import debug, watchdog
 from .core import trace
 from .engine.progress import submit, wait_started
@@ -41,21 +43,41 @@ def checks_enabled() -> bool:
     return debug.ENABLED or watchdog.ENABLED
 
 
-def blocking_runner(comm, state_class: type, args: tuple):
-    """What later blocking runs of the same call may call instead of ``run`` (after
-    ``progress.wait_started``): the state's blocking call bound to its arguments
-    (``State.blocking_call``); None where every run must take ``run``'s path (tracing,
-    AL_DEBUG, AL_TIMEOUT, stream-bound backends)."""
-    if trace.ENABLED or checks_enabled() or comm.backend.uses_streams:
-        return None
+def direct(comm) -> bool:
+    """Whether repeated calls on ``comm`` may skip ``run``'s path, calling a prepared form
+    of their State after ``progress.wait_started`` instead: not while tracing, with AL_DEBUG
+    or AL_TIMEOUT, nor on stream-bound backends."""
+    return not (trace.ENABLED or checks_enabled() or comm.backend.uses_streams)
+
+
+def runner(comm, state_class: type, args: tuple, persistent=None):
+    """What later blocking runs of the same call may call instead of ``run`` (where
+    ``direct``, after ``progress.wait_started``): ``persistent.run`` (``State.persistent``'s
+    object) where given, else the State's bound form (``State.blocking_call``).  Its
+    exceptions become ``state_class.call_error``'s."""
+    if persistent is not None:
+        return persistent.run
     return state_class.blocking_call(comm, *args)
+
+
+def starter(comm, state_class: type, args: tuple, persistent=None):
+    """What later nonblocking runs of the same call may call instead of ``run`` (where
+    ``direct``): a no-argument callable returning the Request of a run of ``persistent``
+    (``State.persistent``'s object) where given, else of a new State."""
+    if persistent is not None:
+        return functools.partial(submit, persistent.state())
+    return functools.partial(_submit_new, state_class, comm, args)
+
+
+def _submit_new(state_class: type, comm, args: tuple):
+    return submit(state_class(comm, *args))
 
 
 def array_runner(comm, state_class: type, args: tuple):
     """What blocking runs on new arrays of the kind ``args`` were checked to be may call
     instead of ``run`` (after ``progress.wait_started``): ``state_class.array_call`` for
-    ``args``; None where every run must take ``run``'s path (as ``blocking_runner``) or
-    the state has no such call."""
-    if trace.ENABLED or checks_enabled() or comm.backend.uses_streams:
+    ``args``; None where every run must take ``run``'s path (not ``direct``) or the state
+    has no such call."""
+    if not direct(comm):
         return None
     return state_class.array_call(comm, *args)

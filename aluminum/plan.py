@@ -12,13 +12,10 @@ matches ``al.<op>`` on other ranks; its ``start()`` uses MPI's persistent reques
 """
 from __future__ import annotations
 
-import functools
-
 from . import dispatch, selector
-from .core import trace
 from .core.errors import ArgumentError, CommunicatorError
 from .core.ops import POINT_TO_POINT
-from .engine.progress import submit, wait_started
+from .engine.progress import wait_started
 
 __all__ = ["Plan"]
 
@@ -40,9 +37,9 @@ class Plan:
     every rank starts its collectives in one order.
     """
 
-    __slots__ = ("comm", "op", "algo", "nbytes", "args", "inplace", "_classes",
-                 "_prepare", "_persistent", "_run_prepared", "_start_prepared", "_request",
-                 "_freed", "_arrivals", "__weakref__")
+    __slots__ = ("comm", "op", "algo", "nbytes", "args", "inplace", "_classes", "_prepare",
+                 "_run", "_run_error", "_start", "_persistent", "_request", "_freed",
+                 "_arrivals", "__weakref__")
 
     def __init__(self, comm, op: str, algo: str, nbytes: int, args: tuple,
                  inplace: bool | None = None, classes: dict[bool, type] | None = None) -> None:
@@ -52,9 +49,12 @@ class Plan:
         # plans of the same kind (recall.py), which differ only in their buffers.
         self._classes: dict[bool, type] = {} if classes is None else classes
         self._prepare = False
-        self._persistent: dict[type, object] = {}
-        self._run_prepared = None   # what later blocking runs call, once one ran checked
-        self._start_prepared = None  # likewise, the prepared start
+        # One prepared callable per mode, made by the first run or start that took the
+        # checked path (None until then, and where every run must take it): ``_run()``
+        # runs blocking (what it raises becomes ``_run_error``'s), ``_start()`` returns
+        # the Request of a nonblocking run.
+        self._run = self._run_error = self._start = None
+        self._persistent: dict[type, object] = {}   # persistent forms made, by State class
         self._request = None
         self._freed = False
         self._arrivals = None if op in POINT_TO_POINT else comm.arrivals
@@ -75,21 +75,17 @@ class Plan:
         self._prepare = True
         return self
 
-    def _prepared(self, state_class: type):
-        """What ``state_class.persistent`` prepared for these arguments (made on first use),
-        or None: not a prepared plan, the class has no persistent form, or every call must
-        take the checked path (AL_DEBUG, AL_TIMEOUT, AL_TRACE record each call in
-        ``dispatch.run``)."""
-        if not self._prepare or trace.ENABLED or dispatch.checks_enabled():
+    def _persistent_form(self, state_class: type):
+        """``state_class.persistent`` made for these arguments (on first use, after the
+        operations before it started: making it is a collective), or None: not a prepared
+        plan, or the class has no persistent form."""
+        if not self._prepare or state_class.persistent is None:
             return None
         try:
             return self._persistent[state_class]
         except KeyError:
-            make = getattr(state_class, "persistent", None)
-            if make is not None:
-                wait_started(self.comm)
-            made = self._persistent[state_class] = None if make is None else \
-                make(self.comm, *self.args)
+            wait_started(self.comm)
+            made = self._persistent[state_class] = state_class.persistent(self.comm, *self.args)
             return made
 
     @property
@@ -106,81 +102,90 @@ class Plan:
     def start(self):
         """Start one run and return its ``Request``; the buffers must not be touched until
         it completes."""
-        start_prepared = self._start_prepared
-        if start_prepared is not None and not self.comm.freed:
-            request = self._request
-            if request is None or request._done:
-                arrivals = self._arrivals
-                if arrivals is None:
-                    request = self._request = start_prepared()
-                else:
-                    number = arrivals.arrive()
-                    request = self._request = start_prepared()
-                    request.detail = (arrivals.missing, number)
-                return request
+        start, request = self._start, self._request
+        if start is None or self.comm.freed or not (request is None or request._done):
+            return self._checked_start()
+        arrivals = self._arrivals
+        if arrivals is None:
+            request = self._request = start()
+            return request
+        number = arrivals.arrive()
+        request = self._request = start()
+        request.detail = (arrivals.missing, number)
+        return request
+
+    def _checked_start(self):
+        """A start on the checked path, which makes ``_start`` where it may."""
         self._check_usable("starting the plan again")
         arrivals = self._arrivals
         detail = None if arrivals is None else (arrivals.missing, arrivals.arrive())
         state_class = self.state_class(True)
-        prepared = self._prepared(state_class)
-        if prepared is not None:
-            self._start_prepared = functools.partial(submit, prepared.state())
-            request = self._request = self._start_prepared()
-            request.detail = detail
-        else:
+        if not dispatch.direct(self.comm):
             request = self._request = dispatch.run(self.comm, self.op, state_class,
                                                    self.nbytes, False, self.args, detail)
+            return request
+        self._start = dispatch.starter(self.comm, state_class, self.args,
+                                       self._persistent_form(state_class))
+        request = self._request = self._start()
+        request.detail = detail
         return request
 
     def run(self) -> None:
         """Run once and return when done (on stream-bound backends: once enqueued)."""
-        run_prepared = self._run_prepared
-        if run_prepared is not None and self._request is None \
-                and not self.comm.freed:
-            arrivals = self._arrivals
+        run = self._run
+        if run is None or self._request is not None or self.comm.freed:
+            run = self._checked_run()
+            if run is None:
+                return          # (run on the checked path)
+        arrivals = self._arrivals
+        try:
             if arrivals is None:
                 wait_started(self.comm)
-                run_prepared()      # the common repeat: everything below was checked before
+                run()       # the common repeat: everything else was checked before
                 return
             arrivals.inside = (arrivals.arrive(), self)   # (for the stall monitor)
             try:
                 wait_started(self.comm)
-                run_prepared()
+                run()
             finally:
                 arrivals.inside = None
-            return
+        except Exception as exc:   # (free in Python 3.11 unless raised)
+            error = self._run_error(exc)
+            if error is None:
+                raise
+            raise error from exc
+
+    __call__ = run
+
+    def _checked_run(self):
+        """Check the plan; return ``_run``, made where it may be, else run on
+        ``dispatch.run``'s path and return None."""
         self._check_usable("running the plan")
         self._request = None
+        if self._run is not None:
+            return self._run
+        state_class = self.state_class(False)
+        if dispatch.direct(self.comm):
+            # A collective's blocking run is the blocking call on every rank: MPI never
+            # matches it with a persistent start elsewhere, and making the persistent
+            # request (a collective, taking a tag in Open MPI) on some ranks only would
+            # mismatch the nonblocking collectives after it.  Messages may run persistent.
+            persistent = self._persistent_form(state_class) if self.op in POINT_TO_POINT \
+                else None
+            self._run_error = state_class.call_error
+            self._run = dispatch.runner(self.comm, state_class, self.args, persistent)
+            return self._run
         arrivals = self._arrivals
         detail = None
         if arrivals is not None:
             detail = (arrivals.missing, arrivals.arrive())
             arrivals.inside = (detail[1], self)
         try:
-            state_class = self.state_class(False)
-            # A collective's blocking run is the blocking call on every rank: MPI never
-            # matches it with a persistent start elsewhere, and making the persistent
-            # request (a collective, taking a tag in Open MPI) on some ranks only would
-            # mismatch the nonblocking collectives after it.  Messages may run persistent.
-            prepared = self._prepared(state_class) if self.op in POINT_TO_POINT else None
-            if prepared is not None:
-                self._run_prepared = prepared.run
-                wait_started(self.comm)
-                prepared.run()
-                return
-            runner = dispatch.blocking_runner(self.comm, state_class, self.args)
-            if runner is None:
-                dispatch.run(self.comm, self.op, state_class, self.nbytes, True, self.args,
-                             detail)
-            else:   # what dispatch.run would do, with the call bound once for every run
-                wait_started(self.comm)
-                runner()
-                self._run_prepared = runner
+            dispatch.run(self.comm, self.op, state_class, self.nbytes, True, self.args, detail)
         finally:
             if arrivals is not None:
                 arrivals.inside = None
-
-    __call__ = run
+        return None
 
     def free(self) -> None:
         """Release what the plan holds (idempotent); a run in flight is waited for first."""
@@ -191,10 +196,7 @@ class Plan:
             request.wait()
         self._freed = True
         self.args = ()
-        self._run_prepared = self._start_prepared = None
-        self._release()
-
-    def _release(self) -> None:
+        self._run = self._start = None
         prepared, self._persistent = self._persistent, {}
         for made in prepared.values():
             if made is not None:

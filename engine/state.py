@@ -80,34 +80,46 @@ class State:
         while step() is not complete:
             pass
 
+    # The forms of the operation besides the nonblocking one (the State itself).  Each takes
+    # the State's constructor arguments; passthrough States derive them from one spec of
+    # their library call (backends/mpi/passthrough/mpi_call.py).
+
     @classmethod
     def run_blocking(cls, *args, **kwargs) -> None:
-        """Blocking form of the operation.  Passthrough states override this with a direct
-        library call; everyone else builds the state and drives it here."""
+        """Blocking form of the operation.  Default: build the state and drive it here;
+        passthrough states call their library directly."""
         cls(*args, **kwargs).drive()
 
     @classmethod
     def blocking_call(cls, *args):
-        """``run_blocking`` bound to ``args``: a no-argument callable that a plan calls for
-        each repeated blocking run of the same arguments.  Default: ``run_blocking`` with
-        the arguments bound; a state whose call has parts fixed by its arguments (an MPI
-        datatype, a buffer spec) returns one with them made once."""
+        """Bound form: ``run_blocking`` bound to ``args``, a no-argument callable that a
+        plan calls for each repeated blocking run of the same arguments.  Default:
+        ``run_blocking`` with the arguments bound; a state whose call has parts fixed by its
+        arguments (an MPI datatype, a buffer spec) returns one with them made once.  The
+        callable may raise its library's own exceptions: the caller raises ``call_error``'s
+        instead (a frame fewer than a wrapper, on every call)."""
         return functools.partial(cls.run_blocking, *args)
 
     @classmethod
     def array_call(cls, *args):
-        """``run_blocking`` with everything but the buffers decided for ``args`` (the
-        State's constructor arguments): a callable taking the flat host arrays of the
-        distinct buffers among ``args``, in argument order (an in-place operation's one
-        buffer once), and running the blocking call on them; what a call on new arrays of
-        the kind ``args`` were checked to be runs (aluminum/recall.py).  None (the default,
-        also where a run must read more than its arrays): such calls take ``run_blocking``
-        on new arguments.  The callable may raise its library's own exceptions: the caller
-        raises ``call_error``'s instead (a frame fewer than a wrapper, on every call)."""
+        """New-array form: ``run_blocking`` with everything but the buffers decided for
+        ``args`` (the State's constructor arguments): a callable taking the flat host arrays
+        of the distinct buffers among ``args``, in argument order (an in-place operation's
+        one buffer once), and running the blocking call on them; what a call on new arrays
+        of the kind ``args`` were checked to be runs (aluminum/recall.py).  None (the
+        default, also where a run must read more than its arrays): such calls take
+        ``run_blocking`` on new arguments.  Raises as ``blocking_call``'s callable."""
         return None
+
+    # Persistent form: None (no such form), or a class method taking the State's
+    # constructor arguments and returning None or an object made once for them (an MPI-4
+    # persistent request) with ``run()`` (a blocking run; raises as ``blocking_call``'s
+    # callable), ``state()`` (a State making one nonblocking run) and ``free()``.
+    persistent = None
 
     @classmethod
     def call_error(cls, exc: Exception) -> Exception | None:
-        """The error to raise for ``exc``, raised by an ``array_call`` callable; None:
-        ``exc`` itself (the default)."""
+        """The error to raise for ``exc``, raised by the callable of a ``blocking_call``,
+        an ``array_call`` or a persistent form's ``run``; None: ``exc`` itself (the
+        default)."""
         return None

@@ -1,8 +1,10 @@
 """Operations that call the MPI library directly (algorithm name ``mpi_passthrough``).
 
 ``PASSTHROUGH_OPS`` maps each operation name to its State class.  Every State is built as
-``cls(comm, stream, *op_args)``; each module's docstring fixes its ``op_args``.  Their blocking
-calls raise ``al.OperationError`` for MPI failures (``mpi_errors.py``).
+``cls(comm, stream, *op_args)``; each module's docstring fixes its ``op_args``.  Most are an
+``MPICall`` (mpi_call.py): the MPI call and how its arguments are built, from which every
+form of the operation derives.  Their blocking calls raise ``al.OperationError`` for MPI
+failures (``mpi_errors.py``).
 """
 from .allgather import PassthroughAllgather
 from .allgatherv import PassthroughAllgatherv
@@ -13,7 +15,6 @@ from .barrier import PassthroughBarrier
 from .bcast import PassthroughBcast
 from .gather import PassthroughGather
 from .gatherv import PassthroughGatherv
-from .mpi_errors import wrap_mpi_errors
 from .multisendrecv import PassthroughMultiSendRecv
 from .recv import PassthroughRecv
 from .reduce import PassthroughReduce
@@ -44,5 +45,3 @@ PASSTHROUGH_OPS = {
     "sendrecv": PassthroughSendrecv,
     "multisendrecv": PassthroughMultiSendRecv,
 }
-for _cls in PASSTHROUGH_OPS.values():
-    wrap_mpi_errors(_cls)

@@ -6,23 +6,13 @@ In place ``sendbuf is recvbuf`` and the received blocks replace the sent ones.
 """
 from __future__ import annotations
 
-from .mpi_request import MPIRequestState, pair_call, send_spec, spec
+from .mpi_call import MPICall, MPICalls, send_spec, spec
 
 
-class PassthroughAlltoall(MPIRequestState):
+class PassthroughAlltoall(MPICall):
     name = "alltoall/mpi_passthrough"
-
-    def __init__(self, comm, stream, sendbuf, recvbuf):
-        self.comm, self.sendbuf, self.recvbuf = comm, sendbuf, recvbuf
+    calls = MPICalls("Alltoall", "Ialltoall", "Alltoall_init")
 
     @staticmethod
-    def run_blocking(comm, stream, sendbuf, recvbuf):
-        comm._mpi.Alltoall(send_spec(sendbuf, recvbuf), spec(recvbuf))
-
-    @staticmethod
-    def array_call(comm, stream, sendbuf, recvbuf):
-        return pair_call(comm._mpi.Alltoall, sendbuf, recvbuf)
-
-    def post(self):
-        return self.comm._mpi.Ialltoall(send_spec(self.sendbuf, self.recvbuf),
-                                        spec(self.recvbuf))
+    def arguments(comm, stream, sendbuf, recvbuf):
+        return send_spec(sendbuf, recvbuf), spec(recvbuf)

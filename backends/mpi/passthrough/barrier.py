@@ -4,22 +4,13 @@ State arguments: ``(comm, stream)``.
 """
 from __future__ import annotations
 
-from .mpi_request import MPIRequestState
+from .mpi_call import MPICall, MPICalls
 
 
-class PassthroughBarrier(MPIRequestState):
+class PassthroughBarrier(MPICall):
     name = "barrier/mpi_passthrough"
-
-    def __init__(self, comm, stream):
-        self.comm = comm
+    calls = MPICalls("Barrier", "Ibarrier", "Barrier_init")
 
     @staticmethod
-    def run_blocking(comm, stream):
-        comm._mpi.Barrier()
-
-    @staticmethod
-    def array_call(comm, stream):
-        return comm._mpi.Barrier
-
-    def post(self):
-        return self.comm._mpi.Ibarrier()
+    def arguments(comm, stream):
+        return ()

@@ -5,24 +5,13 @@ other rank's ``buf``.
 """
 from __future__ import annotations
 
-from ..datatypes import mpi_datatype
-from .mpi_request import MPIRequestState, spec
+from .mpi_call import MPICall, MPICalls, spec
 
 
-class PassthroughBcast(MPIRequestState):
+class PassthroughBcast(MPICall):
     name = "bcast/mpi_passthrough"
-
-    def __init__(self, comm, stream, buf, root):
-        self.comm, self.buf, self.root = comm, buf, root
+    calls = MPICalls("Bcast", "Ibcast", "Bcast_init")
 
     @staticmethod
-    def run_blocking(comm, stream, buf, root):
-        comm._mpi.Bcast(spec(buf), root)
-
-    @staticmethod
-    def array_call(comm, stream, buf, root):
-        call, datatype = comm._mpi.Bcast, mpi_datatype(buf.dtype)
-        return lambda array: call([array, datatype], root)
-
-    def post(self):
-        return self.comm._mpi.Ibcast(spec(self.buf), self.root)
+    def arguments(comm, stream, buf, root):
+        return spec(buf), root

@@ -7,32 +7,15 @@ place, the root's own contribution already sitting at offset ``root * n``.
 """
 from __future__ import annotations
 
-from ..datatypes import mpi_datatype
-from .mpi_request import MPIRequestState, pair_call, send_spec, spec
+from .mpi_call import MPICall, MPICalls, send_spec, spec
 
 
-class PassthroughGather(MPIRequestState):
+class PassthroughGather(MPICall):
     name = "gather/mpi_passthrough"
-
-    def __init__(self, comm, stream, sendbuf, recvbuf, root):
-        self.comm, self.sendbuf, self.recvbuf, self.root = comm, sendbuf, recvbuf, root
+    calls = MPICalls("Gather", "Igather", "Gather_init")
 
     @staticmethod
-    def run_blocking(comm, stream, sendbuf, recvbuf, root):
-        comm._mpi.Gather(*_arguments(sendbuf, recvbuf), root)
-
-    @staticmethod
-    def array_call(comm, stream, sendbuf, recvbuf, root):
-        call, datatype = comm._mpi.Gather, mpi_datatype(sendbuf.dtype)
+    def arguments(comm, stream, sendbuf, recvbuf, root):
         if recvbuf is None:
-            return lambda send: call([send, datatype], None, root)
-        return pair_call(call, sendbuf, recvbuf, root)
-
-    def post(self):
-        return self.comm._mpi.Igather(*_arguments(self.sendbuf, self.recvbuf), self.root)
-
-
-def _arguments(sendbuf, recvbuf):
-    if recvbuf is None:
-        return spec(sendbuf), None
-    return send_spec(sendbuf, recvbuf), spec(recvbuf)
+            return spec(sendbuf), None, root
+        return send_spec(sendbuf, recvbuf), spec(recvbuf), root

@@ -7,11 +7,10 @@ the hint at ``AL_DEBUG``.
 """
 from __future__ import annotations
 
-import functools
-
 from mpi4py import MPI
 
 from ....core.errors import OperationError
+from ....engine.state import State
 
 
 def operation_error(name: str, exc: MPI.Exception) -> OperationError:
@@ -21,34 +20,10 @@ def operation_error(name: str, exc: MPI.Exception) -> OperationError:
                           f"differs)")
 
 
-def wrap_mpi_errors(cls: type) -> type:
-    """Make ``cls.run_blocking`` and the calls ``cls.blocking_call`` returns raise
-    ``operation_error`` instead of ``MPI.Exception``, and ``cls.call_error`` name that
-    error for what the calls ``cls.array_call`` returns raise."""
-    run_blocking = cls.run_blocking
+class MPIState(State):
+    """A passthrough State: what the callables of its bound and new-array forms raise for
+    an MPI failure becomes ``operation_error`` (its ``run_blocking`` raises that itself)."""
 
-    @functools.wraps(run_blocking)
-    def checked_run_blocking(*args, **kwargs):
-        try:
-            return run_blocking(*args, **kwargs)
-        except MPI.Exception as exc:
-            raise operation_error(cls.name, exc) from exc
-
-    cls.run_blocking = staticmethod(checked_run_blocking)
-    make_call = cls.blocking_call
-
-    @functools.wraps(make_call)
-    def checked_blocking_call(*args):
-        call = make_call(*args)
-
-        def checked_call():
-            try:
-                call()
-            except MPI.Exception as exc:
-                raise operation_error(cls.name, exc) from exc
-        return checked_call
-
-    cls.blocking_call = staticmethod(checked_blocking_call)
-    cls.call_error = staticmethod(
-        lambda exc: operation_error(cls.name, exc) if isinstance(exc, MPI.Exception) else None)
-    return cls
+    @classmethod
+    def call_error(cls, exc: Exception) -> Exception | None:
+        return operation_error(cls.name, exc) if isinstance(exc, MPI.Exception) else None

@@ -8,14 +8,15 @@ from __future__ import annotations
 
 from mpi4py import MPI
 
-from ....engine.state import Action, RunType, State
+from ....engine.state import Action, RunType
 from ..datatypes import mpi_datatype
-from .mpi_request import POINT_TO_POINT_TAG, spec
+from .mpi_call import POINT_TO_POINT_TAG, spec
+from .mpi_errors import MPIState, operation_error
 from .persistent import PersistentRequests
 from .recv import check_received, message_error, message_errors
 
 
-class PassthroughMultiSendRecv(State):
+class PassthroughMultiSendRecv(MPIState):
     name = "multisendrecv/mpi_passthrough"
     run_type = RunType.UNBOUNDED
 
@@ -23,9 +24,12 @@ class PassthroughMultiSendRecv(State):
         self.comm, self.sends, self.recvs = comm, sends, recvs
         self.requests, self.statuses = [], []
 
-    @staticmethod
-    def run_blocking(comm, stream, sends, recvs):
-        requests = _post(comm, sends, recvs)
+    @classmethod
+    def run_blocking(cls, comm, stream, sends, recvs):
+        try:
+            requests = _post(comm, sends, recvs)
+        except MPI.Exception as exc:
+            raise operation_error(cls.name, exc) from exc
         statuses = [MPI.Status() for _ in requests]
         with message_errors(_sources(recvs)):
             MPI.Request.Waitall(requests, statuses)

@@ -13,43 +13,48 @@ from contextlib import contextmanager
 
 from mpi4py import MPI
 
-from ....engine.state import RunType
 from ....core.errors import OperationError
+from ....engine.state import Action, RunType
 from ..datatypes import mpi_datatype
-from .mpi_request import POINT_TO_POINT_TAG, MPIRequestState, spec
+from .mpi_call import POINT_TO_POINT_TAG, MPICall, MPICalls, spec
 from .persistent import PersistentRequests
 
 
-class PassthroughRecv(MPIRequestState):
+class PassthroughRecv(MPICall):
+    """Every form checks what was received (``check_received``): the blocking and persistent
+    ones through a status of their own, the nonblocking one through the State's."""
+
     name = "recv/mpi_passthrough"
     run_type = RunType.UNBOUNDED
+    calls = MPICalls("Recv", "Irecv", "Recv_init")
 
     def __init__(self, comm, stream, buf, src):
-        self.comm, self.buf, self.src = comm, buf, src
+        super().__init__(comm, stream, buf, src)
         self.status = MPI.Status()
 
     @staticmethod
-    def run_blocking(comm, stream, buf, src):
-        PassthroughRecv.blocking_call(comm, stream, buf, src)()
+    def arguments(comm, stream, buf, src):
+        return spec(buf), src, POINT_TO_POINT_TAG
 
-    @staticmethod
-    def blocking_call(comm, stream, buf, src):
+    @classmethod
+    def blocking_call(cls, comm, stream, buf, src):
         """``MPI_Recv`` bound to the buffer and one status, then the count check."""
         status = MPI.Status()
-        return checked_receive(functools.partial(comm.mpi_comm.Recv, spec(buf), src,
-                                                 POINT_TO_POINT_TAG, status), status, buf, src)
+        receive = functools.partial(comm.mpi_comm.Recv, *cls.arguments(comm, stream, buf, src),
+                                    status)
+        return checked_receive(receive, status, buf, src)
 
-    @staticmethod
-    def array_call(comm, stream, buf, src):
+    @classmethod
+    def array_call(cls, comm, stream, buf, src):
         """``MPI_Recv`` into new arrays, with a status of its own per call, then the
         count check (as ``blocking_call``'s)."""
-        return array_receive(comm._mpi.Recv, buf, src, lambda array, datatype, status:
+        return array_receive(comm.mpi_comm.Recv, buf, src, lambda array, datatype, status:
                              ([array, datatype], src, POINT_TO_POINT_TAG, status))
 
     @classmethod
     def persistent(cls, comm, stream, buf, src) -> PersistentRequests:
         """``MPI_Recv_init`` on the plan's buffer; each run checks the received count."""
-        request = comm.mpi_comm.Recv_init(spec(buf), src, POINT_TO_POINT_TAG)
+        request = comm.mpi_comm.Recv_init(*cls.arguments(comm, stream, buf, src))
         datatype = mpi_datatype(buf.dtype)
 
         def check(statuses):
@@ -58,15 +63,13 @@ class PassthroughRecv(MPIRequestState):
         return PersistentRequests(comm, cls.name, [request], check,
                                   lambda exc: message_error(exc, src))
 
-    def post(self):
-        return self.comm._mpi.Irecv(spec(self.buf), self.src, POINT_TO_POINT_TAG)
-
     def step(self):
-        with message_errors(self.src):
-            return super().step()
-
-    def finish(self):
-        check_received(self.status, self.buf, self.src)
+        _, buf, src = self.args
+        with message_errors(src):
+            if not self.request.Test(self.status):
+                return Action.CONTINUE
+        check_received(self.status, buf, src)
+        return Action.COMPLETE
 
 
 def checked_receive(receive, status: MPI.Status, buf, src: int):

@@ -9,35 +9,15 @@ from __future__ import annotations
 
 from mpi4py import MPI
 
-from ..datatypes import mpi_datatype
-from .mpi_request import MPIRequestState, spec
+from .mpi_call import MPICall, MPICalls, spec
 
 
-class PassthroughScatter(MPIRequestState):
+class PassthroughScatter(MPICall):
     name = "scatter/mpi_passthrough"
-
-    def __init__(self, comm, stream, sendbuf, recvbuf, root):
-        self.comm, self.sendbuf, self.recvbuf, self.root = comm, sendbuf, recvbuf, root
+    calls = MPICalls("Scatter", "Iscatter", "Scatter_init")
 
     @staticmethod
-    def run_blocking(comm, stream, sendbuf, recvbuf, root):
-        comm._mpi.Scatter(*_arguments(sendbuf, recvbuf), root)
-
-    @staticmethod
-    def array_call(comm, stream, sendbuf, recvbuf, root):
-        call, datatype = comm._mpi.Scatter, mpi_datatype(recvbuf.dtype)
+    def arguments(comm, stream, sendbuf, recvbuf, root):
         if sendbuf is None:
-            return lambda recv: call(None, [recv, datatype], root)
-        if sendbuf is recvbuf:
-            in_place = MPI.IN_PLACE
-            return lambda buf: call([buf, datatype], in_place, root)
-        return lambda send, recv: call([send, datatype], [recv, datatype], root)
-
-    def post(self):
-        return self.comm._mpi.Iscatter(*_arguments(self.sendbuf, self.recvbuf), self.root)
-
-
-def _arguments(sendbuf, recvbuf):
-    if sendbuf is None:
-        return None, spec(recvbuf)
-    return spec(sendbuf), MPI.IN_PLACE if sendbuf is recvbuf else spec(recvbuf)
+            return None, spec(recvbuf), root
+        return spec(sendbuf), MPI.IN_PLACE if sendbuf is recvbuf else spec(recvbuf), root

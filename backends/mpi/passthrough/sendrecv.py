@@ -14,7 +14,7 @@ import functools
 from mpi4py import MPI
 
 from ..datatypes import mpi_datatype
-from .mpi_request import POINT_TO_POINT_TAG, spec
+from .mpi_call import POINT_TO_POINT_TAG, spec
 from .multisendrecv import PassthroughMultiSendRecv, persistent_pairs
 from .persistent import PersistentRequests
 from .recv import array_receive, checked_receive
@@ -29,9 +29,9 @@ class PassthroughSendrecv(PassthroughMultiSendRecv):
         super().__init__(comm, stream, [(sendbuf, dest)], [(recvbuf, src)])
         self.in_place = sendbuf is recvbuf
 
-    @staticmethod
-    def run_blocking(comm, stream, sendbuf, dest, recvbuf, src):
-        PassthroughSendrecv.blocking_call(comm, stream, sendbuf, dest, recvbuf, src)()
+    @classmethod
+    def run_blocking(cls, comm, stream, sendbuf, dest, recvbuf, src):
+        cls.blocking_call(comm, stream, sendbuf, dest, recvbuf, src)()
 
     @staticmethod
     def blocking_call(comm, stream, sendbuf, dest, recvbuf, src):
@@ -51,10 +51,10 @@ class PassthroughSendrecv(PassthroughMultiSendRecv):
         """``MPI_Sendrecv(_replace)`` on new arrays, as ``blocking_call``'s."""
         send_type = mpi_datatype(sendbuf.dtype)
         if sendbuf is recvbuf:
-            return array_receive(comm._mpi.Sendrecv_replace, recvbuf, src,
+            return array_receive(comm.mpi_comm.Sendrecv_replace, recvbuf, src,
                                  lambda buf, datatype, status:
                                  ([buf, datatype], dest, TAG, src, TAG, status))
-        return array_receive(comm._mpi.Sendrecv, recvbuf, src,
+        return array_receive(comm.mpi_comm.Sendrecv, recvbuf, src,
                              lambda send, recv, datatype, status:
                              ([send, send_type], dest, TAG, [recv, datatype], src, TAG, status))
 

@@ -1,0 +1,244 @@
+"""One MPI operation, declared once: ``MPICall``, the base of the passthrough States.
+
+A passthrough State declares its MPI calls (``calls``: the blocking, nonblocking and
+persistent mpi4py methods), how their arguments are built from the State's own
+(``arguments``), and what the result needs afterwards (``finishing``: AVG's division, the
+logical ops' 0/1).  Every form is derived from that by the code below:
+
+- nonblocking: the State itself, ``start`` calling ``I<op>``, ``step`` polling it;
+- bound (``blocking_call``): ``<Op>`` with its arguments made once, for a plan's runs;
+- blocking (``run_blocking``): the bound form made and called at once;
+- persistent: ``<Op>_init`` on the plan's buffers, started for each of its runs;
+- on new arrays (``array_call``): ``<Op>`` with everything but the arrays made once.
+
+Where the order of a reduction's operands changes its bits (``order_sensitive``), the
+blocking forms wait for ``I<op>`` instead and there is no persistent form, so that every form
+gives the same bits.  States whose forms really differ (receives checking a status, allreduce
+in deterministic mode, multisendrecv) override the form they change.
+
+MPI failures raise ``al.OperationError`` naming the State (``mpi_errors.py``): in
+``run_blocking`` directly; the callables of the bound and new-array forms raise mpi4py's
+exception and their caller raises ``call_error``'s instead (a frame fewer on every call).
+"""
+from __future__ import annotations
+
+import functools
+from typing import NamedTuple
+
+from mpi4py import MPI
+
+from ....core.buffers import Buffer
+from ....engine.state import Action
+from ..datatypes import mpi_datatype
+from .mpi_errors import MPIState, operation_error
+from .persistent import PersistentRequest
+
+_CONTINUE, _COMPLETE = Action.CONTINUE, Action.COMPLETE
+
+# Point-to-point is untagged (Aluminum: a receive matches a send of the same count); it uses
+# this one tag on the duplicated communicator, which custom algorithms' tags never equal.
+POINT_TO_POINT_TAG = 0
+
+
+class MPICalls(NamedTuple):
+    """The names of the ``MPI.Comm`` methods making an operation's forms."""
+
+    blocking: str            # "Allgather"
+    nonblocking: str         # "Iallgather"
+    persistent: str | None   # "Allgather_init"; None: MPI has no persistent form
+
+
+class MPICall(MPIState):
+    """A State calling one MPI operation; subclasses declare ``name``, ``calls``,
+    ``arguments`` and, where they apply, ``finishing`` and ``order_sensitive``.  Built as
+    every State, ``cls(comm, stream, *op_args)``; the spec methods take the same arguments."""
+
+    calls: MPICalls
+    request: MPI.Request | None = None
+    finish = None   # the nonblocking form's finish step, set by ``start``
+
+    def __init__(self, comm, stream, *op_args):
+        self.comm, self.args = comm, (stream, *op_args)
+
+    # The spec.
+
+    @staticmethod
+    def arguments(comm, stream, *op_args) -> tuple:
+        """The MPI call's arguments (buffer specs ``[array, ..., datatype]`` made by
+        ``spec``, ``send_spec``, ``layout_spec``; roots, ops, tags)."""
+        raise NotImplementedError
+
+    @staticmethod
+    def finishing(comm, stream, *op_args) -> tuple | None:
+        """``(op, buf, count)``: after MPI, ``op.finish`` the first ``count`` elements of
+        ``buf`` (all when None; ``buf`` the last of the State's buffers); None (default):
+        nothing to finish."""
+        return None
+
+    @staticmethod
+    def order_sensitive(comm, stream, *op_args) -> bool:
+        """Whether MPI may reduce the operands in another order when blocking than when not
+        (a floating-point SUM, PROD or AVG on 3 ranks or more: Open MPI's ``MPI_Reduce`` and
+        ``MPI_Ireduce`` did on 3 ranks).  False by default (no reduction)."""
+        return False
+
+    # The forms.
+
+    @classmethod
+    def finish_step(cls, comm, *args):
+        """``finishing``'s step as a callable on the State's own buffer; None where it would
+        change nothing (``ReductionOp.finishes``)."""
+        found = cls.finishing(comm, *args)
+        if found is None:
+            return None
+        op, buf, count = found
+        if not op.finishes(comm.size):
+            return None
+        return functools.partial(op.finish, buf.array if count is None else buf.array[:count],
+                                 comm.size)
+
+    @classmethod
+    def run_blocking(cls, comm, *args) -> None:
+        call = cls.blocking_call(comm, *args)
+        try:
+            call()
+        except MPI.Exception as exc:
+            raise operation_error(cls.name, exc) from exc
+
+    @classmethod
+    def blocking_call(cls, comm, *args):
+        """``<Op>`` bound to its arguments (``I<op>`` waited for where the order matters),
+        then the finish step; the bare mpi4py call where there is none."""
+        mpi, arguments = comm.mpi_comm, cls.arguments(comm, *args)
+        if cls.order_sensitive(comm, *args):
+            call = functools.partial(_wait, getattr(mpi, cls.calls.nonblocking), *arguments)
+        else:
+            call = functools.partial(getattr(mpi, cls.calls.blocking), *arguments)
+        finish = cls.finish_step(comm, *args)
+        if finish is None:
+            return call
+
+        def call_and_finish():
+            call()
+            finish()
+        return call_and_finish
+
+    @classmethod
+    def persistent(cls, comm, *args) -> PersistentRequest | None:
+        """``<Op>_init`` on these arguments; None where the order matters, or where MPI (or
+        mpi4py) lacks the persistent form."""
+        name = cls.calls.persistent
+        if name is None or cls.order_sensitive(comm, *args):
+            return None
+        make = getattr(comm.mpi_comm, name, None)
+        if make is None:
+            return None
+        try:
+            request = make(*cls.arguments(comm, *args))
+        except (NotImplementedError, MPI.Exception):
+            return None
+        return PersistentRequest(comm, cls.name, request, cls.finish_step(comm, *args))
+
+    @classmethod
+    def array_call(cls, comm, *args):
+        """``<Op>`` on new arrays, the arguments made once with ``args``' buffers standing
+        in for them; None where the order matters, or where an argument is made from a
+        buffer otherwise than ``[buf.array, ...]``."""
+        if cls.order_sensitive(comm, *args):
+            return None
+        buffers = list({id(arg): arg for arg in args if isinstance(arg, Buffer)}.values())
+        arguments = cls.arguments(comm, *args)
+        slots = []
+        for buf in buffers:
+            position = _position(arguments, buf.array)
+            if position is None:
+                return None
+            slots.append((position, tuple(arguments[position][1:])))
+        call = _on_arrays(getattr(comm.mpi_comm, cls.calls.blocking), arguments, slots)
+        found = cls.finishing(comm, *args)
+        if call is None or found is None or not found[0].finishes(comm.size):
+            return call
+        op, buf, count = found
+        if buf is not buffers[-1]:
+            return None
+        return _then_finish(call, len(buffers), op, comm.size, count)
+
+    def start(self) -> None:
+        comm, args = self.comm, self.args
+        self.finish = self.finish_step(comm, *args)
+        self.request = getattr(comm.mpi_comm, self.calls.nonblocking)(
+            *self.arguments(comm, *args))
+
+    def step(self) -> Action:
+        if not self.request.Test():
+            return _CONTINUE
+        if self.finish is not None:
+            self.finish()
+        return _COMPLETE
+
+
+def _wait(nonblocking, *arguments) -> None:
+    nonblocking(*arguments).Wait()
+
+
+def _position(arguments: tuple, array) -> int | None:
+    """Where in ``arguments`` the buffer spec of ``array`` is (None: nowhere)."""
+    for position, argument in enumerate(arguments):
+        if type(argument) is list and argument[0] is array:
+            return position
+    return None
+
+
+def _on_arrays(call, arguments: tuple, slots: list):
+    """``call(*arguments)`` with the array of each ``(position, rest of its spec)`` of
+    ``slots`` replaced by the callable's arguments, in order; None for more than two
+    arrays, or two in the other order.  (Specs of one datatype, the usual case, are
+    written out: unpacking a one-item tuple costs more than the call's own argument.)"""
+    if not slots:
+        return functools.partial(call, *arguments) if arguments else call
+    if len(slots) == 1:
+        (position, rest), = slots
+        before, after = arguments[:position], arguments[position + 1:]
+        if len(rest) == 1:
+            datatype, = rest
+            return lambda a: call(*before, [a, datatype], *after)
+        return lambda a: call(*before, [a, *rest], *after)
+    if len(slots) > 2 or slots[0][0] > slots[1][0]:
+        return None
+    (first, rest_a), (second, rest_b) = slots
+    before, middle = arguments[:first], arguments[first + 1:second]
+    after = arguments[second + 1:]
+    if len(rest_a) == len(rest_b) == 1:
+        (type_a,), (type_b,) = rest_a, rest_b
+        return lambda a, b: call(*before, [a, type_a], *middle, [b, type_b], *after)
+    return lambda a, b: call(*before, [a, *rest_a], *middle, [b, *rest_b], *after)
+
+
+def _then_finish(call, arrays: int, op, size: int, count: int | None):
+    """``call`` on one or two arrays followed by ``op.finish`` on the first ``count``
+    elements of the last one (all of them when None)."""
+    if arrays == 1:
+        def call_and_finish(recv):
+            call(recv)
+            op.finish(recv if count is None else recv[:count], size)
+        return call_and_finish
+
+    def call_and_finish_out(send, recv):
+        call(send, recv)
+        op.finish(recv if count is None else recv[:count], size)
+    return call_and_finish_out
+
+
+def spec(buf) -> list:
+    """``[array, datatype]``: the whole buffer."""
+    return [buf.array, mpi_datatype(buf.dtype)]
+
+
+def send_spec(sendbuf, recvbuf):
+    """``MPI.IN_PLACE`` when the operation is in place (``sendbuf is recvbuf``), else ``spec``."""
+    return MPI.IN_PLACE if sendbuf is recvbuf else spec(sendbuf)
+
+
+def layout_spec(buf, counts, displs) -> list:
+    """``[array, counts, displs, datatype]``: a v-variant's per-rank blocks of ``buf``."""
+    return [buf.array, counts, displs, mpi_datatype(buf.dtype)]
