@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import functools
 
-from . import dispatch, selector
+from . import dispatch
+from .tuning import selector
 from .core import trace
 from .core.errors import ArgumentError, CommunicatorError
 from .core.ops import POINT_TO_POINT

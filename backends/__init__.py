@@ -14,6 +14,7 @@ from typing import Any, Callable
 from ..core.errors import UnsupportedError
 from ..core.names import Algorithm, Device
 from ..core.ops import check_registry
+from .runtime.host import HostStream   # (re-exported: al.HostStream)
 
 _MODULES = {"mpi": ".mpi", "ht": ".ht", "nccl": ".nccl"}
 _REGISTRY: dict[str, "Backend"] = {}
@@ -48,7 +49,7 @@ class Backend:
 
     def state_class(self, op: str, algo: str) -> type:
         """The State class that runs ``op`` with the algorithm named ``algo`` (never
-        "automatic": the API asks its selector first, see ``aluminum.selector.choose``)."""
+        "automatic": the API asks its selector first, see ``aluminum.tuning.selector.choose``)."""
         table = self._table(op)
         cls = table.get(algo)
         if cls is None:

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import aluminum as al
-from aluminum import selector
+from aluminum.tuning import selector
 from aluminum.bench import model, ops, peers, report, sweep, tune
 from aluminum.bench.__main__ import _without_jobs, _without_np
 from aluminum.bench.__main__ import main as bench_main

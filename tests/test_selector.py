@@ -6,7 +6,7 @@ import warnings
 
 import pytest
 
-from aluminum import costmodel, selector
+from aluminum.tuning import costmodel, selector
 from aluminum.core import errors
 
 MPI_ALLREDUCE = {"mpi_passthrough", "recursive_doubling", "ring", "rabenseifner",
