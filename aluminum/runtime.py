@@ -1,9 +1,11 @@
 """Library lifetime: ``init``, ``finalize``, ``initialized``.
 
-``init`` is idempotent and happens implicitly when the first communicator is built. MPI is
-initialized by mpi4py with ``MPI_THREAD_MULTIPLE`` (the progress engine calls MPI from its own
-thread), and without Open MPI's AVX op component unless ``OMPI_MCA_op`` says otherwise (it
-saturates 8/16-bit integer sums; aluminum's rule is wrap-around). ``init`` is collective over
+``init`` is idempotent and happens implicitly when the first communicator is built. The
+default group's services (``aluminum.backends.get_services``; MPI's,
+backends/mpi/services.py) start MPI: mpi4py initializes it with ``MPI_THREAD_MULTIPLE`` (the
+progress engine calls MPI from its own thread), and without Open MPI's AVX op component
+unless ``OMPI_MCA_op`` says otherwise (it saturates 8/16-bit integer sums; aluminum's rule
+is wrap-around). ``init`` is collective over
 the default group: the ranks agree on ``AL_DEBUG`` there (``debug.agree``) and make the node's
 arrival board (``watchdog``). ``finalize`` waits for in-flight operations (bounded by
 ``AL_TIMEOUT``), stops the engine and frees every communicator not yet freed (live ones and
