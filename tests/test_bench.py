@@ -338,7 +338,7 @@ def test_tuner_writes_a_table_the_selector_accepts(tmp_path):
              selector.Rule("mpi", "reduce_scatter", 2, ((0, "mpi_passthrough"),))]
     meta = {"created": "now", "host": "vm", "mpi": "Open MPI", "ranks_per_node": 2,
             "note": "test"}
-    tune.write(path, rules, al.costmodel.AlphaBeta(2e-6, 1.5e-10), meta)
+    tune.write(path, rules, al.tuning.AlphaBeta(2e-6, 1.5e-10), meta)
     known = lambda backend, op: al.algorithms(op, backend)  # noqa: E731
     table = selector.read_table(path, known)
     assert {(r.op, r.comm_size) for r in table.rules} == \
