@@ -39,7 +39,10 @@ class MPIServices(Services):
         mpi4py.rc.thread_level = "multiple"
         from mpi4py import MPI
 
-        from . import rendezvous
+        # The backend's operations load here, at al.init(), not at some rank's first
+        # communicator: loading takes a while, and that rank would come late to the
+        # communicator's creation, which other ranks' timeouts count.
+        from . import backend, rendezvous  # noqa: F401
 
         if MPI.Query_thread() < MPI.THREAD_MULTIPLE:
             warnings.warn("aluminum: MPI was initialized without MPI_THREAD_MULTIPLE; "
