@@ -3,9 +3,10 @@
 The backend's services (``aluminum.backends.Services``; MPI's for every backend today) make
 the group: each communicator duplicates its MPI communicator, so aluminum's traffic never
 mixes with the user's, twice (the second carries only ``split``/``copy``, never operations
-in flight), and splits a node-local one for ``local_rank``/``local_size``.  Custom algorithms tag
-their messages with a per-communicator sequence number (``next_tag``): every rank issues
-collectives in the same order, so concurrent operations never match each other's messages.
+in flight), and splits a node-local one for ``local_rank``/``local_size``.  Custom
+algorithms tag their messages with a per-communicator sequence number (``next_tag``): every
+rank issues collectives in the same order, so concurrent operations never match each other's
+messages.
 """
 from __future__ import annotations
 

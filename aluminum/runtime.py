@@ -5,8 +5,8 @@ default group's services (``aluminum.backends.get_services``; MPI's,
 backends/mpi/services.py) start MPI: mpi4py initializes it with ``MPI_THREAD_MULTIPLE`` (the
 progress engine calls MPI from its own thread), and without Open MPI's AVX op component
 unless ``OMPI_MCA_op`` says otherwise (it saturates 8/16-bit integer sums; aluminum's rule
-is wrap-around). ``init`` is collective over
-the default group: the ranks agree on ``AL_DEBUG`` there (``debug.agree``) and make the node's
+is wrap-around); it also loads the MPI backend's operations. ``init`` is collective over the
+default group: the ranks agree on ``AL_DEBUG`` there (``debug.agree``) and make the node's
 arrival board (``watchdog``). ``finalize`` waits for in-flight operations (bounded by
 ``AL_TIMEOUT``), stops the engine and frees every communicator not yet freed (live ones and
 those garbage-collected without ``free()`` alike, in creation order, which every rank shares:

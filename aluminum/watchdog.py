@@ -5,11 +5,12 @@ Every rank keeps, per communicator, the number of collectives it has entered, in
 memory its peers on the node can read without any MPI call (so a stuck peer cannot block
 the diagnosis): ranks whose count is below an operation's own number never arrived at it.
 The counts live on the *arrival board*, one small node-wide shared window (MPI-3's: the
-backend's services make it, backends/mpi/services.py) made at ``al.init()`` (``SLOTS`` counters per process); each communicator takes a slot, the lowest
-free on all its ranks, agreed with one allreduce when it is made, and gives it back when
-freed or garbage-collected (no collective needed: a slot is only reused once free on every
-rank of the new communicator).  A communicator made when a rank has no free slot left has
-no counters: messages say the late ranks are unknown.
+backend's services make it, backends/mpi/services.py) made at ``al.init()`` (``SLOTS``
+counters per process); each communicator takes a slot, the lowest free on all its ranks,
+agreed with one allreduce when it is made, and gives it back when freed or garbage-collected
+(no collective needed: a slot is only reused once free on every rank of the new
+communicator). A communicator made when a rank has no free slot left has no counters:
+messages say the late ranks are unknown.
 
 Across nodes the board shows only this node's peers.  For the ranks on other nodes a
 timeout holds a *roll call*: this rank sends its count to each of them and listens for
