@@ -8,7 +8,7 @@ from .allgather import (allgather, allgather_init, allgatherv, allgatherv_init,
 from .allreduce import allreduce, allreduce_init, nonblocking_allreduce
 from .alltoall import (alltoall, alltoall_init, alltoallv, alltoallv_init, nonblocking_alltoall,
                        nonblocking_alltoallv)
-from .backends.runtime.host import HostStream
+from .backends import HostStream
 from .barrier import barrier, barrier_init, nonblocking_barrier
 from .bcast import bcast, bcast_init, nonblocking_bcast
 from .communicator import (Communicator, HostTransferCommunicator, MPICommunicator,
@@ -35,6 +35,7 @@ from .scatter import (nonblocking_scatter, nonblocking_scatterv, scatter, scatte
                       scatterv, scatterv_init)
 from .shared import shared_empty
 from .buckets import GradientBucket, assign_buckets, bucket_memory, shares_memory
+from . import tuning
 
 SUM, PROD, MIN, MAX = ReductionOp.SUM, ReductionOp.PROD, ReductionOp.MIN, ReductionOp.MAX
 LOR, LAND, LXOR = ReductionOp.LOR, ReductionOp.LAND, ReductionOp.LXOR
@@ -49,7 +50,7 @@ def algorithms(op: str, backend: str = "mpi", comm=None) -> list[Algorithm]:
     rank on one node is left out where ``comm`` spans nodes, one that needs as many ranks
     on every node where node sizes differ."""
     from .backends import get_backend
-    from .selector import runs_on
+    from .tuning.selector import runs_on
 
     if comm is None:
         return get_backend(backend).algorithms(op)

@@ -1,10 +1,12 @@
 """Communicators: a process group bound to a backend (and, for GPU backends, a stream).
 
-Each communicator duplicates its MPI communicator, so aluminum's traffic never mixes with the
-user's, twice (the second carries only ``split``/``copy``, never operations in flight), and
-splits a node-local one for ``local_rank``/``local_size``.  Custom algorithms tag
-their messages with a per-communicator sequence number (``next_tag``): every rank issues
-collectives in the same order, so concurrent operations never match each other's messages.
+The backend's services (``aluminum.backends.Services``; MPI's for every backend today) make
+the group: each communicator duplicates its MPI communicator, so aluminum's traffic never
+mixes with the user's, twice (the second carries only ``split``/``copy``, never operations
+in flight), and splits a node-local one for ``local_rank``/``local_size``.  Custom
+algorithms tag their messages with a per-communicator sequence number (``next_tag``): every
+rank issues collectives in the same order, so concurrent operations never match each other's
+messages.
 """
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ import itertools
 import weakref
 
 from . import runtime, watchdog
+from .backends import get_backend, get_services
 from .core.errors import ArgumentError, CommunicatorError, TimeoutError
 from .engine import progress
 from .engine.scheduler import describe
@@ -37,31 +40,18 @@ class Communicator:
                 "make an al.MPICommunicator, al.HostTransferCommunicator or "
                 "al.NCCLCommunicator")
         world = runtime.ensure_initialized()
-        from mpi4py import MPI
-
-        parent = world if mpi_comm is None else mpi_comm
-        if not isinstance(parent, MPI.Comm) or parent == MPI.COMM_NULL:
-            raise CommunicatorError(f"mpi_comm: expected an mpi4py communicator, got {parent!r}")
-        from .backends import get_backend
-
         self.backend = get_backend(self.backend_name)
-        from .backends.mpi import rendezvous   # (imports mpi4py: not at import aluminum)
-
-        self._mpi = rendezvous.dup(parent, f"{type(self).__name__}() (MPI_Comm_idup)")
+        self.services = get_services(self.backend.services)
+        group = self.services.open_group(world if mpi_comm is None else mpi_comm,
+                                         f"{type(self).__name__}()")
+        self._mpi = group.ops
         self.freed = False   # an attribute, not a property: plans read it on every run
-        # split() and copy() make their MPI collectives here, never on _mpi: the engine
-        # starts the operations' nonblocking collectives on _mpi from its own thread, at
-        # times that differ between ranks, and a blocking collective among them would be
-        # matched out of order (MPI_ERR_TRUNCATE, corrupted operations in flight).
-        self._admin = self._mpi.Dup()
-        local = self._mpi.Split_type(MPI.COMM_TYPE_SHARED)
-        self.local_rank, self.local_size = local.Get_rank(), local.Get_size()
-        self._local = local
-        self.rank, self.size = self._mpi.Get_rank(), self._mpi.Get_size()
-        # Every rank learns every node's ranks once (two small collectives at creation),
-        # so node-aware algorithms need no agreement per call.
-        seen = self._admin.allgather(tuple(local.allgather(self.rank)))
-        self.nodes: tuple[tuple[int, ...], ...] = tuple(sorted(set(seen)))
+        self._admin, self._local = group.admin, group.local
+        self.local_rank, self.local_size = group.local_rank, group.local_size
+        self.rank, self.size = group.rank, group.size
+        # Every rank knows every node's ranks, so node-aware algorithms need no agreement
+        # per call.
+        self.nodes: tuple[tuple[int, ...], ...] = group.nodes
         self.node_count = len(self.nodes)
         if stream is None and self.backend.default_stream is not None:
             stream = self.backend.default_stream()
@@ -72,8 +62,9 @@ class Communicator:
         self._index = runtime.register_communicator(self)
         # A communicator dropped without free() releases its MPI communicators when
         # collected; its collective resources (shared windows) wait for al.finalize().
-        self._finalizer = weakref.finalize(self, _release_dropped, self._index,
-                                           (self._mpi, self._admin, local), self._scratch)
+        self._finalizer = weakref.finalize(self, _release_dropped, self.services, self._index,
+                                           (self._mpi, self._admin, self._local),
+                                           self._scratch)
         self._finalizer.atexit = False
         try:
             self.arrivals = watchdog.attach(self)   # (gives its slot back when collected)
@@ -146,20 +137,18 @@ class Communicator:
         that backend's default stream and bootstraps over the split MPI communicator (the
         NCCL unique id goes over it).
         """
-        from mpi4py import MPI
-
         if color is not None and (type(color) is not int or color < 0):
             raise ArgumentError(f"color: expected an int >= 0 or None, got {color!r}")
         if type(key) is not int:
             raise ArgumentError(f"key: expected an int, got {key!r}")
         self.mpi_comm   # (raises once freed)
-        part = self._admin.Split(MPI.UNDEFINED if color is None else color, key)
-        if part == MPI.COMM_NULL:
+        part = self.services.split(self._admin, color, key)
+        if part is None:
             return None
         try:
             return type(self)(part)
         finally:
-            part.Free()   # the new communicator keeps its own duplicate
+            self.services.free(part)   # the new communicator keeps its own duplicate
 
     def free(self) -> None:
         """Release the MPI resources (idempotent); later calls raise ``CommunicatorError``.
@@ -182,13 +171,11 @@ class Communicator:
                 f"{describe(request)}: comm.free() was called while it was in flight, and it "
                 f"did not complete within {bound:g} s"))
         keep = bool(failed) or progress.abandoned_owner(self)
-        from .backends.mpi import rendezvous
-
         try:
             # On the node-local communicator, which carries no user operations (they would
             # match this): the windows to close are node-local too.  Peers may spend
             # ``bound`` draining their own operations first.
-            everyone = rendezvous.agree(self._local, "comm.free()", 0 if keep else 1,
+            everyone = self.services.agree(self._local, "comm.free()", 0 if keep else 1,
                                         timeout=2 * bound)
         except TimeoutError:
             self._release(collective=False, keep=True)
@@ -214,9 +201,8 @@ class Communicator:
         self._finalizer.detach()
         if self.arrivals is not None:
             self.arrivals.release()
-        from .backends.mpi import rendezvous
-
-        if keep or rendezvous.stranded(mpi) or rendezvous.stranded(self._local):
+        services = self.services
+        if keep or services.stranded(mpi) or services.stranded(self._local):
             _kept.append((mpi, self._admin, self._local, dict(self._scratch)))
             self._scratch.clear()
             return
@@ -225,12 +211,7 @@ class Communicator:
         else:
             _kept.append(dict(self._scratch))
             self._scratch.clear()
-        from mpi4py import MPI
-
-        if not MPI.Is_finalized():
-            self._local.Free()
-            self._admin.Free()
-            mpi.Free()
+        services.free(self._local, self._admin, mpi)
 
     def __enter__(self):
         return self
@@ -253,19 +234,16 @@ def _close_scratch(scratch: dict) -> None:
             close()
 
 
-def _release_dropped(index: int, mpi_comms: tuple, scratch: dict) -> None:
+def _release_dropped(services, index: int, handles: tuple, scratch: dict) -> None:
     """Garbage collection of a communicator never freed: free its MPI communicators now
     (local in Open MPI) and hand its scratch resources to ``al.finalize()``, which closes them
     in creation order on every rank (closing a window is collective, and ranks collect
     garbage at different times).  Nothing to do once MPI or aluminum is finalized."""
-    from mpi4py import MPI
-
-    if MPI.Is_finalized() or runtime.finalized():
+    if services.stopped() or runtime.finalized():
         return
     if scratch:
         runtime.defer_close(index, lambda: _close_scratch(scratch))
-    for mpi_comm in mpi_comms:
-        mpi_comm.Free()
+    services.free(*handles)
 
 
 class MPICommunicator(Communicator):

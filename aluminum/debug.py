@@ -43,15 +43,14 @@ def fingerprint(op: str, algo: str, args: tuple) -> str:
     return " ".join(parts)
 
 
-def agree(world) -> None:
-    """Make ``ENABLED`` the same on every rank of ``world`` (collective; at ``al.init()``):
-    on everywhere if any rank has it on, with a warning naming how many had it."""
+def agree(services, world) -> None:
+    """Make ``ENABLED`` the same on every rank of ``world`` (a group of ``services``;
+    collective, at ``al.init()``): on everywhere if any rank has it on, with a warning
+    naming how many had it."""
     global ENABLED
-    from .backends.mpi import rendezvous
-
     mine = int(ENABLED)
-    on_everywhere = rendezvous.agree(world, "al.init() (agreeing on AL_DEBUG)", mine)
-    on_somewhere = -rendezvous.agree(world, "al.init() (agreeing on AL_DEBUG)", -mine)
+    on_everywhere = services.agree(world, "al.init() (agreeing on AL_DEBUG)", mine)
+    on_somewhere = -services.agree(world, "al.init() (agreeing on AL_DEBUG)", -mine)
     if on_somewhere and not on_everywhere:
         warnings.warn(f"aluminum: AL_DEBUG is set on some ranks only (this rank: "
                       f"{'on' if mine else 'off'}); turning the checks on everywhere: a rank "
@@ -65,15 +64,13 @@ def check(comm, op: str, algo: str, args: tuple) -> None:
     by ``AL_TIMEOUT`` (``al.TimeoutError`` when a rank never comes)."""
     if op in POINT_TO_POINT:
         return
-    from .backends.mpi import rendezvous
-
+    services = comm.services
     mine = fingerprint(op, algo, args)
-    debug_comm = comm.scratch(
-        "debug_comm", lambda: _FreeOnClose(rendezvous.dup(comm.mpi_comm, "AL_DEBUG set-up")))
+    debug_comm = comm.scratch("debug_comm", lambda: _FreeOnClose(
+        services, services.private_copy(comm.mpi_comm, "AL_DEBUG set-up")))
     send = np.frombuffer(mine.encode()[:_FINGERPRINT_BYTES].ljust(_FINGERPRINT_BYTES), np.uint8)
-    gathered = np.zeros((comm.size, _FINGERPRINT_BYTES), np.uint8)
-    rendezvous.wait(debug_comm.comm, debug_comm.comm.Iallgather(send, gathered),
-                    f"AL_DEBUG's check of {op} (fingerprint {mine!r})")
+    gathered = services.allgather(debug_comm.group, f"AL_DEBUG's check of {op} "
+                                  f"(fingerprint {mine!r})", send)
     everyone = [bytes(row).decode(errors="replace").rstrip() for row in gathered]
     if any(print_ != everyone[0] for print_ in everyone):
         rows = "; ".join(f"rank {r}: {p}" for r, p in enumerate(everyone))
@@ -81,11 +78,11 @@ def check(comm, op: str, algo: str, args: tuple) -> None:
 
 
 class _FreeOnClose:
-    def __init__(self, comm):
-        self.comm = comm
+    """The private group the fingerprints go over, freed with its communicator."""
+
+    def __init__(self, services, group):
+        self.services, self.group = services, group
 
     def close(self):
-        from .backends.mpi import rendezvous
-
-        if not rendezvous.stranded(self.comm):   # (else a pending exchange: keep it)
-            self.comm.Free()
+        if not self.services.stranded(self.group):   # (else a pending exchange: keep it)
+            self.services.free(self.group)

@@ -12,7 +12,8 @@ matches ``al.<op>`` on other ranks; its ``start()`` uses MPI's persistent reques
 """
 from __future__ import annotations
 
-from . import dispatch, selector
+from . import dispatch
+from .tuning import selector
 from .core.errors import ArgumentError, CommunicatorError
 from .core.ops import POINT_TO_POINT
 from .engine.progress import wait_started

@@ -45,7 +45,8 @@ from typing import Callable
 
 import numpy as np
 
-from . import dispatch, selector
+from . import dispatch
+from .tuning import selector
 from .core.buffers import Buffer, checked_array_buffer, cpu_tensor_array
 from .core.ops import POINT_TO_POINT
 from .engine.progress import wait_started

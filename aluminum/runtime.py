@@ -1,10 +1,12 @@
 """Library lifetime: ``init``, ``finalize``, ``initialized``.
 
-``init`` is idempotent and happens implicitly when the first communicator is built. MPI is
-initialized by mpi4py with ``MPI_THREAD_MULTIPLE`` (the progress engine calls MPI from its own
-thread), and without Open MPI's AVX op component unless ``OMPI_MCA_op`` says otherwise (it
-saturates 8/16-bit integer sums; aluminum's rule is wrap-around). ``init`` is collective over
-the default group: the ranks agree on ``AL_DEBUG`` there (``debug.agree``) and make the node's
+``init`` is idempotent and happens implicitly when the first communicator is built. The
+default group's services (``aluminum.backends.get_services``; MPI's,
+backends/mpi/services.py) start MPI: mpi4py initializes it with ``MPI_THREAD_MULTIPLE`` (the
+progress engine calls MPI from its own thread), and without Open MPI's AVX op component
+unless ``OMPI_MCA_op`` says otherwise (it saturates 8/16-bit integer sums; aluminum's rule
+is wrap-around); it also loads the MPI backend's operations. ``init`` is collective over the
+default group: the ranks agree on ``AL_DEBUG`` there (``debug.agree``) and make the node's
 arrival board (``watchdog``). ``finalize`` waits for in-flight operations (bounded by
 ``AL_TIMEOUT``), stops the engine and frees every communicator not yet freed (live ones and
 those garbage-collected without ``free()`` alike, in creation order, which every rank shares:
@@ -33,13 +35,15 @@ import warnings
 import weakref
 
 from . import debug, watchdog
+from .backends import DEFAULT_SERVICES, get_services
 from .core import trace
 from .core.errors import CommunicatorError, TimeoutError
 
 FINALIZE_PEERS_FACTOR = 4
 _lock = threading.Lock()
 _state = "uninitialized"            # -> "initialized" -> "finalized"
-_world = None   # the default group's mpi4py communicator, once initialized
+_services = None  # the default group's (aluminum.backends.Services), once initialized
+_world = None   # the default group's handle (an mpi4py communicator), once initialized
 _private = None  # aluminum's own duplicate of it: init's and finalize's agreements
 # Creation order: freeing shared windows is collective, so every rank must free its
 # communicators in the same (creation) order or finalize can deadlock.
@@ -53,35 +57,18 @@ _deferred: dict = {}
 def init(mpi_comm=None) -> None:
     """Initialize aluminum (idempotent).  ``mpi_comm`` becomes the default communicator group
     (``COMM_WORLD`` if omitted).  Raises ``CommunicatorError`` after ``finalize``."""
-    global _state, _world, _private
+    global _state, _world, _private, _services
     with _lock:
         if _state == "finalized":
             raise CommunicatorError("al.init: aluminum was finalized; it cannot be re-initialized")
         if _state == "initialized":
             return
-        # Importing mpi4py.MPI initializes MPI, so ``import aluminum`` starts none; a program
-        # that imported mpi4py.MPI itself first keeps its own settings.
-        import mpi4py
-
-        if "mpi4py.MPI" not in sys.modules:
-            # Open MPI's AVX op component saturates 8/16-bit integer sums; aluminum's rule
-            # is wrap-around (backends/mpi/datatypes.py, which also copes when it is too
-            # late for this: MPI started by the user).
-            os.environ.setdefault("OMPI_MCA_op", "^avx")
-        mpi4py.rc.thread_level = "multiple"
-        from mpi4py import MPI
-
-        if MPI.Query_thread() < MPI.THREAD_MULTIPLE:
-            import warnings
-
-            warnings.warn("aluminum: MPI was initialized without MPI_THREAD_MULTIPLE; "
-                          "nonblocking operations may be unsafe", RuntimeWarning, stacklevel=2)
-        _world = mpi_comm if mpi_comm is not None else MPI.COMM_WORLD
-        from .backends.mpi import rendezvous
-
-        _private = rendezvous.dup(_world, "al.init() (MPI_Comm_idup of the default group)")
-        debug.agree(_private)
-        watchdog.open_board(_private)
+        # The default group's services start the transport (MPI, with MPI_THREAD_MULTIPLE:
+        # backends/mpi/services.py); ``import aluminum`` starts none.
+        _services = get_services(DEFAULT_SERVICES)
+        _world, _private = _services.start(mpi_comm)
+        debug.agree(_services, _private)
+        watchdog.open_board(_services, _private)
         trace.install_signal_handler()
         _state = "initialized"
         atexit.register(finalize)
@@ -97,7 +84,8 @@ def finalized() -> bool:
 
 
 def ensure_initialized():
-    """The default MPI communicator, initializing on first use; raises after ``finalize``."""
+    """The default group's handle (an mpi4py communicator), initializing on first use;
+    raises after ``finalize``."""
     if _state != "initialized":
         init()
     return _world
@@ -133,7 +121,7 @@ def finalize_peers_timeout() -> float | None:
 
 
 def _given_up_peers_still_away(since: float):
-    """``rendezvous.wait``'s ``give_up`` for finalize: a rank that already raised
+    """The bounded wait's ``give_up`` (``Services.agree``) for finalize: a rank that already raised
     ``al.TimeoutError`` naming some peers waits one ``AL_TIMEOUT`` for them from ``since``
     (when finalize began: stopping the engine counts), not the full finalize timeout, once
     they are the only ranks that have not reached finalize and all of them are stopped
@@ -175,16 +163,15 @@ def finalize() -> None:
         _state = "finalized"
     if not was_initialized:
         return
-    from .backends.mpi import rendezvous
     from .engine import progress
 
     began = time.monotonic()
     watchdog.mark_finalizing()
     progress.finalize_engine()
     trace.write()
-    healthy = not (progress.abandoned_any() or rendezvous.stranded_any())
+    healthy = not (progress.abandoned_any() or _services.stranded_any())
     try:
-        everyone = rendezvous.agree(_private, "al.finalize()", int(healthy),
+        everyone = _services.agree(_private, "al.finalize()", int(healthy),
                                     timeout=finalize_peers_timeout(),
                                     give_up=_given_up_peers_still_away(began))
     except TimeoutError as exc:

@@ -4,12 +4,13 @@ timeouts and stall warnings that name the ranks holding everyone up.
 Every rank keeps, per communicator, the number of collectives it has entered, in shared
 memory its peers on the node can read without any MPI call (so a stuck peer cannot block
 the diagnosis): ranks whose count is below an operation's own number never arrived at it.
-The counts live on the *arrival board*, one small node-wide MPI-3 shared window made at
-``al.init()`` (``SLOTS`` counters per process); each communicator takes a slot, the lowest
-free on all its ranks, agreed with one allreduce when it is made, and gives it back when
-freed or garbage-collected (no collective needed: a slot is only reused once free on every
-rank of the new communicator).  A communicator made when a rank has no free slot left has
-no counters: messages say the late ranks are unknown.
+The counts live on the *arrival board*, one small node-wide shared window (MPI-3's: the
+backend's services make it, backends/mpi/services.py) made at ``al.init()`` (``SLOTS``
+counters per process); each communicator takes a slot, the lowest free on all its ranks,
+agreed with one allreduce when it is made, and gives it back when freed or garbage-collected
+(no collective needed: a slot is only reused once free on every rank of the new
+communicator). A communicator made when a rank has no free slot left has no counters:
+messages say the late ranks are unknown.
 
 Across nodes the board shows only this node's peers.  For the ranks on other nodes a
 timeout holds a *roll call*: this rank sends its count to each of them and listens for
@@ -60,22 +61,12 @@ _given_up: set[int] = set()
 
 
 class _Board:
-    """The node's shared counters: ``SLOTS`` int64 per process of the default group."""
+    """The node's shared counters (``SLOTS`` int64 per process of the default group, in the
+    ``NodeBoard`` the services made) and which slots are free on this process."""
 
-    def __init__(self, world) -> None:
-        from mpi4py import MPI
-
-        from .backends.mpi import rendezvous
-
-        self.local = world.Split_type(MPI.COMM_TYPE_SHARED)
-        self.world_group = world.Get_group()
-        self.hosts = _host_names(world)     # (for messages)
-        rendezvous.enter(self.local, "al.init() (the arrival board's shared window)")
-        self.window = MPI.Win.Allocate_shared(SLOTS * 8, 8, comm=self.local)
-        self.group = self.local.Get_group()
-        self.counters = [memoryview(self.window.Shared_query(peer)[0]).cast("B").cast("q")
-                         for peer in range(self.local.Get_size())]
-        self.mine = self.counters[self.local.Get_rank()]
+    def __init__(self, shared) -> None:
+        self.shared = shared
+        self.counters, self.mine, self.whole_job = shared.counters, shared.mine, shared.whole_job
         for slot in range(SLOTS):
             self.mine[slot] = 0
         self.free = np.ones(SLOTS, np.uint8)     # 1: the slot is free on this process
@@ -84,60 +75,29 @@ class _Board:
         self.finalize_slot, self.pid_slot = SLOTS - 1, SLOTS - 2
         self.free[self.finalize_slot] = self.free[self.pid_slot] = 0
         self.mine[self.pid_slot] = os.getpid()
-        self.whole_job = self.local.Get_size() == world.Get_size()
 
     def peers_of(self, comm) -> tuple[list[int | None], list[str]]:
         """Board indices of ``comm``'s ranks in rank order (None for a rank on another
         node), and each rank's host name."""
-        from mpi4py import MPI
-
-        group = comm.mpi_comm.Get_group()
-        ranks = list(range(comm.size))
-        try:
-            found = group.Translate_ranks(ranks, self.group)
-            in_world = group.Translate_ranks(ranks, self.world_group)
-        finally:
-            group.Free()
-        hosts = [self.hosts[rank] if rank != MPI.UNDEFINED else "?" for rank in in_world]
-        return [None if index == MPI.UNDEFINED else index for index in found], hosts
+        return self.shared.locate(comm.mpi_comm, comm.size)
 
     def give_back(self, slot: int) -> None:
         self.mine[slot] = 0          # before the slot can be agreed on again
         self.free[slot] = 1
 
     def close(self) -> None:
-        from mpi4py import MPI
-
         self.counters = []
         self.mine = None
-        if not MPI.Is_finalized():
-            self.window.Free()
-            self.group.Free()
-            self.world_group.Free()
-            self.local.Free()
+        self.shared.close()
 
 
-def _host_names(world) -> list[str]:
-    """Every rank's host name (``MPI_Get_processor_name``), bounded like every wait at
-    ``al.init()`` (a nonblocking allgather of fixed-size names)."""
-    from mpi4py import MPI
-
-    from .backends.mpi import rendezvous
-
-    mine = np.zeros(MPI.MAX_PROCESSOR_NAME, np.uint8)
-    name = MPI.Get_processor_name().encode()[:MPI.MAX_PROCESSOR_NAME - 1]
-    mine[:len(name)] = np.frombuffer(name, np.uint8)
-    everyone = np.zeros((world.Get_size(), MPI.MAX_PROCESSOR_NAME), np.uint8)
-    rendezvous.wait(world, world.Iallgather(mine, everyone), "al.init() (host names)")
-    return [row.tobytes().rstrip(b"\0").decode(errors="replace") for row in everyone]
-
-
-def open_board(world) -> None:
-    """Make the node's arrival board (collective over ``world``, at ``al.init()``); none
-    for a single process, which has no peer to wait for."""
+def open_board(services, world) -> None:
+    """Make the node's arrival board (collective over ``world``, a group of ``services``,
+    at ``al.init()``); none for a single process, which has no peer to wait for."""
     global _board
-    if world.Get_size() > 1:
-        _board = _Board(world)
+    shared = services.open_board(world, SLOTS)
+    if shared is not None:
+        _board = _Board(shared)
 
 
 def close_board(collective: bool) -> None:
@@ -192,17 +152,17 @@ class ArrivalCounters:
     blocking run while it lasts, for the monitor thread's stall warning."""
 
     __slots__ = ("count", "inside", "_mine", "_slot", "_peers", "_peer_ids", "_warned",
-                 "describe", "_hosts", "_admin", "__weakref__")
+                 "describe", "_hosts", "_admin", "_services", "__weakref__")
 
     def __init__(self, board: _Board, slot: int, peers: list[int | None], describe: str,
-                 hosts: list[str] | None = None, admin=None) -> None:
+                 hosts: list[str] | None = None, admin=None, services=None) -> None:
         self.count = 0
         self.inside = None        # (number, plan) while a blocking run is in progress
         self._mine, self._slot = board.mine, slot
         # (None: a rank on another node, asked by roll call over ``admin``)
         self._peers = [None if peer is None else board.counters[peer] for peer in peers]
         self._peer_ids = peers
-        self._hosts, self._admin = hosts, admin
+        self._hosts, self._admin, self._services = hosts, admin, services
         self._warned = None
         self.describe = describe  # "rank R of N", for the monitor's message
 
@@ -222,8 +182,8 @@ class ArrivalCounters:
         elsewhere = [rank for rank, counters in enumerate(self._peers) if counters is None]
         silent = []
         if elsewhere:
-            heard = _roll_call(self._admin, self.count, number, elsewhere,
-                               roll_call_seconds())
+            heard = self._services.roll_call(self._admin, self.count, number, elsewhere,
+                                             roll_call_seconds())
             late = sorted(late + [rank for rank, count in heard.items() if count < number])
             silent = [rank for rank in elsewhere if rank not in heard]
         words = []
@@ -271,34 +231,26 @@ class ArrivalCounters:
 def attach(comm) -> ArrivalCounters | None:
     """Give a new communicator its counters (collective over ``comm``: one allreduce
     agreeing on a slot free on every rank); None where its ranks cannot be watched."""
-    from mpi4py import MPI
-
-    from .backends.mpi import rendezvous
-
     board = _board
     peers, hosts = (None, None) if board is None or comm.backend.uses_streams else \
         board.peers_of(comm)
     slots = SLOTS if board is None else len(board.free)   # (alike on every rank)
     mine = board.free if peers is not None else np.zeros(slots, np.uint8)
-    common = np.zeros(slots, np.uint8)
     what = f"{type(comm).__name__}() (agreeing on an arrival-board slot)"
-    rendezvous.wait(comm.mpi_comm, comm.mpi_comm.Iallreduce(mine, common, MPI.BAND), what)
+    common = comm.services.all_set(comm.mpi_comm, what, mine)
     free_everywhere = np.flatnonzero(common)
     if peers is None or not len(free_everywhere):
         return None
     slot = int(free_everywhere[0])
     board.free[slot] = 0
     counters = ArrivalCounters(board, slot, peers, f"rank {comm.rank} of {comm.size}",
-                               hosts, comm._admin if comm.node_count > 1 else None)
+                               hosts, comm._admin if comm.node_count > 1 else None,
+                               comm.services)
     _watch(counters)
     return counters
 
 
 # -- the roll call: ranks on other nodes ---------------------------------------------------
-
-ROLL_CALL_TAG = 32767     # above every operation's tag (communicator.next_tag), on _admin
-_sent: list = []          # roll-call messages nobody received (a peer unreachable)
-
 
 def roll_call_seconds() -> float:
     """How long a roll call listens: half of ``AL_TIMEOUT``, within 1 to 5 s (5 without)."""
@@ -306,38 +258,6 @@ def roll_call_seconds() -> float:
 
     timeout = get_engine().config.timeout_s
     return 5.0 if timeout is None else min(5.0, max(1.0, timeout / 2))
-
-
-def _roll_call(admin, count: int, number: int, ranks: list[int],
-               seconds: float) -> dict[int, int]:
-    """Send ``count`` to each of ``ranks`` and collect theirs for up to ``seconds``: ``{rank:
-    the highest count it sent}`` for those that answered.  Listening for a rank goes on past
-    a count below ``number`` (an earlier roll call's message may be waiting)."""
-    from mpi4py import MPI
-
-    mine = np.array([count], np.int64)
-    for rank in ranks:
-        admin.Isend(mine, dest=rank, tag=ROLL_CALL_TAG).Free()   # (unanswerable if down)
-    _sent.append(mine)
-    buffers = {rank: np.zeros(1, np.int64) for rank in ranks}
-    listening = {rank: admin.Irecv(buffers[rank], source=rank, tag=ROLL_CALL_TAG)
-                 for rank in ranks}
-    heard: dict[int, int] = {}
-    deadline = time.monotonic() + seconds
-    while listening and time.monotonic() < deadline:
-        for rank, request in list(listening.items()):
-            if request.Test():
-                heard[rank] = max(heard.get(rank, -1), int(buffers[rank][0]))
-                if heard[rank] >= number:
-                    del listening[rank]
-                else:
-                    listening[rank] = admin.Irecv(buffers[rank], source=rank,
-                                                  tag=ROLL_CALL_TAG)
-        time.sleep(0.01)
-    for request in listening.values():
-        request.Cancel()
-        request.Wait(MPI.Status())
-    return heard
 
 
 # -- the stall monitor: blocking calls stuck in MPI -------------------------------------------

@@ -4,6 +4,10 @@ A backend's table maps an operation name (``"allreduce"``, one of the op table's
 aluminum/core/ops.py) to its algorithms, each one
 ``State`` class (engine/state.py) serving both the blocking and the nonblocking call.  Backend
 modules are imported on first use, so a machine without cupy never imports the NCCL backend.
+
+Besides operations a backend provides services (backends/services.py: process groups, the
+library's own small collectives, node-shared counters); the API layer reaches backends only
+through this package (``get_backend``, ``get_services``), never a backend's modules.
 """
 from __future__ import annotations
 
@@ -14,9 +18,14 @@ from typing import Any, Callable
 from ..core.errors import UnsupportedError
 from ..core.names import Algorithm, Device
 from ..core.ops import check_registry
+from .runtime.host import HostStream   # (re-exported: al.HostStream)
+from .services import Group, NodeBoard, Services
 
-_MODULES = {"mpi": ".mpi", "ht": ".ht", "nccl": ".nccl"}
+_MODULES = {"mpi": ".mpi.backend", "ht": ".ht", "nccl": ".nccl"}
 _REGISTRY: dict[str, "Backend"] = {}
+_SERVICE_MODULES = {"mpi": ".mpi.services"}
+_SERVICES: dict[str, Services] = {}
+DEFAULT_SERVICES = "mpi"   # what al.init makes the default group with
 
 
 @dataclass(eq=False)
@@ -31,6 +40,8 @@ class Backend:
     per new communicator (e.g. the NCCL unique-id bootstrap) and may keep resources with
     ``comm.scratch``; ``allocate_shared(comm, nbytes)`` returns a uint8 array in memory the
     node's ranks share (``al.shared_empty``), None where the backend has no such memory.
+    ``services`` names the services (``get_services``) its communicators' groups are made
+    with: MPI's for every backend today (host-transfer and NCCL bootstrap over MPI).
     """
 
     name: str
@@ -41,6 +52,7 @@ class Backend:
     default_stream: Callable[[], Any] | None = None
     setup: Callable[[Any], None] | None = None
     allocate_shared: Callable[[Any, int], Any] | None = None
+    services: str = "mpi"
 
     def algorithms(self, op: str) -> list[Algorithm]:
         """Names accepted by ``algo=`` for ``op`` (besides ``"automatic"``)."""
@@ -48,7 +60,7 @@ class Backend:
 
     def state_class(self, op: str, algo: str) -> type:
         """The State class that runs ``op`` with the algorithm named ``algo`` (never
-        "automatic": the API asks its selector first, see ``aluminum.selector.choose``)."""
+        "automatic": the API asks its selector first, see ``aluminum.tuning.selector.choose``)."""
         table = self._table(op)
         cls = table.get(algo)
         if cls is None:
@@ -92,6 +104,25 @@ def get_backend(name: str) -> Backend:
         if backend is None:
             raise UnsupportedError(f"backend: module for {name!r} registered nothing")
     return backend
+
+
+def register_services(services: Services) -> None:
+    """Make ``services`` available under ``services.name``."""
+    _SERVICES[services.name] = services
+
+
+def get_services(name: str) -> Services:
+    """The registered services ``name``, importing their module on first use (which starts
+    no transport: ``Services.start`` does)."""
+    services = _SERVICES.get(name)
+    if services is None:
+        module = _SERVICE_MODULES.get(name)
+        if module is None:
+            raise UnsupportedError(f"services: expected one of {', '.join(_SERVICE_MODULES)}, "
+                                   f"got {name!r}")
+        importlib.import_module(module, __name__)
+        services = _SERVICES[name]
+    return services
 
 
 def backend_names() -> list[str]:

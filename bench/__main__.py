@@ -211,7 +211,7 @@ def _launch(nps: list[int], argv: list[str], timeout: float | None, jobs: int = 
 
 def _launch_one(n: int, argv: list[str], timeout: float | None, hosts: int | None = None,
                 link_mbit: float | None = None) -> int:
-    from aluminum.launcher import launch
+    from aluminum.launch import launch
 
     try:
         return launch(n, [sys.executable, "-m", "aluminum.bench", *argv], timeout=timeout,
@@ -268,7 +268,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _model(args, parser) -> int:
-    from aluminum import costmodel
+    from aluminum.tuning import costmodel
 
     from .model import default_parameters, format_model, parse_seconds
 
@@ -450,7 +450,7 @@ def _tune(args, parser) -> int:
     from mpi4py import MPI
 
     import aluminum as al
-    from aluminum import selector
+    from aluminum.tuning import selector
 
     from . import tune
 

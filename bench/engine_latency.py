@@ -30,7 +30,7 @@ import numpy as np
 from mpi4py import MPI
 
 import aluminum as al
-from aluminum import selector
+from aluminum.tuning import selector
 
 
 def variants(comm, buf, algo: str) -> dict:

@@ -36,7 +36,7 @@ def launch_on_hosts(args: argparse.Namespace, script: str, argv: list[str]) -> i
     already under mpiexec)."""
     if args.hosts is None or any(key in os.environ for key in _MPI_ENV):
         return None
-    from aluminum.launcher import launch
+    from aluminum.launch import launch
 
     rest, skip = [], False
     for arg in argv:

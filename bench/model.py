@@ -1,6 +1,6 @@
 """``python -m aluminum.bench model``: predicted times per algorithm and the crossover sizes.
 
-Uses the α-β model of aluminum/costmodel.py. α and β default to the ``model`` entry of the
+Uses the α-β model of aluminum/tuning/costmodel.py. α and β default to the ``model`` entry of the
 tuning table in use (the tuner fits them to a ping-pong), else the selector's defaults.
 Crossovers are exact to the byte: between two sizes of the sweep whose winners differ, the
 first size where the new winner takes over is found by bisection.
@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from typing import Sequence
 
-from aluminum import costmodel, selector
+from aluminum.tuning import costmodel, selector
 
 from .sizes import format_size
 

@@ -3,7 +3,7 @@
 Sizes follow nccl-tests: ``Size`` is the bytes of the largest buffer of the operation — the
 vector for allreduce, reduce and bcast; the whole input of reduce_scatter, alltoall and
 scatter; the whole output of allgather and gather (one rank's share is Size/p). That is also
-the byte count the selector is asked about (aluminum/costmodel.py uses the same ``n``), so a
+the byte count the selector is asked about (aluminum/tuning/costmodel.py uses the same ``n``), so a
 tuned threshold means what the Size column says. Counts are rounded down to a multiple of p
 (at least one element per rank), as nccl-tests does, so the Size reported is the size run.
 

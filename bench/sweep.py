@@ -227,7 +227,7 @@ def run(config: Config, comm, world: MPI.Comm, peers: list) -> list[Series]:
     """Sweep `config` on every rank (collective); rank 0 gets the points, others empty lists.
 
     `comm` is our communicator, `peers` the peer objects (bench/peers.py) already created."""
-    from aluminum import selector
+    from aluminum.tuning import selector
 
     spec = ops.spec(config.op)
     rank, p = world.Get_rank(), world.Get_size()

@@ -71,7 +71,7 @@ from typing import Sequence
 import numpy as np
 from mpi4py import MPI
 
-from aluminum import costmodel, selector
+from aluminum.tuning import costmodel, selector
 
 from . import ops, report, sweep
 from .sizes import format_size

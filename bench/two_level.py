@@ -3,7 +3,7 @@
     python bench/two_level.py --hosts 2 --np 4 --link-mbit 1000 [--sizes 1MiB,4MiB,16MiB]
         [--write tuning.json]
 
-Starts itself on ``--np`` ranks over ``--hosts`` emulated hosts (aluminum.emulated_hosts),
+Starts itself on ``--np`` ranks over ``--hosts`` emulated hosts (aluminum.launch.emulated_hosts),
 then, in one job:
 1. fits α and β inside a host (ping-pong rank 0 ↔ 1) and between hosts (rank 0 ↔ the first
    rank of the next host) with ``costmodel.fit_alpha_beta``;
@@ -41,7 +41,7 @@ def main() -> int:
     parser.add_argument("--timeout", type=float, default=1800)
     args = parser.parse_args()
     if "OMPI_COMM_WORLD_SIZE" not in os.environ:
-        from aluminum.launcher import launch
+        from aluminum.launch import launch
 
         return launch(args.np, [sys.executable, __file__, *sys.argv[1:]], hosts=args.hosts,
                       link_mbit=args.link_mbit, timeout=args.timeout).returncode
@@ -53,7 +53,7 @@ def run(args) -> int:
     from mpi4py import MPI
 
     import aluminum as al
-    from aluminum import costmodel, selector, two_level_model
+    from aluminum.tuning import costmodel, selector, two_level_model
     from aluminum.bench.sizes import format_size, parse_sizes
 
     comm = al.MPICommunicator()
@@ -102,7 +102,7 @@ def ping_pong(world, a: int, b: int, sizes=(8, 1 << 16, 1 << 20, 4 << 20), repea
     the other ranks wait."""
     import numpy as np
 
-    from aluminum import costmodel
+    from aluminum.tuning import costmodel
 
     rank, halves = world.Get_rank(), []
     for size in sizes:
@@ -171,7 +171,7 @@ def tx_bytes() -> int:
 
 
 def report(rows, nodes, intra, inter, args, format_size) -> None:
-    from aluminum import two_level_model
+    from aluminum.tuning import two_level_model
 
     print(f"# allreduce on {nodes.count} emulated hosts x {nodes.ranks_per_node} ranks, "
           f"links {args.link_mbit or 'unshaped'} Mbit/s, float32, out of place, "
@@ -204,7 +204,7 @@ def write_rule(path, rows, nodes, comm_size, inter) -> None:
     """Add the measured winners as a rule for this many nodes to the table at ``path``."""
     from pathlib import Path
 
-    from aluminum import selector
+    from aluminum.tuning import selector
     from aluminum.bench import tune
 
     winners = []

@@ -32,7 +32,7 @@ from hypothesis import HealthCheck, Phase, settings
 from hypothesis.stateful import (RuleBasedStateMachine, initialize, precondition, rule,
                                  run_state_machine_as_test)
 
-from aluminum.launcher import launch
+from aluminum.launch import launch
 
 NPROCS = 2
 EXAMPLES = int(os.environ.get("AL_FUZZ_EXAMPLES", "40"))

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import aluminum as al
-from aluminum import selector
+from aluminum.tuning import selector
 from aluminum.bench import model, ops, peers, report, sweep, tune
 from aluminum.bench.__main__ import main as bench_main
 from aluminum.bench.sizes import format_size, parse_size, parse_sizes
@@ -157,10 +157,10 @@ def test_ranks_are_launched_without_the_launch_options(monkeypatch):
     gets the rest of the command line."""
     from types import SimpleNamespace
 
-    from aluminum import launcher
+    import aluminum.launch
 
     launched = []
-    monkeypatch.setattr(launcher, "launch", lambda n, argv, **kwargs: (
+    monkeypatch.setattr(aluminum.launch, "launch", lambda n, argv, **kwargs: (
         launched.append((n, argv[argv.index("aluminum.bench") + 1:])),
         SimpleNamespace(returncode=0))[1])
     assert bench_main(["--np", "2", "allreduce", "--np=3", "--iters", "5"]) == 0
@@ -349,7 +349,7 @@ def test_tuner_writes_a_table_the_selector_accepts(tmp_path):
              selector.Rule("mpi", "reduce_scatter", 2, ((0, "mpi_passthrough"),))]
     meta = {"created": "now", "host": "vm", "mpi": "Open MPI", "ranks_per_node": 2,
             "note": "test"}
-    tune.write(path, rules, al.costmodel.AlphaBeta(2e-6, 1.5e-10), meta)
+    tune.write(path, rules, al.tuning.AlphaBeta(2e-6, 1.5e-10), meta)
     known = lambda backend, op: al.algorithms(op, backend)  # noqa: E731
     table = selector.read_table(path, known)
     assert {(r.op, r.comm_size) for r in table.rules} == \

@@ -4,7 +4,7 @@ import random
 
 import pytest
 
-from aluminum import costmodel
+from aluminum.tuning import costmodel
 from aluminum.core.errors import ArgumentError
 
 A, B = 1e-6, 1e-9  # α = 1 µs, β = 1 ns/byte (1 GB/s)

@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 from aluminum.core.errors import AluminumError
-from aluminum.emulated_hosts import EmulatedHostsError, check_privilege, leftovers
-from aluminum.launcher import launch
+from aluminum.launch.emulated_hosts import EmulatedHostsError, check_privilege, leftovers
+from aluminum.launch import launch
 
 try:
     check_privilege(need_tc=True)

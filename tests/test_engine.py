@@ -694,7 +694,7 @@ def test_a_state_cannot_wait_inside_the_engine(make_engine):
 
 
 def test_trace_writes_one_file_per_rank(tmp_path):
-    from aluminum.launcher import launch
+    from aluminum.launch import launch
 
     script = tmp_path / "ranks.py"
     script.write_text(textwrap.dedent('''

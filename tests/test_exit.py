@@ -15,7 +15,7 @@ import textwrap
 
 import pytest
 
-from aluminum.launcher import launch
+from aluminum.launch import launch
 
 RUNS = 4
 JOB_LIMIT_S = 60

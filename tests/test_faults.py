@@ -17,7 +17,7 @@ import time
 
 import pytest
 
-from aluminum.launcher import launch
+from aluminum.launch import launch
 
 TIMEOUT_S = 2.0        # AL_TIMEOUT in the injected cases
 SLACK_S = 5.0          # the bound: AL_TIMEOUT + 5 s from the fault to the error

@@ -20,7 +20,7 @@ import time
 
 import pytest
 
-from aluminum.emulated_hosts import EmulatedHostsError, check_privilege, leftovers
+from aluminum.launch.emulated_hosts import EmulatedHostsError, check_privilege, leftovers
 
 try:
     check_privilege()

@@ -62,7 +62,7 @@ def test_launcher_propagates_failure_exit_code():
 
 
 def test_launcher_timeout_kills_a_hung_job():
-    from aluminum.launcher import launch
+    from aluminum.launch import launch
 
     marker = f"al-hung-{os.getpid()}"
     with pytest.raises(subprocess.TimeoutExpired):
@@ -76,7 +76,7 @@ def test_launcher_retries_a_job_whose_mpiexec_failed_to_start(tmp_path, monkeypa
                                                               capture):
     """mpiexec's PMIx server sometimes fails to start on a loaded machine; no rank ran, so
     the launcher starts the job again (and only then)."""
-    from aluminum import launcher
+    from aluminum.launch import launcher
 
     attempts = tmp_path / "attempts"
     fake_mpiexec = textwrap.dedent(f"""

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from aluminum.emulated_hosts import EmulatedHostsError, check_privilege
-from aluminum.launcher import launch
+from aluminum.launch.emulated_hosts import EmulatedHostsError, check_privilege
+from aluminum.launch import launch
 
 try:
     check_privilege()

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import aluminum as al
-from aluminum import selector
+from aluminum.tuning import selector
 
 
 def test_members_are_their_strings():

@@ -9,7 +9,7 @@ import subprocess
 import sys
 import textwrap
 
-from aluminum.launcher import launch
+from aluminum.launch import launch
 
 USER_STARTS_MPI = textwrap.dedent("""
     import numpy as np

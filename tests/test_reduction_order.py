@@ -15,7 +15,7 @@ import textwrap
 import pytest
 
 import aluminum as al
-from aluminum.launcher import launch
+from aluminum.launch import launch
 
 PROGRAM = textwrap.dedent("""
     import hashlib

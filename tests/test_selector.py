@@ -12,7 +12,7 @@ import warnings
 import pytest
 
 import aluminum as al
-from aluminum import selector
+from aluminum.tuning import selector
 from aluminum.core import errors
 
 MPI_ALLREDUCE = {"mpi_passthrough", "recursive_doubling", "ring", "rabenseifner",

@@ -1,12 +1,12 @@
-"""The two-level α-β model (aluminum/two_level_model.py) against values worked out by hand,
+"""The two-level α-β model (aluminum/tuning/two_level_model.py) against values worked out by hand,
 and the selector's choices on communicators that span nodes."""
 import json
 
 import pytest
 
-from aluminum import selector
-from aluminum import two_level_model as model
-from aluminum.costmodel import AlphaBeta
+from aluminum.tuning import selector
+from aluminum.tuning import two_level_model as model
+from aluminum.tuning.costmodel import AlphaBeta
 from aluminum.core.errors import ArgumentError
 
 INTRA = AlphaBeta(alpha=1e-6, beta=1e-10)

@@ -10,7 +10,7 @@ import pytest
 
 import aluminum as al
 from aluminum import dispatch, watchdog
-from aluminum.launcher import launch
+from aluminum.launch import launch
 
 LATE_RANK = textwrap.dedent("""
     import time

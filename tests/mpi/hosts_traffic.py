@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import aluminum as al
-from aluminum import selector
+from aluminum.tuning import selector
 
 HEADERS = 1.08     # TCP/IP/Ethernet framing of full-size segments, plus MPI's own headers
 

@@ -26,8 +26,6 @@ from pathlib import Path
 import numpy as np
 
 import aluminum as al
-from aluminum import selector
-from aluminum.costmodel import AlphaBeta
 
 from .search import CostModel
 
@@ -36,13 +34,13 @@ RATES = ("flops", "bandwidth", "op", "call", "activation")
 
 def cache_path() -> Path:
     return Path(os.environ.get("AL_AUTO_PARALLEL_FILE") or
-                selector.user_table_path().with_name("auto_parallel.json"))
+                al.tuning.user_table_path().with_name("auto_parallel.json"))
 
 
-def alpha_beta() -> AlphaBeta:
+def alpha_beta() -> "al.tuning.AlphaBeta":
     """The tuning table's α, β (what ``python -m aluminum.bench model`` uses)."""
-    return selector.current_table().model or AlphaBeta(selector.DEFAULT_ALPHA,
-                                                       selector.DEFAULT_BETA)
+    return al.tuning.current_table().model or al.tuning.AlphaBeta(al.tuning.DEFAULT_ALPHA,
+                                                                  al.tuning.DEFAULT_BETA)
 
 
 def _times(fn, repeats: int) -> list[float]:

@@ -29,7 +29,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from .costmodel import AlphaBeta, predict
-from .core.errors import ArgumentError
+from ..core.errors import ArgumentError
 
 ALGORITHMS = ("recursive_doubling", "ring", "rabenseifner", "hierarchical")
 # A 1 Gbit/s Ethernet between hosts (α from TCP's round trip here), used until `bench model`

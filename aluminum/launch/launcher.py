@@ -15,7 +15,7 @@ import threading
 import time
 from pathlib import Path
 
-from .core.errors import AluminumError
+from ..core.errors import AluminumError
 from .emulated_hosts import emulated_hosts
 
 LAUNCH_ENV = {

@@ -41,7 +41,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .core.errors import AluminumError
+from ..core.errors import AluminumError
 
 ADDRESS_POOL = ipaddress.ip_network("10.231.0.0/16")
 BRIDGE_HOST = 254

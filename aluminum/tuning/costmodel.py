@@ -27,7 +27,7 @@ import math
 from dataclasses import dataclass
 from typing import Callable, Iterable, NamedTuple, Sequence
 
-from aluminum.core.errors import ArgumentError
+from ..core.errors import ArgumentError
 
 
 @dataclass(frozen=True)

@@ -35,7 +35,7 @@ Selection for (backend, op, comm_size, nbytes):
   the smaller);
   the entry with the nearest threshold <= nbytes wins; below the first threshold the table
   says nothing and the caller's ``default`` is returned (Open MPI's rule-file semantics);
-- no rule at all for (backend, op): the α-β model (``aluminum.costmodel``) picks among the
+- no rule at all for (backend, op): the α-β model (``aluminum.tuning.costmodel``) picks among the
   algorithms the backend reports through ``set_known_algorithms`` that the model knows, with
   the table's ``model`` parameters (else ``DEFAULT_ALPHA``/``DEFAULT_BETA``);
 - otherwise ``default``.
@@ -58,15 +58,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Collection
 
-from aluminum import costmodel, two_level_model
-from aluminum.core.errors import AluminumError, ArgumentError
-from aluminum.core.names import Algorithm, Mode, Placement
+from . import costmodel, two_level_model
+from ..core.errors import AluminumError, ArgumentError
+from ..core.names import Algorithm, Mode, Placement
 
 FORMAT = "aluminum-tuning/1"
 # Fitted to an mpi4py ping-pong between two ranks on the 2-core development machine.
 DEFAULT_ALPHA = 2e-6
 DEFAULT_BETA = 1.5e-10
-SHIPPED_TABLE_PATH = Path(__file__).resolve().parent / "data" / "default_tuning.json"
+SHIPPED_TABLE_PATH = Path(__file__).resolve().parent.parent / "data" / "default_tuning.json"
 _CACHE_LIMIT = 1 << 16
 
 KnownAlgorithms = Callable[[str, str], Collection[str]]
@@ -337,7 +337,7 @@ _table: Table | None = None
 
 
 def _backend_algorithms(backend: str, op: str) -> list[str]:
-    from .backends import get_backend
+    from ..backends import get_backend
 
     return get_backend(backend).algorithms(op)
 
