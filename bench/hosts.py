@@ -1,6 +1,6 @@
 """``--hosts H [--np N] [--link-mbit M]`` for the bench scripts run as ``python script.py``:
 the script starts itself on N ranks (default 2 per host) over H emulated hosts with
-aluminum's launcher (emulated_hosts.py: network namespaces, TCP between hosts, each link
+aluminum's launcher (aluminum/launch/emulated_hosts.py: network namespaces, TCP between hosts, each link
 limited to M Mbit/s if given), and returns the job's exit status.
 
     python bench/train.py --hosts 2 --link-mbit 1000     # 2 hosts x 2 ranks
