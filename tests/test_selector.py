@@ -148,6 +148,8 @@ BAD_TABLES = {
         rule(2, [[0, "ring"]]), rule(2, [[0, "ring"]])]}, r"duplicates rules\[0\]"),
     "unknown algorithm": ({"format": "aluminum-tuning/1", "rules": [
         rule(2, [[0, "ring"], [64, "biring"]])]}, "unknown allreduce algorithm.*'biring'"),
+    "unknown operation": ({"format": "aluminum-tuning/1", "rules": [
+        rule(2, [[0, "ring"]], op="allreduse")]}, r"rules\[0\]\.op: .*got 'allreduse'"),
     "bad model": ({"format": "aluminum-tuning/1", "model": {"alpha": -1, "beta": 0},
                    "rules": []}, "model.alpha"),
 }

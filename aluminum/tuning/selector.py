@@ -61,6 +61,7 @@ from typing import Any, Callable, Collection
 from . import costmodel, two_level_model
 from ..core.errors import AluminumError, ArgumentError
 from ..core.names import Algorithm, Mode, Placement
+from ..core.ops import OPS
 
 FORMAT = "aluminum-tuning/1"
 # Fitted to an mpi4py ping-pong between two ranks on the 2-core development machine.
@@ -178,6 +179,9 @@ def _parse_rule(where: str, raw: Any, known: KnownAlgorithms | None) -> Rule:
         raise TuningTableError(f"{where}: expected an object, got {_json_type(raw)}")
     backend = _require(raw, "backend", str, where)
     op = _require(raw, "op", str, where)
+    if op not in OPS:
+        raise TuningTableError(f"{where}.op: expected an operation of the op table "
+                               f"({', '.join(OPS)}), got {op!r}")
     comm_size = _require(raw, "comm_size", int, where)
     if comm_size < 1:
         raise TuningTableError(f"{where}.comm_size: expected an integer >= 1, got {comm_size}")
