@@ -318,8 +318,11 @@ def test_mismatched_sizes_raise_with_al_debug(groups, monkeypatch):
     rank, size, (ours, _) = dist.get_rank(), dist.get_world_size(), groups
     if size == 1:
         pytest.skip("a mismatch needs two ranks")
-    from aluminum import debug   # the switch AL_DEBUG=1 sets at import
+    from aluminum import debug, recall   # the switch AL_DEBUG=1 sets at import
     monkeypatch.setattr(debug, "ENABLED", True)
+    # AL_DEBUG is agreed at al.init(); switched on mid-run, the calls of kinds kept before
+    # (new float32 tensors of 4 elements: earlier tests') would still skip the check.
+    recall.forget()
     with pytest.raises(al.ArgumentError, match="ranks issued different collectives"):
         dist.all_reduce(torch.ones(4 + rank), group=ours)
 
