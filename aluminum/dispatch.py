@@ -63,14 +63,15 @@ def runner(comm, state_class: type, args: tuple, persistent=None):
 def starter(comm, state_class: type, args: tuple, persistent=None):
     """What later nonblocking runs of the same call may call instead of ``run`` (where
     ``direct``): a no-argument callable returning the Request of a run of ``persistent``
-    (``State.persistent``'s object) where given, else of a new State."""
+    (``State.persistent``'s object) where given, else of a new State from
+    ``State.fresh``."""
     if persistent is not None:
         return functools.partial(submit, persistent.state())
-    return functools.partial(_submit_new, state_class, comm, args)
+    return functools.partial(_submit_new, state_class.fresh(comm, *args))
 
 
-def _submit_new(state_class: type, comm, args: tuple):
-    return submit(state_class(comm, *args))
+def _submit_new(fresh):
+    return submit(fresh())
 
 
 def array_runner(comm, state_class: type, args: tuple):

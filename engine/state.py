@@ -111,6 +111,14 @@ class State:
         ``run_blocking`` on new arguments.  Raises as ``blocking_call``'s callable."""
         return None
 
+    @classmethod
+    def fresh(cls, *args):
+        """Nonblocking form made once: a no-argument callable returning a new State for
+        ``args`` (the State's constructor arguments) each time, what a plan's repeated
+        starts submit.  Default: the constructor bound to ``args``; a state whose call has
+        parts fixed by its arguments makes them once here."""
+        return functools.partial(cls, *args)
+
     # Persistent form: None (no such form), or a class method taking the State's
     # constructor arguments and returning None or an object made once for them (an MPI-4
     # persistent request) with ``run()`` (a blocking run; raises as ``blocking_call``'s

@@ -30,9 +30,19 @@ class PassthroughAllreduce(MPICall):
     calls = MPICalls("Allreduce", "Iallreduce", "Allreduce_init")
     gathered = None   # deterministic mode's nonblocking form: every rank's vector
 
+    rank_order = False   # deterministic mode applies: gather, then reduce in rank order
+
     def __init__(self, comm, stream, sendbuf, recvbuf, op):
         super().__init__(comm, stream, sendbuf, recvbuf, op)
         self.rank_order = sums_in_rank_order(op, recvbuf.dtype, comm.size)
+
+    @classmethod
+    def fresh(cls, comm, stream, sendbuf, recvbuf, op):
+        """``MPICall``'s made-once ``Iallreduce`` where deterministic mode can never apply;
+        else the constructor, which reads the mode for each start."""
+        if cls.order_sensitive(comm, stream, sendbuf, recvbuf, op):
+            return super().fresh(comm, stream, sendbuf, recvbuf, op)
+        return cls.posting(comm, stream, sendbuf, recvbuf, op)
 
     @staticmethod
     def arguments(comm, stream, sendbuf, recvbuf, op):

@@ -56,6 +56,7 @@ class MPICall(MPIState):
     calls: MPICalls
     request: MPI.Request | None = None
     finish = None   # the nonblocking form's finish step, set by ``start``
+    posted = None   # ``fresh``'s States: the nonblocking call, made once
 
     def __init__(self, comm, stream, *op_args):
         self.comm, self.args = comm, (stream, *op_args)
@@ -163,7 +164,33 @@ class MPICall(MPIState):
             return None
         return _then_finish(call, len(buffers), op, comm.size, count)
 
+    @classmethod
+    def fresh(cls, comm, *args):
+        """New States whose nonblocking call and finish step are made once for all (for a
+        plan's starts); the plain constructor where a subclass starts its own way."""
+        if cls.start is not MPICall.start:
+            return super().fresh(comm, *args)
+        return cls.posting(comm, *args)
+
+    @classmethod
+    def posting(cls, comm, *args):
+        """``fresh``'s factory: States that call ``I<op>`` on arguments made here."""
+        posted = functools.partial(getattr(comm.mpi_comm, cls.calls.nonblocking),
+                                   *cls.arguments(comm, *args))
+        return functools.partial(cls._posting, comm, args, posted,
+                                 cls.finish_step(comm, *args))
+
+    @classmethod
+    def _posting(cls, comm, args, posted, finish):
+        state = cls.__new__(cls)
+        state.comm, state.args, state.posted, state.finish = comm, args, posted, finish
+        return state
+
     def start(self) -> None:
+        posted = self.posted
+        if posted is not None:
+            self.request = posted()
+            return
         comm, args = self.comm, self.args
         self.finish = self.finish_step(comm, *args)
         self.request = getattr(comm.mpi_comm, self.calls.nonblocking)(
