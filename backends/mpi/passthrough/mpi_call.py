@@ -5,7 +5,8 @@ persistent mpi4py methods), how their arguments are built from the State's own
 (``arguments``), and what the result needs afterwards (``finishing``: AVG's division, the
 logical ops' 0/1).  Every form is derived from that by the code below:
 
-- nonblocking: the State itself, ``start`` calling ``I<op>``, ``step`` polling it;
+- nonblocking: the State itself, ``start`` calling ``I<op>``, ``step`` polling it (for a
+  plan's repeated starts, ``fresh`` makes the ``I<op>`` call and finish step once);
 - bound (``blocking_call``): ``<Op>`` with its arguments made once, for a plan's runs;
 - blocking (``run_blocking``): the bound form made and called at once;
 - persistent: ``<Op>_init`` on the plan's buffers, started for each of its runs;
