@@ -168,8 +168,9 @@ class MPICall(MPIState):
     @classmethod
     def fresh(cls, comm, *args):
         """New States whose nonblocking call and finish step are made once for all (for a
-        plan's starts); the plain constructor where a subclass starts its own way."""
-        if cls.start is not MPICall.start:
+        plan's starts); the plain constructor where a subclass starts or is built its own
+        way (a receive's status)."""
+        if cls.start is not MPICall.start or cls.__init__ is not MPICall.__init__:
             return super().fresh(comm, *args)
         return cls.posting(comm, *args)
 
