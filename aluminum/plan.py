@@ -62,11 +62,7 @@ class Plan:
 
     def state_class(self, nonblocking: bool) -> type:
         """The State class runs in this mode use (chosen on first use, then kept)."""
-        found = self._classes.get(nonblocking)
-        if found is None:
-            found = self._classes[nonblocking] = selector.choose(
-                self.comm, self.op, self.algo, self.nbytes, self.inplace, nonblocking)
-        return found
+        return self._classes.get(nonblocking) or chosen_class(self, self._classes, nonblocking)
 
     def prepare(self) -> Plan:
         """Let runs reuse what the algorithm can build once for these buffers (an MPI-4
@@ -225,3 +221,12 @@ class Plan:
     def __repr__(self) -> str:
         status = "freed" if self._freed else f"{self.nbytes} B"
         return f"<Plan {self.op} on {self.comm!r}, {status}>"
+
+
+def chosen_class(call, classes: dict[bool, type], nonblocking: bool) -> type:
+    """The selector's State class for ``call`` (a Plan, or a kind of call sharing its
+    plan's choices: ``comm``, ``op``, ``algo``, ``nbytes``, ``inplace``) in this mode, kept
+    in ``classes``."""
+    found = classes[nonblocking] = selector.choose(call.comm, call.op, call.algo, call.nbytes,
+                                                   call.inplace, nonblocking)
+    return found

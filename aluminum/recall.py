@@ -50,7 +50,7 @@ from .tuning import selector
 from .core.buffers import Buffer, checked_array_buffer, cpu_tensor_array
 from .core.ops import POINT_TO_POINT
 from .engine.progress import wait_started
-from .plan import Plan
+from .plan import Plan, chosen_class
 
 RECENT_PER_OP = 4
 KINDS_PER_CONTEXT = 32     # kinds of arrays kept per (op, communicator, stream, options)
@@ -330,11 +330,7 @@ class _Kind:
         return tuple(arguments)
 
     def state_class(self, nonblocking: bool) -> type:
-        found = self.classes.get(nonblocking)
-        if found is None:
-            found = self.classes[nonblocking] = selector.choose(
-                self.comm, self.op, self.algo, self.nbytes, self.inplace, nonblocking)
-        return found
+        return self.classes.get(nonblocking) or chosen_class(self, self.classes, nonblocking)
 
     @property
     def algorithm(self) -> str:
