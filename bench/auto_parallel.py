@@ -12,6 +12,7 @@ per rank and the search time.  Pure model parallel is Megatron's column/row alte
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import time
@@ -23,7 +24,7 @@ import aluminum as al
 import aluminum.executor as ex
 from aluminum.executor import layers
 from aluminum.executor.sharding.auto import fc_chain
-from aluminum.executor.sharding.calibrate import machine_model
+from aluminum.executor.sharding.calibrate import program_model
 from aluminum.executor.sharding.search import data_parallel, estimate, model_parallel
 
 WORLD = MPI.COMM_WORLD
@@ -98,11 +99,11 @@ def main() -> None:
     args = parser.parse_args()
     rows = []
     with al.MPICommunicator() as comm:
-        model = machine_model(comm)
         size = comm.size
         for name, spec in MODELS.items():
             batch, widths, optimizer, bounded = spec
             depth = len(widths) - 1
+            model = program_model(build(batch, widths, optimizer, None)[0], comm)
             dp, mp = [data_parallel(size)] * depth, model_parallel(depth, size)
             bound = None
             if bounded:
@@ -115,7 +116,8 @@ def main() -> None:
                 rows.append({"model": name, "strategy": label, "bound_mb": bound, **row})
     if WORLD.rank == 0:
         load = open("/proc/loadavg").read().split()[:3]
-        print(f"# {size} ranks, float64, {args.steps} steps, cost model: {model}")
+        print(f"# {size} ranks, float64, {args.steps} steps; last cost model: op {model.op:.3g} s, "
+              f"{len(model.steps)} step kinds and {len(model.kernels)} layer kernels measured")
         print(f"# load average {' '.join(load)} on {os.cpu_count()} CPUs")
         print("| model | strategy | strategies | predicted ms | measured ms | pred/meas | "
               "bytes/step predicted | measured | memory MB | search ms |")
@@ -129,7 +131,8 @@ def main() -> None:
                   f"{r['bytes_measured']:,.0f} | {r['memory_mb']:.2f} | {search} |")
         if args.json:
             with open(args.json, "w", encoding="utf-8") as out:
-                json.dump({"ranks": size, "load": load, "model": model.__dict__, "rows": rows},
+                json.dump({"ranks": size, "load": load, "model": dataclasses.asdict(model),
+                           "rows": rows},
                           out, indent=1)
 
 

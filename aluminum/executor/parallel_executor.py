@@ -130,12 +130,8 @@ class ParallelExecutor:
         if getattr(main_program, "sharding", None) is None and comm is not None and \
                 context.parallel_mode is ParallelMode.AUTO_PARALLEL:
             from .sharding.auto import auto_parallel_program
-            model = context.cost_model
-            if model is None:
-                from .sharding.calibrate import machine_model
-                model = machine_model(comm)
-            main_program = auto_parallel_program(main_program, comm, loss_name, model,
-                                                 context.max_memory_mb)
+            main_program = auto_parallel_program(main_program, comm, loss_name,
+                                                 context.cost_model, context.max_memory_mb)
         if getattr(main_program, "sharding", None) is not None:   # sharding/: tensor parallel
             from .sharding import local_scope
             comm = self._context.comm = comm or main_program.sharding.comm

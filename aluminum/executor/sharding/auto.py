@@ -128,9 +128,13 @@ def search_program(program, nranks: int, model: CostModel,
                         estimate(layers, nranks, strategies, model), seconds, bound, model)
 
 
-def auto_parallel_program(program, comm, loss_name: str | None, model: CostModel,
-                          max_memory_mb: float | None = None):
-    """``program`` with the searched strategies, sharded over ``comm``."""
+def auto_parallel_program(program, comm, loss_name: str | None,
+                          model: CostModel | None = None, max_memory_mb: float | None = None):
+    """``program`` with the searched strategies, sharded over ``comm``; ``model`` None:
+    this machine's, its layers' kernels measured (``calibrate.program_model``)."""
+    if model is None:
+        from .calibrate import program_model
+        model = program_model(program, comm)
     found = search_program(program, comm.size, model, max_memory_mb)
     chosen = program.clone()
     names = set(found.outputs)

@@ -17,6 +17,7 @@
 """
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 import os
@@ -27,6 +28,7 @@ import numpy as np
 
 import aluminum as al
 
+from . import profile
 from .search import CostModel
 
 RATES = ("flops", "bandwidth", "op", "call", "activation")
@@ -106,10 +108,13 @@ def measure(comm=None, itemsize: int = 8, alpha: float = 0.0) -> dict:
             "activation": activation}
 
 
-def _read_cache(key: str) -> dict | None:
+def _read_cache(key: str, steps: int) -> dict | None:
+    """The cached rates and ``steps`` step costs under ``key``, or None."""
     try:
         entry = json.loads(cache_path().read_text(encoding="utf-8"))[key]
-        return {name: float(entry[name]) for name in RATES}
+        found = {name: float(entry[name]) for name in RATES}
+        found["steps"] = np.array(entry["steps"], np.float64).reshape(steps, 2)
+        return found
     except (OSError, ValueError, KeyError, TypeError):
         return None
 
@@ -136,18 +141,41 @@ def machine_model(comm=None, itemsize: int = 8, refresh: bool = False) -> CostMo
     size = 1 if comm is None else comm.size
     key = f"ranks={size},itemsize={itemsize}"
     rank = 0 if comm is None else comm.rank
-    cached = None if refresh or rank != 0 else _read_cache(key)
-    values = np.array([cached is not None] + [cached[n] if cached else 0.0 for n in RATES],
-                      dtype=np.float64)
+    steps = profile.step_keys(size)
+    cached = None if refresh or rank != 0 else _read_cache(key, len(steps))
+    values = np.zeros(1 + len(RATES) + 2 * len(steps))
+    if cached is not None:
+        values[:] = [1.0, *(cached[n] for n in RATES), *np.ravel(cached["steps"])]
     if size > 1:
         al.bcast(values, comm, root=0)
     if not values[0]:
         measured = measure(comm, itemsize, ab.alpha)
-        values[1:] = [measured[n] for n in RATES]
+        values[1:1 + len(RATES)] = [measured[n] for n in RATES]
+        if steps:
+            values[1 + len(RATES):] = profile.step_times(comm, itemsize).ravel()
         if size > 1:
             al.allreduce(values, comm, op=al.SUM)
             values /= size
         if rank == 0:
-            _write_cache(key, dict(zip(RATES, values[1:].tolist())))
-    rates = dict(zip(RATES, values[1:].tolist()))
-    return CostModel(alpha=ab.alpha, beta=ab.beta, itemsize=itemsize, **rates)
+            _write_cache(key, {**dict(zip(RATES, values[1:1 + len(RATES)].tolist())),
+                               "steps": values[1 + len(RATES):].reshape(-1, 2).tolist()})
+    rates = dict(zip(RATES, values[1:1 + len(RATES)].tolist()))
+    fitted = values[1 + len(RATES):].reshape(-1, 2).tolist()
+    return CostModel(alpha=ab.alpha, beta=ab.beta, itemsize=itemsize, **rates,
+                     steps=tuple((kind, group, a, b) for (kind, group), (a, b)
+                                 in zip(steps, fitted)))
+
+
+def program_model(program, comm=None, refresh: bool = False) -> CostModel:
+    """``machine_model`` with the kernels of ``program``'s fc chain measured at the local
+    shapes of every candidate strategy (profile.py); collective over ``comm``."""
+    from .auto import ITEMSIZE, fc_chain
+    from .search import candidates
+    layers, matmuls = fc_chain(program)
+    dtype = program.global_block().var(matmuls[0].inputs["X"][0]).dtype
+    itemsize = ITEMSIZE.get(dtype, 8)
+    model = machine_model(comm, itemsize, refresh)
+    size = 1 if comm is None else comm.size
+    strategies = candidates(size) + [layer.fixed for layer in layers if layer.fixed]
+    kernels = profile.layer_times(layers, strategies, comm, itemsize)
+    return dataclasses.replace(model, kernels=kernels)

@@ -30,10 +30,11 @@ from __future__ import annotations
 import itertools
 import math
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cached_property, lru_cache
 
 from ..errors import ProgramError
 from ..layouts import Layout, plan_redistribution
+from .profile import layer_key
 from .program_pass import equivalent
 from .strategy import OpSharding, Signature, from_strategy
 
@@ -49,7 +50,11 @@ class CostModel:
     per collective step beyond α (Python, the planner, the sub-communicator);
     ``activation``: seconds per element of tanh (transcendental: not bandwidth-bound);
     ``itemsize``: bytes per element.  The defaults are guesses of this machine's order;
-    ``calibrate.machine_model`` measures them."""
+    ``calibrate.machine_model`` measures them.
+
+    Measured costs replace the rates where present (profile.py): ``steps``, ``((kind,
+    group, alpha, beta), ...)`` per collective step kind and line length; ``kernels``,
+    ``((layer_key, seconds), ...)`` of a layer's kernels at its local shapes."""
 
     alpha: float = 2e-5
     beta: float = 5e-10
@@ -59,6 +64,35 @@ class CostModel:
     op: float = 0.0
     call: float = 0.0
     activation: float = 0.0
+    steps: tuple = ()
+    kernels: tuple = ()
+
+    @cached_property
+    def _steps(self) -> dict:
+        return {(kind, group): (alpha, beta) for kind, group, alpha, beta in self.steps}
+
+    @cached_property
+    def _kernels(self) -> dict:
+        return {tuple(key): seconds for key, seconds in self.kernels}
+
+    def step_time(self, step, busiest: int) -> float:
+        """Seconds of one redistribution ``step`` whose busiest rank receives ``busiest``
+        bytes: its measured kind and line length, else α + call + β per byte (an exchange
+        is costed as an all-to-all over its whole mesh; a slice or pad as a copy)."""
+        if step.kind in ("slice", "pad"):
+            return busiest / self.bandwidth
+        kind, group = step.kind, step.src.mesh.size
+        if step.mesh_dim is not None:
+            group = step.src.mesh.shape[step.mesh_dim]
+        measured = self._steps.get(("alltoall" if kind == "exchange" else kind, group))
+        if measured is None:
+            return self.alpha + self.call + self.beta * busiest
+        alpha, beta = measured
+        return alpha + beta * busiest
+
+    def kernel_time(self, key: tuple) -> float | None:
+        """The measured seconds of a layer's kernels (``profile.layer_key``), or None."""
+        return self._kernels.get(key)
 
 
 @dataclass(frozen=True)
@@ -129,9 +163,9 @@ def _redistribution(src: Layout, dst: Layout, shape, model: CostModel,
     if equivalent(src, dst, shape, src.mesh.size):
         return Estimate()
     plan = plan_redistribution(src, dst, shape, f"float{model.itemsize * 8}")
-    busiest = max((plan.bytes_received(r) for r in range(src.mesh.size)), default=0)
     steps = len(plan.collectives)
-    time = model.op + (model.alpha + model.call) * steps + model.beta * busiest
+    time = model.op + sum(model.step_time(step, max(step.received.values(), default=0))
+                          for step in plan.steps)
     memory = _largest(dst, shape) * model.itemsize if copy else 0
     return Estimate(time, memory, plan.bytes, steps)
 
@@ -167,9 +201,11 @@ class ChainCost:
         activations = _largest(out, shape_out) + (1 + layer.act) * part
         if first:
             activations += _largest(sharding.layout("mk"), (layer.batch, layer.inputs))
-        estimate = Estimate(flops / model.flops + elementwise * model.itemsize /
-                            model.bandwidth + ops * model.op +
-                            layer.act * part * model.activation,
+        compute = model.kernel_time(layer_key(layer, strategy))
+        if compute is None:
+            compute = flops / model.flops + elementwise * model.itemsize / \
+                model.bandwidth + layer.act * part * model.activation
+        estimate = Estimate(compute + ops * model.op,
                             ((2 + layer.state) * (weight + bias) + activations) * model.itemsize)
         estimate += _redistribution(out, whole, shape_out, model)     # a Partial output
         grads = [("kn", (layer.inputs, layer.outputs)), ("n", (layer.outputs,))]

@@ -1,0 +1,148 @@
+"""Measured costs for the search: each layer's kernels at the local shapes a strategy gives
+it, and each kind of redistribution step at the group sizes the meshes have.
+
+An analytic model (FLOPs at one matmul's rate, bytes at one bandwidth) misses what decides
+a step's time on a CPU: BLAS runs a 512 × 64 by 64 × 64 product at a fraction of the rate
+of a square one, a gradient's transposed products run slower than the forward's, small
+element-wise ops cost their call more than their bytes, and an allreduce costs its
+reduction and copies, not only its wire time.  So, as FlexFlow's simulator does, the costs
+are measured on this machine, on every rank at once (the load the job makes is in them):
+
+- ``layer_times(layers, strategies, comm, itemsize)``: for every distinct (local rows, inner,
+  columns, activation, optimizer) a layer can have under the candidate strategies, one run
+  of the executor's own kernels -- matmul, bias add, tanh, their gradients, the optimizer
+  update of weight and bias -- median of a few, averaged over the ranks (so every rank
+  searches with the same numbers);
+- ``step_times(comm, itemsize)``: α and β of each collective step kind (allreduce,
+  reduce_scatter, allgather, alltoall) on lines of every group size a mesh of ``comm.size``
+  ranks can have, fitted to redistributions of two sizes run through the executor's own
+  ``redistribute`` on all ranks at once.
+
+What surprises people: activations are costed as tanh whatever the layer uses, and the
+measured times are those of the process layout of the calibration run -- a cost model
+measured with 4 ranks on 2 cores predicts 4 ranks on 2 cores.
+"""
+from __future__ import annotations
+
+import math
+import time
+
+import numpy as np
+
+import aluminum as al
+
+STEP_KINDS = ("allreduce", "reduce_scatter", "allgather", "alltoall")
+_REPEATS = 5
+
+
+def _median(fn, repeats: int = _REPEATS) -> float:
+    fn()
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return float(np.median(times))
+
+
+def _part(length: int, parts: int) -> int:
+    """The largest of ``numpy.array_split``'s parts."""
+    return -(-length // parts)
+
+
+def layer_key(layer, strategy) -> tuple:
+    """(rows, inner, columns, activation, optimizer arrays) of the largest local matmul."""
+    (m, k), (_, n) = strategy
+    return (_part(layer.batch, m), _part(layer.inputs, k), _part(layer.outputs, n),
+            bool(layer.act), layer.state)
+
+
+def _layer_kernels(key: tuple, dtype):
+    """One call running a layer's kernels once, as the executor runs them."""
+    from ..ops.registry import ANYWHERE, get
+    rows, inner, cols, act, state = key
+    rng = np.random.default_rng(0)
+    x = rng.random((rows, inner)).astype(dtype)
+    w = rng.random((inner, cols)).astype(dtype) / max(inner, 1)
+    b = rng.random(cols).astype(dtype)
+    dout = rng.random((rows, cols)).astype(dtype)
+    matmul, add, tanh = get("matmul"), get("elementwise_add"), get("tanh")
+    update = get({0: "sgd", 1: "momentum"}.get(state, "adam"))
+    lr = np.full(1, 1e-3, dtype)
+
+    def optimizer_inputs(param):
+        ins = {"Param": [param], "Grad": [param], "LearningRate": [lr]}
+        if state == 1:
+            ins["Velocity"] = [np.zeros_like(param)]
+        elif state >= 2:
+            ins.update(Moment1=[np.zeros_like(param)], Moment2=[np.zeros_like(param)],
+                       Beta1Pow=[np.full(1, 0.9, dtype)], Beta2Pow=[np.full(1, 0.999, dtype)])
+        return ins
+
+    updates = (optimizer_inputs(w), optimizer_inputs(b))
+
+    def run():
+        y = matmul.compute({"X": [x], "Y": [w]}, {}, None, ANYWHERE)["Out"][0]
+        z = add.compute({"X": [y], "Y": [b]}, {}, None, ANYWHERE)["Out"][0]
+        d = dout
+        if act:
+            a = tanh.compute({"X": [z]}, {}, None, ANYWHERE)["Out"][0]
+            d = tanh.backward({"X": [z]}, {"Out": [a]}, {"Out": [dout]}, {}, ANYWHERE)["X"][0]
+        add.backward({"X": [y], "Y": [b]}, {"Out": [z]}, {"Out": [d]}, {}, ANYWHERE)
+        matmul.backward({"X": [x], "Y": [w]}, {"Out": [y]}, {"Out": [d]}, {}, ANYWHERE)
+        for ins in updates:
+            update.compute(ins, {}, None, ANYWHERE)
+    return run
+
+
+def layer_times(layers, strategies, comm=None, itemsize: int = 8) -> tuple:
+    """``((key, seconds), ...)`` for every distinct ``layer_key`` of ``layers`` under
+    ``strategies`` (module docstring); collective over ``comm`` (every rank passes the
+    same layers)."""
+    dtype = {8: np.float64, 4: np.float32, 2: np.float16}[itemsize]
+    keys = sorted({layer_key(layer, s) for layer in layers for s in strategies})
+    seconds = np.array([_median(_layer_kernels(key, dtype)) for key in keys])
+    if comm is not None and comm.size > 1:
+        al.allreduce(seconds, comm, op=al.SUM)
+        seconds /= comm.size
+    return tuple(zip(keys, seconds.tolist()))
+
+
+def group_sizes(nranks: int) -> list[int]:
+    """The lengths a line of a 1-D or 2-D mesh of ``nranks`` ranks can have (> 1)."""
+    return [g for g in range(2, nranks + 1) if nranks % g == 0]
+
+
+def step_keys(nranks: int) -> list[tuple[str, int]]:
+    """(kind, line length) of every step ``step_times`` measures, in its order."""
+    return [(kind, group) for group in group_sizes(nranks) for kind in STEP_KINDS]
+
+
+def step_times(comm, itemsize: int = 8, sizes=(1 << 10, 1 << 20)) -> np.ndarray:
+    """α (seconds per step) and β (seconds per byte the busiest rank receives) of each
+    ``step_keys(comm.size)`` in a row, fitted to redistributions of two tensor sizes
+    (``sizes`` bytes) on lines of that length; this rank's, collective over ``comm``."""
+    from ..layouts import DeviceMesh, Layout, Partial, Replicate, Shard, \
+        plan_redistribution, redistribute
+    dtype = np.dtype({8: np.float64, 4: np.float32, 2: np.float16}[itemsize])
+    moves = {"allreduce": (Partial(), Replicate()), "reduce_scatter": (Partial(), Shard(0)),
+             "allgather": (Shard(0), Replicate()), "alltoall": (Shard(0), Shard(1))}
+    table = []
+    for kind, group in step_keys(comm.size):
+        whole = group == comm.size     # else lines of ``group`` ranks along a 2-D mesh
+        mesh = DeviceMesh((group,) if whole else (comm.size // group, group), comm=comm)
+        lead = () if whole else (Replicate(),)
+        src, dst = (Layout(mesh, lead + (p,)) for p in moves[kind])
+        points = []
+        for nbytes in sizes:
+            side = max(group, int(math.sqrt(nbytes / itemsize)) // group * group)
+            shape = (side, side)
+            plan = plan_redistribution(src, dst, shape, dtype.name)
+            local = np.ones(src.local_shape(comm.rank, shape), dtype)
+            busiest = max(plan.bytes_received(r) for r in range(comm.size))
+            points.append((busiest, _median(
+                lambda: redistribute(local, src, dst, shape, comm, plan=plan))))
+        (b1, t1), (b2, t2) = points
+        beta = max((t2 - t1) / (b2 - b1), 0.0) if b2 > b1 else 0.0
+        table.append((max(t1 - beta * b1, 0.0), beta))
+    return np.array(table, np.float64).reshape(-1, 2)
