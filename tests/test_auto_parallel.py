@@ -4,7 +4,8 @@ Launched on 2 and 4 ranks: tests/mpi/auto_parallel_ranks.py (training equal to n
 the searched strategies, unbounded and under a memory bound; errors on every rank; the
 calibrated model agreed and cached).  Below, one process: the memory bound in the search
 (equal to brute force, data parallel unbounded and model parallel bounded), the first
-layer's missing input gradient, the fc-chain reader and its errors, the calibration cache.
+layer's missing input gradient, the fc-chain reader and its errors, the calibration cache,
+the measured kernel and step costs and the overlap of gradient reductions.
 """
 import json
 
@@ -148,3 +149,49 @@ def test_measure_gives_rates_of_this_machine():
     assert 1e7 < rates["flops"] < 1e14 and 1e7 < rates["bandwidth"] < 1e13
     assert 0 < rates["op"] < 1e-2 and rates["call"] == 0.0
     assert 0 < rates["activation"] < 1e-5
+
+
+def test_measured_kernel_and_step_times_replace_the_rates():
+    """A model with a layer's kernels and the allreduce step measured costs data
+    parallelism with them: forward + backward + the executor's cost per op, then the weight
+    and bias gradients' allreduces at α + β per byte the busiest rank receives (a ring
+    allreduce of B bytes on 2 ranks receives B), none of it hidden: one layer has no layer
+    before it to compute under its reductions."""
+    layer = Layer(8, 4, 6)
+    key = (4, 4, 6, True, 0)          # the rows of a batch split in two
+    alpha, beta = 3e-4, 1e-9
+    model = CostModel(op=1e-6, kernels=((key, 2e-3, 5e-3),),
+                      steps=(("allreduce", 2, alpha, beta),))
+    found = estimate([layer], 2, [data_parallel(2)], model)
+    reductions = 2 * model.op + 2 * alpha + beta * 8 * (4 * 6 + 6)
+    assert found.time == pytest.approx(2e-3 + 5e-3 + 8 * model.op + reductions, rel=1e-12)
+    assert found.reduction == pytest.approx(reductions, rel=1e-12)
+
+
+def test_a_reduction_hides_under_the_previous_layers_gradients():
+    """Two data-parallel layers: the second layer's reductions run while the first layer
+    computes its gradients, so they cost only what the first layer's backward does not
+    cover."""
+    key = (4, 4, 4, True, 0)
+    steps = (("allreduce", 2, 1e-3, 0.0),)
+    layer = Layer(8, 4, 4)
+    reduction = 2e-3                        # weight and bias: one α each
+    for backward in (1e-2, 5e-4):           # hides all of it, a quarter of it
+        model = CostModel(op=0.0, kernels=((key, 1e-3, backward),), steps=steps)
+        one = estimate([layer], 2, [data_parallel(2)], model).time
+        two = estimate([layer, layer], 2, [data_parallel(2)] * 2, model).time
+        assert one == pytest.approx(1e-3 + backward + reduction, rel=1e-12)
+        assert two == pytest.approx(2 * one - min(reduction, backward), rel=1e-12)
+
+
+def test_program_model_measures_every_candidate_layer():
+    """The kernels measured for a program cover every local shape the search may try,
+    so it never falls back to the rates."""
+    from aluminum.executor.sharding.profile import layer_key
+    from aluminum.executor.sharding.search import candidates
+    main = program(widths=(6, 5, 3))
+    model = calibrate.program_model(main)
+    chain, _ = fc_chain(main)
+    keys = {key for key, forward, backward in model.kernels}
+    assert keys == {layer_key(layer, s) for layer in chain for s in candidates(1)}
+    assert all(0 < f < 1 and 0 < b < 1 for _, f, b in model.kernels)

@@ -58,7 +58,8 @@ def layer_key(layer, strategy) -> tuple:
 
 
 def _layer_kernels(key: tuple, dtype):
-    """One call running a layer's kernels once, as the executor runs them."""
+    """Two calls running a layer's kernels once, as the executor runs them: the forward
+    ones, then the gradients' and the optimizer's."""
     from ..ops.registry import ANYWHERE, get
     rows, inner, cols, act, state = key
     rng = np.random.default_rng(0)
@@ -80,32 +81,42 @@ def _layer_kernels(key: tuple, dtype):
         return ins
 
     updates = (optimizer_inputs(w), optimizer_inputs(b))
+    made = {}
 
-    def run():
-        y = matmul.compute({"X": [x], "Y": [w]}, {}, None, ANYWHERE)["Out"][0]
-        z = add.compute({"X": [y], "Y": [b]}, {}, None, ANYWHERE)["Out"][0]
-        d = dout
+    def forward():
+        made["y"] = y = matmul.compute({"X": [x], "Y": [w]}, {}, None, ANYWHERE)["Out"][0]
+        made["z"] = z = add.compute({"X": [y], "Y": [b]}, {}, None, ANYWHERE)["Out"][0]
         if act:
-            a = tanh.compute({"X": [z]}, {}, None, ANYWHERE)["Out"][0]
-            d = tanh.backward({"X": [z]}, {"Out": [a]}, {"Out": [dout]}, {}, ANYWHERE)["X"][0]
+            made["a"] = tanh.compute({"X": [z]}, {}, None, ANYWHERE)["Out"][0]
+
+    def backward():
+        y, z, d = made["y"], made["z"], dout
+        if act:
+            d = tanh.backward({"X": [z]}, {"Out": [made["a"]]}, {"Out": [dout]}, {},
+                              ANYWHERE)["X"][0]
         add.backward({"X": [y], "Y": [b]}, {"Out": [z]}, {"Out": [d]}, {}, ANYWHERE)
         matmul.backward({"X": [x], "Y": [w]}, {"Out": [y]}, {"Out": [d]}, {}, ANYWHERE)
         for ins in updates:
             update.compute(ins, {}, None, ANYWHERE)
-    return run
+    return forward, backward
 
 
 def layer_times(layers, strategies, comm=None, itemsize: int = 8) -> tuple:
-    """``((key, seconds), ...)`` for every distinct ``layer_key`` of ``layers`` under
-    ``strategies`` (module docstring); collective over ``comm`` (every rank passes the
-    same layers)."""
+    """``((key, forward seconds, backward seconds), ...)`` for every distinct
+    ``layer_key`` of ``layers`` under ``strategies`` (module docstring; backward includes
+    the optimizer's update); collective over ``comm`` (every rank passes the same
+    layers)."""
     dtype = {8: np.float64, 4: np.float32, 2: np.float16}[itemsize]
     keys = sorted({layer_key(layer, s) for layer in layers for s in strategies})
-    seconds = np.array([_median(_layer_kernels(key, dtype)) for key in keys])
+    seconds = np.zeros((len(keys), 2))
+    for row, key in zip(seconds, keys):
+        forward, backward = _layer_kernels(key, dtype)
+        forward()
+        row[:] = _median(forward), _median(backward)
     if comm is not None and comm.size > 1:
         al.allreduce(seconds, comm, op=al.SUM)
         seconds /= comm.size
-    return tuple(zip(keys, seconds.tolist()))
+    return tuple((key, f, b) for key, (f, b) in zip(keys, seconds.tolist()))
 
 
 def group_sizes(nranks: int) -> list[int]:

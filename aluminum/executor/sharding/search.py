@@ -11,7 +11,12 @@ per pair of neighbours (edge), the way the pass (program_pass.py) would lay it o
   the weight, the bias and (not for the first layer) the input: data parallelism's and
   Megatron's allreduces;
 - edge(strategy, next strategy): the redistribution from one layer's output layout to the
-  next one's input layout, and its gradient's route back.
+  next one's input layout, and its gradient's route back, less the overlap of the later
+  layer's parameter-gradient reductions with the earlier layer's gradient computation
+  (the executor runs them on its communication stream meanwhile).
+
+Measured kernel and step times (profile.py, ``calibrate.program_model``) replace the rates
+where the model has them.
 
 Communication is the α-β model: α (+ ``call``, the software's own cost per collective
 step) per collective step of the planner's route plus β per byte the busiest rank receives
@@ -54,7 +59,8 @@ class CostModel:
 
     Measured costs replace the rates where present (profile.py): ``steps``, ``((kind,
     group, alpha, beta), ...)`` per collective step kind and line length; ``kernels``,
-    ``((layer_key, seconds), ...)`` of a layer's kernels at its local shapes."""
+    ``((layer_key, forward, backward), ...)``, seconds of a layer's kernels at its local
+    shapes."""
 
     alpha: float = 2e-5
     beta: float = 5e-10
@@ -73,7 +79,7 @@ class CostModel:
 
     @cached_property
     def _kernels(self) -> dict:
-        return {tuple(key): seconds for key, seconds in self.kernels}
+        return {tuple(key): (forward, backward) for key, forward, backward in self.kernels}
 
     def step_time(self, step, busiest: int) -> float:
         """Seconds of one redistribution ``step`` whose busiest rank receives ``busiest``
@@ -90,8 +96,9 @@ class CostModel:
         alpha, beta = measured
         return alpha + beta * busiest
 
-    def kernel_time(self, key: tuple) -> float | None:
-        """The measured seconds of a layer's kernels (``profile.layer_key``), or None."""
+    def kernel_time(self, key: tuple) -> tuple[float, float] | None:
+        """The measured seconds of a layer's forward and backward kernels
+        (``profile.layer_key``), or None."""
         return self._kernels.get(key)
 
 
@@ -112,22 +119,29 @@ class Layer:
 @dataclass(frozen=True)
 class Estimate:
     """Predicted seconds per training step, bytes per rank (the largest), bytes moved per
-    step (summed over ranks), collective steps per step."""
+    step (summed over ranks), collective steps per step; ``backward``: seconds of
+    gradient computation, ``reduction``: seconds of parameter-gradient reductions (each
+    counted in ``time`` too: a layer's reduction runs while the layer before it computes
+    its gradients, ``ChainCost.edge``)."""
 
     time: float = 0.0
     memory: float = 0.0
     moved: float = 0.0
     collectives: int = 0
+    backward: float = 0.0
+    reduction: float = 0.0
 
     def __add__(self, other: Estimate) -> Estimate:
         return Estimate(self.time + other.time, self.memory + other.memory,
-                        self.moved + other.moved, self.collectives + other.collectives)
+                        self.moved + other.moved, self.collectives + other.collectives,
+                        self.backward + other.backward, self.reduction + other.reduction)
 
     def __mul__(self, count: int) -> Estimate:
         if count == 0:
             return Estimate()
         return Estimate(self.time * count, self.memory * count, self.moved * count,
-                        self.collectives * count)
+                        self.collectives * count, self.backward * count,
+                        self.reduction * count)
 
 
 def candidates(nranks: int) -> list[tuple]:
@@ -201,29 +215,40 @@ class ChainCost:
         activations = _largest(out, shape_out) + (1 + layer.act) * part
         if first:
             activations += _largest(sharding.layout("mk"), (layer.batch, layer.inputs))
-        compute = model.kernel_time(layer_key(layer, strategy))
-        if compute is None:
+        measured = model.kernel_time(layer_key(layer, strategy))
+        if measured is None:     # a third forward (one matmul of three), the rest backward
             compute = flops / model.flops + elementwise * model.itemsize / \
                 model.bandwidth + layer.act * part * model.activation
-        estimate = Estimate(compute + ops * model.op,
-                            ((2 + layer.state) * (weight + bias) + activations) * model.itemsize)
+            measured = (compute / 3, compute * 2 / 3)
+        forward, backward = measured
+        backward += (ops - 2 - layer.act) * model.op
+        estimate = Estimate(forward + (2 + layer.act) * model.op + backward,
+                            ((2 + layer.state) * (weight + bias) + activations) * model.itemsize,
+                            backward=backward)
         estimate += _redistribution(out, whole, shape_out, model)     # a Partial output
         grads = [("kn", (layer.inputs, layer.outputs)), ("n", (layer.outputs,))]
         if not first:                                 # data needs no input gradient
             grads.append(("mk", (layer.batch, layer.inputs)))
         for dims, shape in grads:
             wanted = Layout(sharding.mesh, sharding.layout(dims).placements)
-            estimate += _redistribution(sharding.gradient_layout(dims), wanted, shape,
-                                        model, copy=False)
+            moved = _redistribution(sharding.gradient_layout(dims), wanted, shape, model,
+                                    copy=False)
+            if dims != "mk":
+                moved += Estimate(reduction=moved.time)
+            estimate += moved
         return estimate
 
     def _edge(self, before: Layer, s: int, after: Layer, t: int) -> Estimate:
+        """The redistributions between two layers, less the part of the later layer's
+        gradient reductions that runs while the earlier one computes its gradients."""
         out = _sharding(self.strategies[s], self.nranks).layout("mn", output=True)
         out = out.for_gradient()
         wanted = _sharding(self.strategies[t], self.nranks).layout("mk")
         shape = (before.batch, before.outputs)
+        hidden = min(self.node(after, t).reduction, self.node(before, s).backward)
         return _redistribution(out, wanted, shape, self.model) + \
-            _redistribution(wanted, out, shape, self.model, copy=False)
+            _redistribution(wanted, out, shape, self.model, copy=False) + \
+            Estimate(time=-hidden)
 
     def estimate(self, choice) -> Estimate:
         """Time, memory and bytes of one strategy index per layer."""
