@@ -187,7 +187,7 @@ def test_a_reduction_hides_under_the_previous_layers_gradients():
 def test_program_model_measures_every_candidate_layer():
     """The kernels measured for a program cover every local shape the search may try,
     so it never falls back to the rates."""
-    from aluminum.executor.sharding.profile import layer_key
+    from aluminum.executor.sharding.profile import layer_key, tail_key
     from aluminum.executor.sharding.search import candidates
     main = program(widths=(6, 5, 3))
     model = calibrate.program_model(main)
@@ -195,3 +195,25 @@ def test_program_model_measures_every_candidate_layer():
     keys = {key for key, forward, backward in model.kernels}
     assert keys == {layer_key(layer, s) for layer in chain for s in candidates(1)}
     assert all(0 < f < 1 and 0 < b < 1 for _, f, b in model.kernels)
+    assert {key for key, _, _ in model.tail} == \
+        {tail_key(chain[-1], s) for s in candidates(1)}
+    # square_error_cost and mean, their gradients and the loss gradient's fill_constant
+    assert all(0 < seconds < 1 and ops == 5 for _, seconds, ops in model.tail)
+
+
+def test_the_loss_after_the_chain_is_costed_and_searched():
+    """The loss's measured kernels and ops count after the last layer, plus the sum of a
+    loss computed from a batch split over two ranks (one allreduce); the search sees them
+    as brute force does."""
+    layer, alpha = Layer(8, 4, 6), 3e-4
+    steps = (("allreduce", 2, alpha, 0.0),)
+    plain = CostModel(op=1e-6, steps=steps)
+    tailed = CostModel(op=1e-6, steps=steps, tail=(((4, 6), 2e-3, 5), ((8, 6), 1e-3, 5)))
+    gained = estimate([layer], 2, [data_parallel(2)], tailed).time - \
+        estimate([layer], 2, [data_parallel(2)], plain).time
+    assert gained == pytest.approx(2e-3 + 5 * tailed.op + tailed.op + alpha, rel=1e-12)
+    chain = [Layer(8, 6, 6), Layer(8, 6, 6)]
+    tail = tuple(((rows, cols), 1e-3 * rows, 3) for rows in (4, 8) for cols in (3, 6))
+    model = CostModel(op=1e-6, steps=steps, tail=tail)
+    assert search(chain, 2, model)[1] == pytest.approx(brute_force(chain, 2, model)[1],
+                                                       rel=1e-12)

@@ -47,6 +47,18 @@ class AutoParallel:
 def fc_chain(program) -> tuple[list[Layer], list]:
     """The program's fc layers and their matmul ops; ``ProgramError`` if it is not a chain
     of them followed by a loss (module docstring)."""
+    layers, matmuls, _, _ = _read_chain(program)
+    return layers, matmuls
+
+
+def loss_tail(program) -> tuple[list, str]:
+    """The forward ops after the fc chain (the loss) and the name of the last layer's
+    output they read."""
+    _, _, tail, last = _read_chain(program)
+    return tail, last
+
+
+def _read_chain(program):
     block = program.global_block()
     ops = []
     for op in block.ops:
@@ -98,7 +110,7 @@ def fc_chain(program) -> tuple[list[Layer], list]:
                                                 for n in op.input_names() if n):
             fail(j, "an op after the last fc layer's activation multiplies or reads a "
                     "parameter (each layer is matmul, bias, activation, in that order)")
-    return layers, matmuls
+    return layers, matmuls, ops[i:], current
 
 
 def _state(block, param: str) -> int:

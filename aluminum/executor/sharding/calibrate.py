@@ -167,8 +167,9 @@ def machine_model(comm=None, itemsize: int = 8, refresh: bool = False) -> CostMo
 
 
 def program_model(program, comm=None, refresh: bool = False) -> CostModel:
-    """``machine_model`` with the kernels of ``program``'s fc chain measured at the local
-    shapes of every candidate strategy (profile.py); collective over ``comm``."""
+    """``machine_model`` with the kernels of ``program``'s fc chain and of its loss
+    measured at the local shapes of every candidate strategy (profile.py); collective over
+    ``comm``."""
     from .auto import ITEMSIZE, fc_chain
     from .search import candidates
     layers, matmuls = fc_chain(program)
@@ -178,4 +179,5 @@ def program_model(program, comm=None, refresh: bool = False) -> CostModel:
     size = 1 if comm is None else comm.size
     strategies = candidates(size) + [layer.fixed for layer in layers if layer.fixed]
     kernels = profile.layer_times(layers, strategies, comm, itemsize)
-    return dataclasses.replace(model, kernels=kernels)
+    tail = profile.tail_times(program, layers, strategies, comm)
+    return dataclasses.replace(model, kernels=kernels, tail=tail)

@@ -13,6 +13,9 @@ are measured on this machine, on every rank at once (the load the job makes is i
   of the executor's own kernels -- matmul, bias add, tanh, their gradients, the optimizer
   update of weight and bias -- median of a few, averaged over the ranks (so every rank
   searches with the same numbers);
+- ``tail_times(program, layers, strategies, comm)``: the loss ops after the chain
+  (``square_error_cost``, ``mean``, ...) and their gradients, run by their kernels on each
+  part of the last layer's output;
 - ``step_times(comm, itemsize)``: α and β of each collective step kind (allreduce,
   reduce_scatter, allgather, alltoall) on lines of every group size a mesh of ``comm.size``
   ranks can have, fitted to redistributions of two sizes run through the executor's own
@@ -117,6 +120,77 @@ def layer_times(layers, strategies, comm=None, itemsize: int = 8) -> tuple:
         al.allreduce(seconds, comm, op=al.SUM)
         seconds /= comm.size
     return tuple((key, f, b) for key, (f, b) in zip(keys, seconds.tolist()))
+
+
+def tail_key(layer, strategy) -> tuple:
+    """(rows, columns) of the last layer's output part, which the loss reads."""
+    (m, _), (_, n) = strategy
+    return (_part(layer.batch, m), _part(layer.outputs, n))
+
+
+def _tail_kernels(ops, block, output: str, batch: int, key: tuple):
+    """Two calls running the loss ops' kernels (forward, then their gradients) on a part
+    of ``key``'s shape of the last layer's output; data they read of the batch's length
+    is cut to the part's rows.  Zeros stand in for data (valid class labels too)."""
+    from ..ops.registry import ANYWHERE, get
+    rows, cols = key
+    values = {output: np.random.default_rng(0).random((rows, cols)).astype(
+        block.var(output).dtype)}
+    done = []
+
+    def value(name):
+        if name not in values:
+            var = block.var(name)
+            shape = [d if d > 0 else batch for d in var.shape]
+            if shape and shape[0] == batch:
+                shape[0] = rows
+            values[name] = np.zeros(shape, var.dtype)
+        return values[name]
+
+    def forward():
+        done.clear()
+        for op in ops:
+            kind = get(op.type)
+            ins = {slot: [value(n) for n in names if n] for slot, names in op.inputs.items()}
+            outs = kind.compute(ins, op.attrs, None, ANYWHERE)
+            for slot, names in op.outputs.items():
+                for name, array in zip(names, outs.get(slot, ())):
+                    values[name] = array
+            done.append((kind, ins, outs, op.attrs))
+
+    def backward():
+        for kind, ins, outs, attrs in reversed(done):
+            if kind.differentiable:
+                douts = {slot: [np.ones_like(a) for a in arrays] for slot, arrays in outs.items()}
+                kind.backward(ins, outs, douts, attrs, ANYWHERE)
+    return forward, backward
+
+
+def tail_times(program, layers, strategies, comm=None) -> tuple:
+    """``((tail_key, seconds, ops), ...)``: the loss ops' kernels (forward and gradients)
+    at every part of the last layer's output ``strategies`` give, and the number of ops
+    the executor runs for them (each op, its gradient, the loss gradient's fill); empty
+    where a loss op cannot be run alone.  Collective over ``comm``."""
+    from .auto import loss_tail
+    ops, output = loss_tail(program)
+    block = program.global_block()
+    last = layers[-1]
+    keys = sorted({tail_key(last, s) for s in strategies})
+    seconds = np.zeros(len(keys))
+    failed = np.zeros(1)
+    for i, key in enumerate(keys):
+        try:
+            forward, backward = _tail_kernels(ops, block, output, last.batch, key)
+            seconds[i] = _median(lambda: (forward(), backward()))
+        except Exception:      # noqa: BLE001 - an op that needs more than its inputs
+            failed[0] = 1
+    if comm is not None and comm.size > 1:
+        al.allreduce(seconds, comm, op=al.SUM)
+        al.allreduce(failed, comm, op=al.MAX)
+        seconds /= comm.size
+    if failed[0]:
+        return ()
+    return tuple((key, t, 2 * len(ops) + 1) for key, t in zip(keys, seconds.tolist()))
 
 
 def group_sizes(nranks: int) -> list[int]:

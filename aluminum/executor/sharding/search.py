@@ -39,7 +39,7 @@ from functools import cached_property, lru_cache
 
 from ..errors import ProgramError
 from ..layouts import Layout, plan_redistribution
-from .profile import layer_key
+from .profile import layer_key, tail_key
 from .program_pass import equivalent
 from .strategy import OpSharding, Signature, from_strategy
 
@@ -72,6 +72,7 @@ class CostModel:
     activation: float = 0.0
     steps: tuple = ()
     kernels: tuple = ()
+    tail: tuple = ()
 
     @cached_property
     def _steps(self) -> dict:
@@ -81,20 +82,33 @@ class CostModel:
     def _kernels(self) -> dict:
         return {tuple(key): (forward, backward) for key, forward, backward in self.kernels}
 
+    @cached_property
+    def _tail(self) -> dict:
+        return {tuple(key): (seconds, ops) for key, seconds, ops in self.tail}
+
     def step_time(self, step, busiest: int) -> float:
         """Seconds of one redistribution ``step`` whose busiest rank receives ``busiest``
         bytes: its measured kind and line length, else α + call + β per byte (an exchange
         is costed as an all-to-all over its whole mesh; a slice or pad as a copy)."""
         if step.kind in ("slice", "pad"):
             return busiest / self.bandwidth
-        kind, group = step.kind, step.src.mesh.size
+        group = step.src.mesh.size
         if step.mesh_dim is not None:
             group = step.src.mesh.shape[step.mesh_dim]
+        return self.collective_time(step.kind, group, busiest)
+
+    def collective_time(self, kind: str, group: int, busiest: int) -> float:
+        """Seconds of one collective step of ``kind`` on a line of ``group`` ranks."""
         measured = self._steps.get(("alltoall" if kind == "exchange" else kind, group))
         if measured is None:
             return self.alpha + self.call + self.beta * busiest
         alpha, beta = measured
         return alpha + beta * busiest
+
+    def tail_time(self, key: tuple) -> tuple[float, int] | None:
+        """The measured seconds of the loss's kernels on a part of the last layer's output
+        (``profile.tail_key``) and the ops the executor runs for them, or None."""
+        return self._tail.get(key)
 
     def kernel_time(self, key: tuple) -> tuple[float, float] | None:
         """The measured seconds of a layer's forward and backward kernels
@@ -195,6 +209,7 @@ class ChainCost:
                 self.strategies.append(layer.fixed)
         self.node = lru_cache(maxsize=None)(self._node)
         self.edge = lru_cache(maxsize=None)(self._edge)
+        self.tail = lru_cache(maxsize=None)(self._tail)
 
     def _node(self, layer: Layer, s: int, first: bool = False) -> Estimate:
         strategy = self.strategies[s]
@@ -250,9 +265,23 @@ class ChainCost:
             _redistribution(wanted, out, shape, self.model, copy=False) + \
             Estimate(time=-hidden)
 
+    def _tail(self, last: Layer, s: int) -> Estimate:
+        """The loss after the last layer: its measured kernels and ops, and the sum of a
+        loss computed from a split output (an allreduce of one element); nothing without
+        a measurement."""
+        measured = self.model.tail_time(tail_key(last, self.strategies[s]))
+        if measured is None:
+            return Estimate()
+        seconds, ops = measured
+        (m, _), (_, n) = self.strategies[s]
+        if m * n > 1:
+            seconds += self.model.op + self.model.collective_time(
+                "allreduce", m * n, self.model.itemsize)
+        return Estimate(seconds + ops * self.model.op)
+
     def estimate(self, choice) -> Estimate:
         """Time, memory and bytes of one strategy index per layer."""
-        total = Estimate()
+        total = self.tail(self.layers[-1], choice[-1]) if choice else Estimate()
         for i, (layer, s) in enumerate(zip(self.layers, choice)):
             total += self.node(layer, s, i == 0)
         for a, b, s, t in zip(self.layers, self.layers[1:], choice, choice[1:]):
@@ -329,6 +358,10 @@ def search(layers, nranks: int, model: CostModel = CostModel(), tie: bool = True
     def last(run, pattern) -> int:
         return pattern[(len(run) - 1) % len(pattern)]
 
+    def final(pattern) -> float:
+        """The loss's cost after the last run taking ``pattern``."""
+        return cost.tail(cost.layers[-1], last(runs[-1], pattern)).time
+
     if max_memory is None:
         best = {p: (inner(runs[0], p).time, (p,)) for p in patterns(runs[0], count)}
         for previous, run in zip(runs, runs[1:]):
@@ -337,7 +370,8 @@ def search(layers, nranks: int, model: CostModel = CostModel(), tie: bool = True
                              + inner(run, q).time, path + (q,))
                             for value, path in best.values()), key=lambda x: x[0])
                     for q in patterns(run, count)}
-        value, path = min(best.values(), key=lambda x: x[0])
+        value, path = min(((value + final(path[-1]), path) for value, path in best.values()),
+                          key=lambda x: x[0])
     else:
         fronts = {}
         for p in patterns(runs[0], count):
@@ -357,7 +391,8 @@ def search(layers, nranks: int, model: CostModel = CostModel(), tie: bool = True
                               if memory + step.memory <= max_memory]
                 new[q] = _pareto(found)
             fronts = new
-        every = [option for front in fronts.values() for option in front]
+        every = [(value + final(path[-1]), memory, path)
+                 for front in fronts.values() for value, memory, path in front]
         if not every or math.isinf(min(o[0] for o in every)):
             raise _bound_error(cost, runs, max_memory)
         value, _, path = min(every, key=lambda x: x[0])
