@@ -23,16 +23,16 @@ call's name.
 """
 from __future__ import annotations
 
-from typing import Callable
+from typing import Callable, NamedTuple
 
-from .core.ops import OpSpec
+from .core.ops import OpSpec, spec
 from .core.reduction import ReductionOp
 from .engine import Request
 from .plan import Plan
 from .recall import call_blocking, call_nonblocking, layout
 from .validate import Checked, check_comm, check_stream, table_arguments
 
-__all__ = ["public_forms"]
+__all__ = ["OpCalls", "calls_of", "public_forms"]
 
 NONBLOCKING_DOC = """Start ``{name}`` and return a ``Request``; its buffers must not be touched
     until it completes (``req.wait()`` or ``req.test()``)."""
@@ -40,9 +40,27 @@ INIT_DOC = """Validate ``{name}`` once; return its persistent ``Plan`` (``start(
     nonblocking, ``run()`` blocking, always on the buffers given here)."""
 
 
+class OpCalls(NamedTuple):
+    """An operation's three public calls: ``al.<op>``, ``al.nonblocking_<op>``,
+    ``al.<op>_init``."""
+    blocking: Callable
+    nonblocking: Callable
+    init: Callable
+
+
+_CALLS: dict[str, OpCalls] = {}
+
+
+def calls_of(op: str | OpSpec) -> OpCalls:
+    """The three public calls of operation ``op`` (its name in ``al.OPS``, or its row), for
+    code that picks an operation at run time (the torch backend); ``al.ArgumentError``
+    naming the operations for a name the op table lacks."""
+    return _CALLS[spec(op.name if isinstance(op, OpSpec) else op).name]
+
+
 def public_forms(row: OpSpec, checks: Callable[..., Checked], module: str, doc: str, *,
                  nonblocking_doc: str = NONBLOCKING_DOC, init_doc: str = INIT_DOC,
-                 call: Callable | None = None) -> tuple[Callable, Callable, Callable]:
+                 call: Callable | None = None) -> OpCalls:
     """``(<op>, nonblocking_<op>, <op>_init)`` of ``row``'s operation, defined in ``module``
     (``__name__`` of the caller) with the docstrings given (``{name}`` is the op's name).
 
@@ -57,8 +75,9 @@ def public_forms(row: OpSpec, checks: Callable[..., Checked], module: str, doc: 
                  "make": _plan_maker(row, checks, names), "call": call, "SUM": ReductionOp.SUM,
                  "Plan": Plan, "Request": Request}
     exec(_source(row, names, custom_call=call is not None), namespace)   # noqa: S102
-    forms = (namespace[row.name], namespace[f"nonblocking_{row.name}"],
-             namespace[f"{row.name}_init"])
+    forms = _CALLS[row.name] = OpCalls(namespace[row.name],
+                                       namespace[f"nonblocking_{row.name}"],
+                                       namespace[f"{row.name}_init"])
     for function, text in zip(forms, (doc, nonblocking_doc, init_doc)):
         function.__doc__ = text.replace("{name}", row.name)
     return forms

@@ -2,9 +2,9 @@
 
 ``table_arguments`` runs the checks an operation's row of the op table calls for (its root,
 layouts, peers and reduction op), before the operation's own checks of its buffers, which
-return a ``Checked``.  Each check raises an ``AluminumError`` subclass whose message names the argument and says what
-was expected and what was given.  Checks run before anything is written, so a rejected call
-leaves user buffers untouched and the communicator usable.
+return a ``Checked``.  Each check raises an ``AluminumError`` subclass whose message names the
+argument and says what was expected and what was given.  Checks run before anything is
+written, so a rejected call leaves user buffers untouched and the communicator usable.
 """
 from __future__ import annotations
 
