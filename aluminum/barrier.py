@@ -19,7 +19,7 @@ barrier, nonblocking_barrier, barrier_init = public_forms(
     On the MPI backend the call blocks the host; on stream-bound backends it is enqueued on
     ``stream`` (default: the communicator's) and orders that stream's later work after it.
     """,
-    nonblocking_doc="""Enter the barrier and return a ``Request`` that completes once every
-    rank entered.""",
+    nonblocking_doc="""Enter ``barrier`` and return a ``Request`` that completes once every
+    rank entered it.""",
     init_doc="""Validate ``barrier`` once; return its persistent ``Plan`` (``start()`` enters
     it nonblocking, ``run()`` blocking).""")
