@@ -19,10 +19,12 @@ What surprises people: the three calls are compiled from source text, as ``datac
 (``help(al.allreduce)`` and ``inspect.signature`` show it) that costs no more than a
 hand-written one; a generic ``*args`` wrapper would cost every small call a Python call and
 an argument tuple more.  Their ``__module__`` is the operation's module, ``__qualname__`` the
-call's name.
+call's name; a traceback through them shows their source as
+``<aluminum.forms: the calls of allreduce>``.
 """
 from __future__ import annotations
 
+import linecache
 from typing import Callable, NamedTuple
 
 from .core.ops import OpSpec, spec
@@ -74,7 +76,10 @@ def public_forms(row: OpSpec, checks: Callable[..., Checked], module: str, doc: 
                  "call_nonblocking": call_nonblocking, "layout": layout,
                  "make": _plan_maker(row, checks, names), "call": call, "SUM": ReductionOp.SUM,
                  "Plan": Plan, "Request": Request}
-    exec(_source(row, names, custom_call=call is not None), namespace)   # noqa: S102
+    source = _source(row, names, custom_call=call is not None)
+    filename = f"<aluminum.forms: the calls of {row.name}>"   # tracebacks show its lines
+    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+    exec(compile(source, filename, "exec"), namespace)   # noqa: S102
     forms = _CALLS[row.name] = OpCalls(namespace[row.name],
                                        namespace[f"nonblocking_{row.name}"],
                                        namespace[f"{row.name}_init"])
