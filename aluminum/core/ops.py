@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Iterable
 
 from .errors import ArgumentError
@@ -87,13 +88,13 @@ class OpSpec:
         """True where ``recvbuf=`` is a keyword whose omission means "in place"."""
         return self.in_place is InPlace.OMITTED_RECVBUF
 
-    @property
+    @cached_property
     def layouts(self) -> tuple[str, ...]:
         """The arguments giving one integer per rank (``counts``, ``send_displs``, ...)."""
         return tuple(name for name in self.arguments
                      if name.endswith(("counts", "displs")) and name not in self.buffers)
 
-    @property
+    @cached_property
     def peers(self) -> tuple[str, ...]:
         """The arguments naming one peer rank (``dest``, ``src``)."""
         return tuple(name for name in self.arguments
