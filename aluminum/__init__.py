@@ -16,6 +16,7 @@ from .communicator import (Communicator, HostTransferCommunicator, MPICommunicat
 from .core.dtypes import bfloat16
 from .core.names import Algorithm, Device, Mode, Placement
 from .core.ops import OPS, OpSpec
+from .forms import OpCalls, calls_of
 from .engine import Request, test_all, wait_all, wait_any
 from .core.errors import (AluminumError, ArgumentError, BufferError, CommunicatorError,
                      OperationError, TimeoutError, UnsupportedError)

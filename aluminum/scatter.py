@@ -1,76 +1,13 @@
 """Scatter: rank ``r`` gets block ``r`` of the root's buffer."""
 from __future__ import annotations
 
-from .plan import Plan
-from .recall import layout, call_blocking, call_nonblocking
-from .validate import (block_count, check_comm, check_stream, counts_arg, displs_arg,
-                       expect_at_least, expect_count, in_place_or_pair, input_buffer,
-                       layout_extent, output_buffer, rank_in_range)
+from .core.ops import OPS
+from .forms import public_forms
+from .validate import (Checked, block_count, expect_at_least, expect_count, in_place_or_pair,
+                       input_buffer, layout_extent, output_buffer)
 
 __all__ = ["scatter", "nonblocking_scatter", "scatterv", "nonblocking_scatterv", "scatter_init",
            "scatterv_init"]
-
-
-def scatter(buf, comm, stream=None, *, root: int = 0, recvbuf=None,
-            algo: str = "automatic") -> None:
-    """Split the root's ``comm.size * n`` elements into blocks; rank ``r`` gets block ``r``.
-
-    Non-root ranks: the block lands in ``recvbuf`` (``n`` elements) if given, and then
-    ``buf`` is ignored (it may be None); else in ``buf``.  Root: ``buf`` holds
-    ``comm.size * n`` elements and is only read; out of place its own block is copied into
-    ``recvbuf`` (``n``), in place (``recvbuf`` None) it simply stays at
-    ``buf[root * n:(root + 1) * n]``.  Blocking: returns when this rank's part is done; on
-    stream-bound backends, once the work is enqueued on ``stream``.
-    """
-    call_blocking("scatter", (buf, recvbuf), comm, stream, (root, algo),
-                  _scatter, buf, comm, stream, root, recvbuf, algo)
-
-
-def nonblocking_scatter(buf, comm, stream=None, *, root: int = 0, recvbuf=None,
-                        algo: str = "automatic"):
-    """Start ``scatter`` and return a ``Request``; buffers must not be touched until it
-    completes."""
-    return call_nonblocking("scatter", (buf, recvbuf), comm, stream, (root, algo),
-                            _scatter, buf, comm, stream, root, recvbuf, algo)
-
-
-def scatter_init(buf, comm, stream=None, *, root: int = 0, recvbuf=None,
-            algo: str = "automatic") -> Plan:
-    """Validate ``scatter`` once; return its persistent ``Plan`` (``start()`` runs
-    it nonblocking, ``run()`` blocking, always on the buffers given here)."""
-    return _scatter(buf, comm, stream, root, recvbuf, algo).prepare()
-
-
-def scatterv(buf, counts, displs, comm, stream=None, *, root: int = 0, recvbuf=None,
-             algo: str = "automatic") -> None:
-    """Scatter with per-rank sizes: rank ``r`` gets the ``counts[r]`` elements at element
-    offset ``displs[r]`` of the root's ``buf``.
-
-    ``counts`` and ``displs`` (in elements, one per rank, identical on every rank; ``displs``
-    None packs the blocks in rank order) may overlap.  The root's ``buf`` holds at least
-    ``max(displs[r] + counts[r])`` elements and is only read; each rank's receive buffer
-    (``recvbuf``, else ``buf`` on non-root ranks) holds exactly ``counts[rank]``.  In place
-    at the root (``recvbuf`` None) its block stays at ``displs[root]``.  Blocking as
-    ``scatter``.
-    """
-    call_blocking("scatterv", (buf, recvbuf), comm, stream,
-                  (root, algo, layout(counts), layout(displs)),
-                  _scatterv, buf, counts, displs, comm, stream, root, recvbuf, algo)
-
-
-def nonblocking_scatterv(buf, counts, displs, comm, stream=None, *, root: int = 0,
-                         recvbuf=None, algo: str = "automatic"):
-    """Start ``scatterv`` and return a ``Request``."""
-    return call_nonblocking("scatterv", (buf, recvbuf), comm, stream,
-                            (root, algo, layout(counts), layout(displs)),
-                            _scatterv, buf, counts, displs, comm, stream, root, recvbuf, algo)
-
-
-def scatterv_init(buf, counts, displs, comm, stream=None, *, root: int = 0, recvbuf=None,
-             algo: str = "automatic") -> Plan:
-    """Validate ``scatterv`` once; return its persistent ``Plan`` (``start()`` runs
-    it nonblocking, ``run()`` blocking, always on the buffers given here)."""
-    return _scatterv(buf, counts, displs, comm, stream, root, recvbuf, algo).prepare()
 
 
 def _receive_buffer(buf, recvbuf, comm):
@@ -88,9 +25,7 @@ def _root_buffers(buf, recvbuf, comm):
     return in_place_or_pair(buf, recvbuf, comm)
 
 
-def _scatter(buf, comm, stream, root, recvbuf, algo):
-    comm = check_comm(comm)
-    root = rank_in_range(root, comm, "root")
+def _scatter_checks(buf, comm, root, recvbuf) -> Checked:
     if comm.rank != root:
         sendbuf, (recvbuf, _) = None, _receive_buffer(buf, recvbuf, comm)
     else:
@@ -99,15 +34,10 @@ def _scatter(buf, comm, stream, root, recvbuf, algo):
             block_count(sendbuf, comm, "buf")
         else:
             expect_count(sendbuf, comm.size * recvbuf.count, recvbuf.dtype, "buf")
-    stream = check_stream(stream, comm)
-    return Plan(comm, "scatter", algo, recvbuf.nbytes, (stream, sendbuf, recvbuf, root))
+    return Checked(recvbuf.nbytes, (sendbuf, recvbuf, root))
 
 
-def _scatterv(buf, counts, displs, comm, stream, root, recvbuf, algo):
-    comm = check_comm(comm)
-    root = rank_in_range(root, comm, "root")
-    counts = counts_arg(counts, comm, "counts")
-    displs = displs_arg(displs, counts, comm, "displs")
+def _scatterv_checks(buf, counts, displs, comm, root, recvbuf) -> Checked:
     if comm.rank != root:
         sendbuf, (recvbuf, name) = None, _receive_buffer(buf, recvbuf, comm)
         expect_count(recvbuf, counts[comm.rank], recvbuf.dtype, name)
@@ -116,6 +46,30 @@ def _scatterv(buf, counts, displs, comm, stream, root, recvbuf, algo):
         expect_at_least(sendbuf, layout_extent(counts, displs), sendbuf.dtype, "buf")
         if sendbuf is not recvbuf:
             expect_count(recvbuf, counts[root], sendbuf.dtype, "recvbuf")
-    stream = check_stream(stream, comm)
-    return Plan(comm, "scatterv", algo, recvbuf.nbytes,
-                (stream, sendbuf, recvbuf, counts, displs, root))
+    return Checked(recvbuf.nbytes, (sendbuf, recvbuf, counts, displs, root))
+
+
+scatter, nonblocking_scatter, scatter_init = public_forms(
+    OPS["scatter"], _scatter_checks, __name__,
+    doc="""Split the root's ``comm.size * n`` elements into blocks; rank ``r`` gets block ``r``.
+
+    Non-root ranks: the block lands in ``recvbuf`` (``n`` elements) if given, and then
+    ``buf`` is ignored (it may be None); else in ``buf``.  Root: ``buf`` holds
+    ``comm.size * n`` elements and is only read; out of place its own block is copied into
+    ``recvbuf`` (``n``), in place (``recvbuf`` None) it simply stays at
+    ``buf[root * n:(root + 1) * n]``.  Blocking: returns when this rank's part is done; on
+    stream-bound backends, once the work is enqueued on ``stream``.
+    """)
+
+scatterv, nonblocking_scatterv, scatterv_init = public_forms(
+    OPS["scatterv"], _scatterv_checks, __name__,
+    doc="""Scatter with per-rank sizes: rank ``r`` gets the ``counts[r]`` elements at element
+    offset ``displs[r]`` of the root's ``buf``.
+
+    ``counts`` and ``displs`` (in elements, one per rank, identical on every rank; ``displs``
+    None packs the blocks in rank order) may overlap.  The root's ``buf`` holds at least
+    ``max(displs[r] + counts[r])`` elements and is only read; each rank's receive buffer
+    (``recvbuf``, else ``buf`` on non-root ranks) holds exactly ``counts[rank]``.  In place
+    at the root (``recvbuf`` None) its block stays at ``displs[root]``.  Blocking as
+    ``scatter``.
+    """)

@@ -1,20 +1,53 @@
 """Argument checks shared by every public operation.
 
-Each check raises an ``AluminumError`` subclass whose message names the argument and says what
-was expected and what was given.  Checks run before anything is written, so a rejected call
-leaves user buffers untouched and the communicator usable.
+``table_arguments`` runs the checks an operation's row of the op table calls for (its root,
+layouts, peers and reduction op), before the operation's own checks of its buffers, which
+return a ``Checked``.  Each check raises an ``AluminumError`` subclass whose message names the
+argument and says what was expected and what was given.  Checks run before anything is
+written, so a rejected call leaves user buffers untouched and the communicator usable.
 """
 from __future__ import annotations
 
 import itertools
 import operator
+from typing import NamedTuple
 
 import numpy as np
 
 from .core.buffers import HOST, Buffer, as_buffer
 from .communicator import Communicator
 from .core.errors import ArgumentError, BufferError
+from .core.ops import OpSpec
 from .core.reduction import ReductionOp, as_reduction_op, check_op_for_dtype
+
+
+class Checked(NamedTuple):
+    """What an operation's own checks return: the ``nbytes`` its plan reports, its State's
+    arguments after the stream (``args``), and ``inplace`` where the selector's placement
+    rules apply (allreduce), else None."""
+    nbytes: int
+    args: tuple
+    inplace: bool | None = None
+
+
+def table_arguments(row: OpSpec, comm: Communicator, arguments: dict) -> None:
+    """Check (and replace by their checked values, in ``arguments``: name -> value) the
+    arguments ``row`` declares besides buffers: ``root`` where rooted, each peer rank, each
+    layout (counts: one non-negative integer per rank; displs: the same, None packing the
+    blocks of the counts of the same prefix), and ``op`` where a reduction (whether it is
+    defined on the buffers' dtype is the operation's own check, ``reduction_op``)."""
+    if row.rooted:
+        arguments["root"] = rank_in_range(arguments["root"], comm, "root")
+    for name in row.peers:
+        arguments[name] = rank_in_range(arguments[name], comm, name)
+    for name in row.layouts:
+        if name.endswith("counts"):
+            arguments[name] = counts_arg(arguments[name], comm, name)
+        else:
+            counts = arguments[name[:-len("displs")] + "counts"]
+            arguments[name] = displs_arg(arguments[name], counts, comm, name)
+    if row.reduction:
+        arguments["op"] = as_reduction_op(arguments["op"])
 
 
 def check_comm(comm: object) -> Communicator:

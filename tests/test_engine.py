@@ -658,8 +658,8 @@ def test_trace_file_has_api_calls_and_engine_events(tmp_path):
     assert path.stat().st_mode & 0o777 == 0o600
     events = json.loads(path.read_text())     # a complete JSON array once finalized
     api = [e for e in events if e.get("cat") == "api"]
-    assert [(e["name"], e["args"]["blocking"]) for e in api] == \
-        [("allreduce", True), ("allreduce", False)]
+    assert [(e["name"], e["args"]["blocking"], e["args"]["family"]) for e in api] == \
+        [("allreduce", True, "collective"), ("allreduce", False, "collective")]
     engine = [e for e in events if e.get("cat") == "engine"]
     by_seq = collections.defaultdict(list)
     for event in engine:

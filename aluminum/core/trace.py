@@ -11,7 +11,8 @@ does too.  Timestamps are CLOCK_MONOTONIC microseconds, so ranks of one node lin
 - Metadata first: ``process_name`` (``"rank N"``) and ``aluminum_trace``
   (``args = {rank, format: "aluminum-trace/2"}``).
 - API calls: instant ``"ph": "i"``, ``"cat": "api"``, named after the operation
-  (``"allreduce"``), ``args = {bytes, algo, blocking, comm_size}``, on the caller's thread.
+  (``"allreduce"``), ``args = {bytes, algo, blocking, comm_size, family}``, on the caller's
+  thread; ``family`` is the op table's (``"collective"`` or ``"point_to_point"``).
 - Engine events: instant, ``"cat": "engine"``, named ``submit``, ``admit``, ``start``,
   ``complete`` or ``fail``, ``args = {op, seq, stream}``, on the thread that drove the engine
   (the engine thread, or a caller progressing it inside ``Request.wait``).
@@ -25,13 +26,14 @@ never an exception; the flight recorder keeps working.
 
 Flight recorder (after torch's NCCL flight recorder): the last ``AL_FLIGHT_RECORDER``
 operations (default 1000 when ``AL_TRACE`` is set, else off) are kept in a ring, each as
-``{op, algo, bytes, blocking, comm_size, seq, state, t_us}`` where ``state`` is the last
+``{op, family, algo, bytes, blocking, comm_size, seq, state, t_us}`` where ``state`` is the last
 thing seen: ``called`` (a blocking call run directly, never seen by the engine: it returned
 if a later call follows), ``submit``, ``admit``, ``start``, ``complete`` or ``fail``.  Each
 rank writes them to ``<AL_TRACE root>.flight.rank<N>.json`` (without ``AL_TRACE``:
 ``$TMPDIR/aluminum-flight.rank<N>.json``) when an ``al.TimeoutError`` is raised and on
 ``SIGUSR1`` (``kill -USR1 <pid>``, also while the rank is stuck inside MPI): compare the
-ranks' files to see who stopped where.
+ranks' files to see who stopped where (every rank calls the ``"collective"`` ones in one
+order; ``family`` is None for an engine state that is no operation of the op table).
 
 Recording costs nothing unless ``ENABLED``: callers test the flag before calling in.
 """
@@ -46,6 +48,8 @@ import tempfile
 import threading
 import time
 import warnings
+
+from .ops import OPS
 
 PATH: str | None = os.environ.get("AL_TRACE") or None
 DEFAULT_FLIGHT_OPS = 1000
@@ -79,13 +83,21 @@ def _now_us() -> float:
     return time.monotonic_ns() / 1000.0
 
 
+def _family(op: str) -> str | None:
+    """The op table's family of operation ``op``; None for a name the table lacks."""
+    row = OPS.get(op)
+    return None if row is None else row.family.value
+
+
 def api_call(op: str, comm, nbytes: int, algo: str, blocking: bool) -> None:
-    """Record one API call (only called when ``ENABLED``)."""
+    """Record one API call of operation ``op`` (only called when ``ENABLED``)."""
     ts = _now_us()
     size = getattr(comm, "size", None)
+    family = _family(op)
     if FLIGHT_OPS:
-        record = {"op": op, "algo": algo, "bytes": nbytes, "blocking": blocking,
-                  "comm_size": size, "seq": None, "state": "called", "t_us": ts}
+        record = {"op": op, "family": family, "algo": algo, "bytes": nbytes,
+                  "blocking": blocking, "comm_size": size, "seq": None, "state": "called",
+                  "t_us": ts}
         with _lock:
             _remember(("call", next(_calls)), record)
         _caller.record = record
@@ -93,7 +105,7 @@ def api_call(op: str, comm, nbytes: int, algo: str, blocking: bool) -> None:
         _emit({"name": op, "cat": "api", "ph": "i", "s": "t", "ts": ts, "pid": _pid(),
                "tid": threading.get_native_id(),
                "args": {"bytes": nbytes, "algo": algo, "blocking": blocking,
-                        "comm_size": size}})
+                        "comm_size": size, "family": family}})
 
 
 def engine_event(event: str, op: str, seq: int, stream: object) -> None:
@@ -123,8 +135,9 @@ def _engine_record(event: str, op: str, seq: int, ts: float) -> None:
             record = getattr(_caller, "record", None)
             _caller.record = None
             if record is None or record["seq"] is not None or record["algo"] != op:
-                record = {"op": op.split("/")[0], "algo": op, "bytes": None, "blocking": None,
-                          "comm_size": None, "seq": None, "t_us": ts}
+                name = op.split("/")[0]   # a State's name: "<operation>/<algorithm>"
+                record = {"op": name, "family": _family(name), "algo": op, "bytes": None,
+                          "blocking": None, "comm_size": None, "seq": None, "t_us": ts}
                 _remember(("op", seq), record)
             record["seq"] = seq
             _by_seq[seq] = record

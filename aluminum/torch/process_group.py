@@ -94,9 +94,10 @@ class ProcessGroupAluminum(dist.ProcessGroup):
             devices.same_device(tensor, tensors[0], f"tensors[{i}]")
             comm, where = self._on(tensor)
             if source is None:
-                calls.append(_call("allreduce", tensor, comm, op=op, **where))
+                calls.append(_call(al.OPS["allreduce"], tensor, comm, op=op, **where))
             else:
-                calls.append(_call("allreduce", source, comm, op=op, recvbuf=tensor, **where))
+                calls.append(_call(al.OPS["allreduce"], source, comm, op=op, recvbuf=tensor,
+                                   **where))
         return _launch(opts.asyncOp, calls, tensors, device=_device(*tensors[:1]))
 
     def reduce(self, tensors: list[torch.Tensor], opts=None):
@@ -107,9 +108,9 @@ class ProcessGroupAluminum(dist.ProcessGroup):
         root = self._root(opts.rootRank)
         comm, where = self._on(tensor)
         if source is None:
-            call = _call("reduce", tensor, comm, root=root, op=op, **where)
+            call = _call(al.OPS["reduce"], tensor, comm, root=root, op=op, **where)
         else:
-            call = _call("reduce", source, comm, root=root, op=op,
+            call = _call(al.OPS["reduce"], source, comm, root=root, op=op,
                          recvbuf=tensor if self.comm.rank == root else None, **where)
         return _launch(opts.asyncOp, [call], tensors, device=_device(tensor))
 
@@ -128,10 +129,8 @@ class ProcessGroupAluminum(dist.ProcessGroup):
         flat = _flatten(inputs, _premul_factor(opts.reduceOp))
         counts = [t.numel() for t in inputs]
         comm, where = self._on(output)
-        if len(set(counts)) == 1:
-            call = _call("reduce_scatter", flat, comm, op=op, recvbuf=output, **where)
-        else:
-            call = _call("reduce_scatterv", flat, counts, comm, op=op, recvbuf=output, **where)
+        call = _sized(al.OPS["reduce_scatter"], counts, flat, comm, op=op, recvbuf=output,
+                      **where)
         return _launch(opts.asyncOp, [call], output_tensors, device=_device(output))
 
     def reduce_scatter_single(self, output: torch.Tensor, input: torch.Tensor, opts=None):
@@ -141,7 +140,7 @@ class ProcessGroupAluminum(dist.ProcessGroup):
         self._check_multiple(_check(output, "output"), _check(input, "input"))
         op, source = _reduction(opts.reduceOp, input)
         comm, where = self._on(output)
-        call = _call("reduce_scatter", input if source is None else source, comm,
+        call = _call(al.OPS["reduce_scatter"], input if source is None else source, comm,
                      op=op, recvbuf=output, **where)
         return _launch(opts.asyncOp, [call], [output], device=_device(output))
 
@@ -168,7 +167,7 @@ class ProcessGroupAluminum(dist.ProcessGroup):
             devices.same_device(output, outputs[0], f"outputs[{i}]")
             op, source = _reduction(opts.reduceOp, input)
             comm, where = self._on(output)
-            calls.append(_call("reduce_scatter", input if source is None else source,
+            calls.append(_call(al.OPS["reduce_scatter"], input if source is None else source,
                                comm, op=op, recvbuf=output, **where))
         return _launch(opts.asyncOp, calls, outputs, device=_device(*outputs[:1]))
 
@@ -182,7 +181,7 @@ class ProcessGroupAluminum(dist.ProcessGroup):
         for i, tensor in enumerate(tensors):
             devices.same_device(_check(tensor, f"tensors[{i}]"), tensors[0], f"tensors[{i}]")
             comm, where = self._on(tensor)
-            calls.append(_call("bcast", tensor, comm, root=root, **where))
+            calls.append(_call(al.OPS["bcast"], tensor, comm, root=root, **where))
         return _launch(opts.asyncOp, calls, tensors, device=_device(*tensors[:1]))
 
     def allgather(self, output_tensors: list[list[torch.Tensor]],
@@ -200,11 +199,7 @@ class ProcessGroupAluminum(dist.ProcessGroup):
         counts = [t.numel() for t in outputs]
         staging = torch.empty(sum(counts), dtype=source.dtype, device=source.device)
         comm, where = self._on(source)
-        if len(set(counts)) == 1:
-            call = _call("allgather", source, comm, recvbuf=staging, **where)
-        else:
-            call = _call("allgatherv", source, counts, _displacements(counts), comm,
-                         recvbuf=staging, **where)
+        call = _sized(al.OPS["allgather"], counts, source, comm, recvbuf=staging, **where)
         return _launch(opts.asyncOp, [call], output_tensors,
                        lambda: _unflatten(staging, outputs), device=_device(source))
 
@@ -214,8 +209,8 @@ class ProcessGroupAluminum(dist.ProcessGroup):
         opts = opts or dist.AllgatherOptions()
         self._check_multiple(_check(input, "input"), _check(output, "output"))
         comm, where = self._on(output)
-        return _launch(opts.asyncOp, [_call("allgather", input, comm, recvbuf=output, **where)],
-                       [output], device=_device(output))
+        call = _call(al.OPS["allgather"], input, comm, recvbuf=output, **where)
+        return _launch(opts.asyncOp, [call], [output], device=_device(output))
 
     def all_gather_single_coalesced(self, outputs: list[torch.Tensor],
                                     inputs: list[torch.Tensor], opts=None):
@@ -226,7 +221,7 @@ class ProcessGroupAluminum(dist.ProcessGroup):
             self._check_multiple(_check(input, f"inputs[{i}]"), _check(output, f"outputs[{i}]"))
             devices.same_device(output, outputs[0], f"outputs[{i}]")
             comm, where = self._on(output)
-            calls.append(_call("allgather", input, comm, recvbuf=output, **where))
+            calls.append(_call(al.OPS["allgather"], input, comm, recvbuf=output, **where))
         return _launch(opts.asyncOp, calls, outputs, device=_device(*outputs[:1]))
 
     def allgather_coalesced(self, output_lists: list[list[torch.Tensor]],
@@ -249,13 +244,13 @@ class ProcessGroupAluminum(dist.ProcessGroup):
             if output_tensors and output_tensors[0]:
                 raise TensorError(f"gather_list: only the root (rank {root}) passes one, "
                                   f"rank {self.comm.rank} passed {len(output_tensors[0])}")
-            return _launch(opts.asyncOp, [_call("gather", source, comm, root=root, **where)],
-                           [], device=_device(source))
+            call = _call(al.OPS["gather"], source, comm, root=root, **where)
+            return _launch(opts.asyncOp, [call], [], device=_device(source))
         outputs = self._per_rank(_single_list(output_tensors, "gather_list"), "gather_list",
                                  source.dtype, same_numel=source.numel(), device=source.device)
         staging = torch.empty(source.numel() * self.comm.size, dtype=source.dtype,
                               device=source.device)
-        call = _call("gather", source, comm, root=root, recvbuf=staging, **where)
+        call = _call(al.OPS["gather"], source, comm, root=root, recvbuf=staging, **where)
         return _launch(opts.asyncOp, [call], output_tensors,
                        lambda: _unflatten(staging, outputs), device=_device(source))
 
@@ -270,12 +265,13 @@ class ProcessGroupAluminum(dist.ProcessGroup):
             if input_tensors and input_tensors[0]:
                 raise TensorError(f"scatter_list: only the root (rank {root}) passes one, "
                                   f"rank {self.comm.rank} passed {len(input_tensors[0])}")
-            call = _call("scatter", None, comm, root=root, recvbuf=output, **where)
+            call = _call(al.OPS["scatter"], None, comm, root=root, recvbuf=output, **where)
         else:
             inputs = self._per_rank(_single_list(input_tensors, "scatter_list"),
                                     "scatter_list", output.dtype, same_numel=output.numel(),
                                     device=output.device)
-            call = _call("scatter", _flatten(inputs), comm, root=root, recvbuf=output, **where)
+            call = _call(al.OPS["scatter"], _flatten(inputs), comm, root=root, recvbuf=output,
+                         **where)
         return _launch(opts.asyncOp, [call], output_tensors, device=_device(output))
 
     def alltoall(self, output_tensors: list[torch.Tensor], input_tensors: list[torch.Tensor],
@@ -290,8 +286,9 @@ class ProcessGroupAluminum(dist.ProcessGroup):
         recv_counts = [t.numel() for t in outputs]
         staging = torch.empty(sum(recv_counts), dtype=outputs[0].dtype, device=device)
         comm, where = self._on(staging)
-        call = _call("alltoallv", _flatten(inputs), send_counts, _displacements(send_counts),
-                     recv_counts, _displacements(recv_counts), comm, recvbuf=staging, **where)
+        call = _call(al.OPS["alltoallv"], _flatten(inputs), send_counts,
+                     _displacements(send_counts), recv_counts, _displacements(recv_counts),
+                     comm, recvbuf=staging, **where)
         return _launch(opts.asyncOp, [call], output_tensors,
                        lambda: _unflatten(staging, outputs), device=_device(staging))
 
@@ -310,7 +307,7 @@ class ProcessGroupAluminum(dist.ProcessGroup):
         send_counts = self._splits(input, input_split_sizes, "input_split_sizes")
         recv_counts = self._splits(output, output_split_sizes, "output_split_sizes")
         comm, where = self._on(output)
-        call = _call("alltoallv", input, send_counts, _displacements(send_counts),
+        call = _call(al.OPS["alltoallv"], input, send_counts, _displacements(send_counts),
                      recv_counts, _displacements(recv_counts), comm, recvbuf=output, **where)
         return _launch(opts.asyncOp, [call], [output], device=_device(output))
 
@@ -403,9 +400,23 @@ class ProcessGroupAluminum(dist.ProcessGroup):
         return [size * per_row for size in sizes]
 
 
-def _call(name: str, *args, **kwargs) -> _Call:
-    """The aluminum call ``name`` with these arguments, blocking and nonblocking."""
-    return getattr(al, name), getattr(al, "nonblocking_" + name), args, kwargs
+def _call(row: al.OpSpec, *args, **kwargs) -> _Call:
+    """The aluminum operation of op-table row ``row`` with these arguments, blocking and
+    nonblocking."""
+    calls = al.calls_of(row)
+    return calls.blocking, calls.nonblocking, args, kwargs
+
+
+def _sized(row: al.OpSpec, counts: list[int], buf, comm, **kwargs) -> _Call:
+    """``row``'s call on ``buf`` where every rank's block has one size (``counts``: element
+    counts per rank), else the call of its vector variant (the op table's row whose ``base``
+    is ``row``), given ``counts`` and packed displacements for its layouts."""
+    if len(set(counts)) == 1:
+        return _call(row, buf, comm, **kwargs)
+    vector = next(other for other in al.OPS.values() if other.vector and other.base == row.name)
+    layouts = [counts if name.endswith("counts") else _displacements(counts)
+               for name in vector.layouts]
+    return _call(vector, buf, *layouts, comm, **kwargs)
 
 
 def _launch(async_op: bool, calls: list[_Call], result: list,

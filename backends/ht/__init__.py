@@ -70,7 +70,7 @@ HOST_TRANSFER_OPS = {
 
 def setup(comm) -> None:
     """Read ``AL_HT_STAGE_HOST`` for a new communicator."""
-    comm._scratch[STAGE_HOST_KEY] = os.environ.get("AL_HT_STAGE_HOST", "0") == "1"
+    comm.scratch(STAGE_HOST_KEY, lambda: os.environ.get("AL_HT_STAGE_HOST", "0") == "1")
 
 
 def default_stream():

@@ -76,7 +76,7 @@ __all__ = ["HostTransferState", "PostingOrder", "STAGE_HOST_KEY", "layout_blocks
 
 _CONTINUE, _COMPLETE = Action.CONTINUE, Action.COMPLETE
 _HOST_RUNTIME = host.RUNTIME
-STAGE_HOST_KEY = "ht_stage_host"   # comm._scratch: stage host buffers too (AL_HT_STAGE_HOST)
+STAGE_HOST_KEY = "ht_stage_host"   # comm.scratch: stage host buffers too (AL_HT_STAGE_HOST)
 
 # A thread synchronizing a stream that waits on an HT flag drives the MPI step itself.
 drive_while_waiting(drive_until)
@@ -117,7 +117,7 @@ class HostTransferState(State):
             except TypeError as exc:
                 raise ArgumentError(str(exc)) from None
         self.compute_stream = stream
-        self.stage_host = comm._scratch.get(STAGE_HOST_KEY, False)
+        self.stage_host = bool(comm.scratch(STAGE_HOST_KEY))
         self.pool = None   # the communicator's StagingPool, once something is staged
         self.mpi: State | None = None
         self.ready = self.done = self.flag = None
