@@ -47,9 +47,9 @@ def default_cluster() -> Cluster:
 
 @dataclass(eq=False)
 class Channel:
-    """A transfer's buffer and the persistent plan bound to it."""
+    """A receiving transfer's private buffers and the persistent plan bound to them."""
 
-    buffer: np.ndarray
+    buffers: list
     plan: object
 
 
@@ -64,11 +64,7 @@ class _Context:
 class PlacedRun:
     """One placed program on this rank (see the module docstring)."""
 
-    def __init__(self, program: Program, comm=None, gradient_scale: str = "coeff_num_device",
-                 shared_memory: bool = True):
-        """``shared_memory``: the channels of collective transfers may be in
-        ``al.shared_empty`` memory (an executor that calls ``release`` when it closes)."""
-        self.shared_memory = shared_memory
+    def __init__(self, program: Program, comm=None, gradient_scale: str = "coeff_num_device"):
         cluster = getattr(program, "cluster", None)
         if cluster is None:
             raise ProgramError("program: not placed; call ex.place(program, strategy, "
@@ -100,24 +96,22 @@ class PlacedRun:
                                                slice_rows(self.placed.block, var))
                         if self.rank in cluster.ranks(piece.place, piece.name)]
 
-    def channel(self, attrs: dict, comm, make) -> Channel:
-        """The channel of the transfer whose op has ``attrs``: made on first use (a
-        collective over ``comm`` when it is shared memory; ``comm`` None: point to point,
-        private memory), with ``make(buffer)`` its plan."""
+    def channel(self, attrs: dict, count: int, make) -> Channel:
+        """The channel of the receiving transfer whose op has ``attrs``: made on its first
+        run, ``count`` private buffers of the transfer's shape and dtype with
+        ``make(buffers)`` their plan; every later run reuses both.  (Private: the
+        placement transfers' algorithms gain nothing from ``al.shared_empty`` memory.)"""
         found = self._channels.get(id(attrs))
         if found is None:
             shape = tuple(attrs["shape"])     # the receiver's (the slice's, if rows)
-            shared = self.shared_memory and isinstance(comm, al.MPICommunicator) and \
-                comm.local_size == comm.size
-            buffer = al.shared_empty(shape, attrs["dtype"], comm) if shared else \
-                np.empty(shape, attrs["dtype"])
-            found = self._channels[id(attrs)] = Channel(buffer, make(buffer))
+            buffers = [np.empty(shape, attrs["dtype"]) for _ in range(count)]
+            found = self._channels[id(attrs)] = Channel(buffers, make(buffers))
         return found
 
     def release(self, scope) -> None:
         """Free the channels' plans and the sub-communicators; values of ``scope`` in the
-        channels' buffers become copies (so shared memory can go back).  Collective: every
-        rank of the job releases."""
+        channels' buffers become copies (a later run's plan would overwrite them).
+        Collective: every rank of the job releases."""
         self._release_channels(scope)     # (its locals, buffers among them, gone on return)
         groups, self._groups = self._groups, {}
         for part in groups.values():
@@ -129,8 +123,8 @@ class PlacedRun:
         for channel in channels.values():
             channel.plan.free()
             for name, value in list(scope.items()):
-                if isinstance(value, np.ndarray) and np.may_share_memory(value,
-                                                                        channel.buffer):
+                if isinstance(value, np.ndarray) and any(
+                        np.may_share_memory(value, buffer) for buffer in channel.buffers):
                     scope[name] = value.copy()
 
     def group_comm(self, group: tuple):
@@ -176,8 +170,7 @@ def run_placed(executor, program: Program, feed, fetch_list, scope) -> list:
     too: one set per program, whichever executor runs it)."""
     runtime = program.__dict__.get("_placed_run")
     if runtime is None:
-        # no close() to give shared memory back: private channels
-        runtime = program.__dict__["_placed_run"] = PlacedRun(program, shared_memory=False)
+        runtime = program.__dict__["_placed_run"] = PlacedRun(program)
     mine = runtime.program
     feed = dict(feed or {})
     names = fetch_names(fetch_list)

@@ -3,12 +3,23 @@
 ``X`` (rows ``rows`` of it), a rank that receives with output ``Out``.  They run on the
 executor's ``placement`` context (runtime.py): the job's communicator for send/recv, the
 sub-communicator of the transfer's ``group`` (made once, with ``comm.split``) for bcast and
-reduce.  A transfer of a fixed shape runs a persistent plan (``al.<op>_init``) bound to a
-buffer made on its first run (``al.shared_empty`` when the group's ranks share a node, as
-the data-parallel buckets; a receiver's output is that buffer, valid until the same
-transfer runs in the next step).  A variable whose declared shape has a batch dimension
-(-1) travels after a small header with its shape, through the blocking calls.  A peer that never arrives raises ``al.TimeoutError`` (under
-``AL_TIMEOUT``) naming the peer's role, rank and endpoint.
+reduce.
+
+What each moves, with the fewest passes over the data (as raw MPI would):
+
+- a sender hands the producer's array itself to the call (``al.send``, ``al.bcast`` at the
+  root: no copy into a buffer of the transfer's; a row slice is a view);
+- a receiver of a fixed shape runs a persistent plan (``al.recv_init``, ``bcast_init``,
+  ``multisendrecv_init``) bound once to private buffers made on its first run; its output
+  is that buffer, valid until the same transfer runs in the next step;
+- ``reduce_var``: each replica sends its value to the owner, which receives them all at
+  once (one buffer per replica) and sums them in the replicas' rank order into the first
+  buffer, then scales that in place: one fixed order of the sum on every run, with no zero
+  fill and no scaling pass elsewhere.
+
+A variable whose declared shape has a batch dimension (-1) travels after a small header
+with its shape, through the blocking calls.  A peer that never arrives raises
+``al.TimeoutError`` (under ``AL_TIMEOUT``) naming the peer's role, rank and endpoint.
 """
 from __future__ import annotations
 
@@ -56,6 +67,8 @@ class _Transfer(OpKind):
 
 
 def _outgoing(ins, attrs):
+    """The array a sender hands to the call: the producer's own (a view for ``rows``),
+    copied only if it is not C-contiguous."""
     value = ins["X"][0]
     rows = attrs.get("rows")
     return np.ascontiguousarray(value if rows is None else value[rows[0]:rows[1]])
@@ -68,7 +81,7 @@ def _dynamic(attrs) -> bool:
 def _received(buffer, attrs) -> dict:
     scale = attrs.get("scale")
     if scale not in (None, 1.0):
-        buffer *= scale
+        np.multiply(buffer, scale, out=buffer)
     return {"Out": [buffer]}
 
 
@@ -83,13 +96,8 @@ class SendVar(_Transfer):
 
     def move(self, runtime, ins, attrs):
         value = _outgoing(ins, attrs)
-        if not _dynamic(attrs):
-            channel = runtime.channel(attrs, None, lambda buf: al.send_init(
-                buf, attrs["peer"], runtime.comm))
-            channel.buffer[...] = value
-            channel.plan.run()
-            return {}
-        al.send(np.array(value.shape, np.int64), attrs["peer"], runtime.comm)
+        if _dynamic(attrs):
+            al.send(np.array(value.shape, np.int64), attrs["peer"], runtime.comm)
         al.send(value, attrs["peer"], runtime.comm)
         return {}
 
@@ -106,10 +114,10 @@ class RecvVar(_Transfer):
     def move(self, runtime, ins, attrs):
         shape = tuple(attrs["shape"])
         if not _dynamic(attrs):
-            channel = runtime.channel(attrs, None, lambda buf: al.recv_init(
-                buf, attrs["peer"], runtime.comm))
+            channel = runtime.channel(attrs, 1, lambda bufs: al.recv_init(
+                bufs[0], attrs["peer"], runtime.comm))
             channel.plan.run()
-            return _received(channel.buffer, attrs)
+            return _received(channel.buffers[0], attrs)
         header = np.empty(len(shape), np.int64)
         al.recv(header, attrs["peer"], runtime.comm)
         shape = tuple(int(d) for d in header)
@@ -126,13 +134,6 @@ class BcastVar(_Transfer):
 
     def move(self, runtime, ins, attrs):
         comm, root = runtime.group_comm(attrs["group"]), attrs["group"].index(attrs["root"])
-        if not _dynamic(attrs):
-            channel = runtime.channel(attrs, comm, lambda buf: al.bcast_init(buf, comm,
-                                                                             root=root))
-            if "X" in ins:
-                channel.buffer[...] = _outgoing(ins, attrs)
-            channel.plan.run()
-            return {} if "X" in ins else {"Out": [channel.buffer]}
         if "X" in ins:
             value = _outgoing(ins, attrs)
             if _dynamic(attrs):
@@ -140,30 +141,37 @@ class BcastVar(_Transfer):
             al.bcast(value, comm, root=root)
             return {}
         shape = tuple(attrs["shape"])
-        if _dynamic(attrs):
-            header = np.empty(len(shape), np.int64)
-            al.bcast(header, comm, root=root)
-            shape = tuple(int(d) for d in header)
-        buffer = np.empty(shape, attrs["dtype"])
+        if not _dynamic(attrs):
+            channel = runtime.channel(attrs, 1, lambda bufs: al.bcast_init(bufs[0], comm,
+                                                                           root=root))
+            channel.plan.run()
+            return {"Out": [channel.buffers[0]]}
+        header = np.empty(len(shape), np.int64)
+        al.bcast(header, comm, root=root)
+        buffer = np.empty(tuple(int(d) for d in header), attrs["dtype"])
         al.bcast(buffer, comm, root=root)
-        return _received(buffer, attrs)
+        return {"Out": [buffer]}
 
 
 @register
 class ReduceVar(_Transfer):
     """The sum of the senders' ``X`` (rows ``rows``) at ``root`` as ``Out``, times
-    ``scale``; the root, not a sender, adds zeros."""
+    ``scale``: every other rank of ``group`` sends its value to the root, which adds them
+    in rank order (see the module docstring)."""
 
     type = "reduce_var"
 
     def move(self, runtime, ins, attrs):
-        comm, root = runtime.group_comm(attrs["group"]), attrs["group"].index(attrs["root"])
-        channel = runtime.channel(attrs, comm, lambda buf: al.reduce_init(buf, comm,
-                                                                          root=root))
+        group = attrs["group"]
+        comm, root = runtime.group_comm(group), group.index(attrs["root"])
         if "X" in ins:
-            channel.buffer[...] = _outgoing(ins, attrs)
-            channel.plan.run()
+            al.send(_outgoing(ins, attrs), root, comm)
             return {}
-        channel.buffer[...] = 0
+        senders = [i for i in range(len(group)) if i != root]
+        channel = runtime.channel(attrs, len(senders), lambda bufs: al.multisendrecv_init(
+            [], list(zip(bufs, senders)), comm))
         channel.plan.run()
-        return _received(channel.buffer, attrs)
+        total, *others = channel.buffers
+        for part in others:
+            np.add(total, part, out=total)
+        return _received(total, attrs)
