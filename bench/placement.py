@@ -30,11 +30,12 @@ import aluminum as al
 import aluminum.executor as ex
 from aluminum.bench.sizes import parse_sizes
 from aluminum.executor import layers
-from aluminum.executor.executor import run_op
+from aluminum.executor.executor import PreparedOp
 from aluminum.executor.placement.runtime import PlacedRun
 from aluminum.executor.placement.transfers import TRANSFER_TYPES
 
 SPEC = "trainer:2,pserver:1"
+ROTATE = 4      # arrays a transfer's source rotates over, one per step
 
 
 def build(features: int, hidden: int):
@@ -138,42 +139,52 @@ def transfers(comm, args) -> list[tuple]:
             program, spec = transfer_program(count, kind)
             ex.place(program, cluster=ex.Cluster(spec.roles, spec.endpoints, comm))
             runtime = PlacedRun(program, comm)
-            scope = ex.Scope({"u": np.ones(count, np.float32), "w": np.ones(count, np.float32),
-                              "g": np.ones(count, np.float32),
-                              "v": np.ones(count, np.float32)})
-            ops = [op for op in runtime.program.global_block().ops if op.type in TRANSFER_TYPES]
-            buffer = np.ones(count, np.float32)
+            # a new array per step, as a producing op makes (both sides rotate over these)
+            values = [np.full(count, i + 1, np.float32) for i in range(ROTATE)]
+            scope = ex.Scope({"u": values[0], "w": values[0], "g": values[0], "v": values[0]})
+            ops = [PreparedOp(op, scope, "cpu", "comm", runtime.context)
+                   for op in runtime.program.global_block().ops if op.type in TRANSFER_TYPES]
+            received = np.empty(count, np.float32)
 
-            def ours():
+            def produce(i):
+                for name in ("v", "w", "g"):
+                    scope[name] = values[i % ROTATE]
+
+            def ours(i):
                 for op in ops:
-                    run_op(op, scope, context=runtime.context)
+                    op.run()
 
-            def raw():
+            def raw(i):
+                value = values[i % ROTATE]
                 if kind == "p2p":
                     if comm.rank == 0:
-                        world.Send(buffer, 1)
+                        world.Send(value, 1)
                     elif comm.rank == 1:
-                        world.Recv(buffer, 0)
+                        world.Recv(received, 0)
                 else:
-                    world.Bcast(buffer, root=2)
-                    world.Reduce(MPI.IN_PLACE if comm.rank == 2 else buffer,
-                                 buffer if comm.rank == 2 else None, root=2)
-            medians = _interleaved(world, {"ours": ours, "raw": raw}, args.repeats)
+                    world.Bcast(value if comm.rank == 2 else received, root=2)
+                    world.Reduce(value, received if comm.rank == 2 else None, root=2)
+            medians = _interleaved(world, {"ours": ours, "raw": raw}, produce, args.repeats)
             runtime.release(scope)
             worst = {k: world.allreduce(v, op=MPI.MAX) for k, v in medians.items()}
             rows.append((kind, nbytes, worst["ours"], worst["raw"]))
     return rows
 
 
-def _interleaved(world, runs: dict, repeats: int) -> dict:
-    for run in runs.values():
-        run()
+def _interleaved(world, runs: dict, produce, repeats: int) -> dict:
+    """Median seconds of each run, the runs taking turns; ``produce(i)`` (untimed) makes
+    sample ``i``'s values first."""
+    for i in range(2):
+        for run in runs.values():
+            produce(i)
+            run(i)
     samples = {k: [] for k in runs}
-    for _ in range(repeats):
+    for i in range(repeats):
         for label, run in runs.items():
+            produce(i)
             world.Barrier()
             start = time.perf_counter()
-            run()
+            run(i)
             samples[label].append(time.perf_counter() - start)
     return {k: statistics.median(v) for k, v in samples.items()}
 

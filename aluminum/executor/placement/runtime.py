@@ -12,7 +12,7 @@ slice is the state and the owners' values are what every reader receives.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -47,10 +47,14 @@ def default_cluster() -> Cluster:
 
 @dataclass(eq=False)
 class Channel:
-    """A receiving transfer's private buffers and the persistent plan bound to them."""
+    """What one transfer op needs on this rank, worked out on its first run: the
+    communicator it runs on, the root's rank there, and for a receiver of a fixed shape its
+    private buffers and the persistent plan bound to them (empty and None for a sender)."""
 
-    buffers: list
-    plan: object
+    comm: object
+    root: int
+    buffers: list = field(default_factory=list)
+    plan: object = None
 
 
 class _Context:
@@ -96,17 +100,28 @@ class PlacedRun:
                                                slice_rows(self.placed.block, var))
                         if self.rank in cluster.ranks(piece.place, piece.name)]
 
-    def channel(self, attrs: dict, count: int, make) -> Channel:
-        """The channel of the receiving transfer whose op has ``attrs``: made on its first
-        run, ``count`` private buffers of the transfer's shape and dtype with
-        ``make(buffers)`` their plan; every later run reuses both.  (Private: the
-        placement transfers' algorithms gain nothing from ``al.shared_empty`` memory.)"""
-        found = self._channels.get(id(attrs))
-        if found is None:
-            shape = tuple(attrs["shape"])     # the receiver's (the slice's, if rows)
-            buffers = [np.empty(shape, attrs["dtype"]) for _ in range(count)]
-            found = self._channels[id(attrs)] = Channel(buffers, make(buffers))
-        return found
+    def channel(self, attrs: dict) -> Channel | None:
+        """The channel of the transfer op whose attributes are ``attrs``, or None before
+        ``open_channel`` made it."""
+        return self._channels.get(id(attrs))
+
+    def open_channel(self, attrs: dict, count: int = 0, make=None) -> Channel:
+        """Make the channel of the transfer op with ``attrs``: its communicator (the
+        job's for send/recv, else the group's) and root there, and ``count`` private
+        buffers of the transfer's shape and dtype with ``make(channel)`` their plan.
+        (Private memory: the placement transfers' algorithms gain nothing from
+        ``al.shared_empty``.)"""
+        group = tuple(attrs["group"])
+        if "peer" in attrs:      # send/recv: the job's communicator
+            channel = Channel(self.comm, attrs["peer"])
+        else:
+            channel = Channel(self._groups[group], group.index(attrs["root"]))
+        shape = tuple(attrs["shape"])     # the receiver's (the slice's, if rows)
+        channel.buffers = [np.empty(shape, attrs["dtype"]) for _ in range(count)]
+        if make is not None:
+            channel.plan = make(channel)
+        self._channels[id(attrs)] = channel
+        return channel
 
     def release(self, scope) -> None:
         """Free the channels' plans and the sub-communicators; values of ``scope`` in the
@@ -121,14 +136,12 @@ class PlacedRun:
     def _release_channels(self, scope) -> None:
         channels, self._channels = self._channels, {}
         for channel in channels.values():
-            channel.plan.free()
+            if channel.plan is not None:
+                channel.plan.free()
             for name, value in list(scope.items()):
                 if isinstance(value, np.ndarray) and any(
                         np.may_share_memory(value, buffer) for buffer in channel.buffers):
                     scope[name] = value.copy()
-
-    def group_comm(self, group: tuple):
-        return self._groups[tuple(group)]
 
     def name_peers(self, ranks) -> str:
         return ", ".join(f"{self.cluster.role_of(r)} rank {r} ({self.cluster.endpoints[r]})"

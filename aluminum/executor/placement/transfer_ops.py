@@ -75,7 +75,7 @@ def _outgoing(ins, attrs):
 
 
 def _dynamic(attrs) -> bool:
-    return -1 in tuple(attrs.get("shape", ()))
+    return -1 in attrs["shape"]
 
 
 def _received(buffer, attrs) -> dict:
@@ -112,18 +112,19 @@ class RecvVar(_Transfer):
         return [attrs["peer"]]
 
     def move(self, runtime, ins, attrs):
-        shape = tuple(attrs["shape"])
-        if not _dynamic(attrs):
-            channel = runtime.channel(attrs, 1, lambda bufs: al.recv_init(
-                bufs[0], attrs["peer"], runtime.comm))
-            channel.plan.run()
-            return _received(channel.buffers[0], attrs)
-        header = np.empty(len(shape), np.int64)
-        al.recv(header, attrs["peer"], runtime.comm)
-        shape = tuple(int(d) for d in header)
-        buffer = np.empty(shape, attrs["dtype"])
-        al.recv(buffer, attrs["peer"], runtime.comm)
-        return _received(buffer, attrs)
+        if _dynamic(attrs):
+            header = np.empty(len(attrs["shape"]), np.int64)
+            al.recv(header, attrs["peer"], runtime.comm)
+            buffer = np.empty(tuple(int(d) for d in header), attrs["dtype"])
+            al.recv(buffer, attrs["peer"], runtime.comm)
+            return _received(buffer, attrs)
+        channel = runtime.channel(attrs) or runtime.open_channel(attrs, 1, self.plan)
+        channel.plan.run()
+        return _received(channel.buffers[0], attrs)
+
+    @staticmethod
+    def plan(channel):
+        return al.recv_init(channel.buffers[0], channel.root, channel.comm)
 
 
 @register
@@ -133,24 +134,27 @@ class BcastVar(_Transfer):
     type = "bcast_var"
 
     def move(self, runtime, ins, attrs):
-        comm, root = runtime.group_comm(attrs["group"]), attrs["group"].index(attrs["root"])
         if "X" in ins:
+            channel = runtime.channel(attrs) or runtime.open_channel(attrs)
             value = _outgoing(ins, attrs)
             if _dynamic(attrs):
-                al.bcast(np.array(value.shape, np.int64), comm, root=root)
-            al.bcast(value, comm, root=root)
+                al.bcast(np.array(value.shape, np.int64), channel.comm, root=channel.root)
+            al.bcast(value, channel.comm, root=channel.root)
             return {}
-        shape = tuple(attrs["shape"])
-        if not _dynamic(attrs):
-            channel = runtime.channel(attrs, 1, lambda bufs: al.bcast_init(bufs[0], comm,
-                                                                           root=root))
-            channel.plan.run()
-            return {"Out": [channel.buffers[0]]}
-        header = np.empty(len(shape), np.int64)
-        al.bcast(header, comm, root=root)
-        buffer = np.empty(tuple(int(d) for d in header), attrs["dtype"])
-        al.bcast(buffer, comm, root=root)
-        return {"Out": [buffer]}
+        if _dynamic(attrs):
+            channel = runtime.channel(attrs) or runtime.open_channel(attrs)
+            header = np.empty(len(attrs["shape"]), np.int64)
+            al.bcast(header, channel.comm, root=channel.root)
+            buffer = np.empty(tuple(int(d) for d in header), attrs["dtype"])
+            al.bcast(buffer, channel.comm, root=channel.root)
+            return {"Out": [buffer]}
+        channel = runtime.channel(attrs) or runtime.open_channel(attrs, 1, self.plan)
+        channel.plan.run()
+        return {"Out": [channel.buffers[0]]}
+
+    @staticmethod
+    def plan(channel):
+        return al.bcast_init(channel.buffers[0], channel.comm, root=channel.root)
 
 
 @register
@@ -162,16 +166,20 @@ class ReduceVar(_Transfer):
     type = "reduce_var"
 
     def move(self, runtime, ins, attrs):
-        group = attrs["group"]
-        comm, root = runtime.group_comm(group), group.index(attrs["root"])
         if "X" in ins:
-            al.send(_outgoing(ins, attrs), root, comm)
+            channel = runtime.channel(attrs) or runtime.open_channel(attrs)
+            al.send(_outgoing(ins, attrs), channel.root, channel.comm)
             return {}
-        senders = [i for i in range(len(group)) if i != root]
-        channel = runtime.channel(attrs, len(senders), lambda bufs: al.multisendrecv_init(
-            [], list(zip(bufs, senders)), comm))
+        channel = runtime.channel(attrs) or runtime.open_channel(
+            attrs, len(attrs["group"]) - 1, self.plan)
         channel.plan.run()
         total, *others = channel.buffers
         for part in others:
             np.add(total, part, out=total)
         return _received(total, attrs)
+
+    @staticmethod
+    def plan(channel):
+        """At the root: one receive per other rank of the group, in rank order."""
+        senders = [r for r in range(channel.comm.size) if r != channel.root]
+        return al.multisendrecv_init([], list(zip(channel.buffers, senders)), channel.comm)
