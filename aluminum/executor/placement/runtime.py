@@ -28,6 +28,7 @@ from .place_pass import slice_rows, slices_of
 from .transfers import PlacedProgram
 
 _default: Cluster | None = None
+SHAPES_KEPT = 4     # step shapes of a batch-dimension transfer whose plans a receiver keeps
 
 
 def set_cluster(cluster: Cluster | None) -> None:
@@ -49,12 +50,35 @@ def default_cluster() -> Cluster:
 class Channel:
     """What one transfer op needs on this rank, worked out on its first run: the
     communicator it runs on, the root's rank there, and for a receiver of a fixed shape its
-    private buffers and the persistent plan bound to them (empty and None for a sender)."""
+    private buffers and the persistent plan bound to them (empty and None for a sender).
+    A transfer whose shape has a batch dimension has a ``header`` array (the shape it
+    sends first) and, at a receiver, one buffer and plan per step shape seen (``shaped``:
+    the last ``SHAPES_KEPT``)."""
 
     comm: object
     root: int
     buffers: list = field(default_factory=list)
     plan: object = None
+    header: np.ndarray | None = None
+    shaped: dict = field(default_factory=dict)
+
+    def for_shape(self, shape: tuple, dtype, make) -> tuple:
+        """``(buffer, plan)`` of step shape ``shape``: made on its first use (a buffer of
+        ``dtype``, ``make(self, buffer)`` its plan), then reused."""
+        found = self.shaped.get(shape)
+        if found is None:
+            if len(self.shaped) >= SHAPES_KEPT:       # forget the oldest shape's plan
+                self.shaped.pop(next(iter(self.shaped)))[1].free()
+            buffer = np.empty(shape, dtype)
+            found = self.shaped[shape] = (buffer, make(self, buffer))
+        return found
+
+    def all_plans(self) -> list:
+        return ([] if self.plan is None else [self.plan]) + \
+            [plan for _, plan in self.shaped.values()]
+
+    def all_buffers(self) -> list:
+        return self.buffers + [buffer for buffer, _ in self.shaped.values()]
 
 
 class _Context:
@@ -110,14 +134,18 @@ class PlacedRun:
         job's for send/recv, else the group's) and root there, and ``count`` private
         buffers of the transfer's shape and dtype with ``make(channel)`` their plan.
         (Private memory: the placement transfers' algorithms gain nothing from
-        ``al.shared_empty``.)"""
+        ``al.shared_empty``.)  With a batch dimension: its ``header`` instead, and no
+        buffers (``Channel.for_shape`` makes them per step shape)."""
         group = tuple(attrs["group"])
         if "peer" in attrs:      # send/recv: the job's communicator
             channel = Channel(self.comm, attrs["peer"])
         else:
             channel = Channel(self._groups[group], group.index(attrs["root"]))
         shape = tuple(attrs["shape"])     # the receiver's (the slice's, if rows)
-        channel.buffers = [np.empty(shape, attrs["dtype"]) for _ in range(count)]
+        if -1 in shape:
+            channel.header = np.empty(len(shape), np.int64)
+        else:
+            channel.buffers = [np.empty(shape, attrs["dtype"]) for _ in range(count)]
         if make is not None:
             channel.plan = make(channel)
         self._channels[id(attrs)] = channel
@@ -136,11 +164,12 @@ class PlacedRun:
     def _release_channels(self, scope) -> None:
         channels, self._channels = self._channels, {}
         for channel in channels.values():
-            if channel.plan is not None:
-                channel.plan.free()
+            for plan in channel.all_plans():
+                plan.free()
+            buffers = channel.all_buffers()
             for name, value in list(scope.items()):
                 if isinstance(value, np.ndarray) and any(
-                        np.may_share_memory(value, buffer) for buffer in channel.buffers):
+                        np.may_share_memory(value, buffer) for buffer in buffers):
                     scope[name] = value.copy()
 
     def name_peers(self, ranks) -> str:

@@ -18,7 +18,7 @@ What each moves, with the fewest passes over the data (as raw MPI would):
   fill and no scaling pass elsewhere.
 
 A variable whose declared shape has a batch dimension (-1) travels after a small header
-with its shape, through the blocking calls.  A peer that never arrives raises
+with its shape; a receiver keeps a buffer and plan per step shape (the last few).  A peer that never arrives raises
 ``al.TimeoutError`` (under ``AL_TIMEOUT``) naming the peer's role, rank and endpoint.
 """
 from __future__ import annotations
@@ -97,7 +97,9 @@ class SendVar(_Transfer):
     def move(self, runtime, ins, attrs):
         value = _outgoing(ins, attrs)
         if _dynamic(attrs):
-            al.send(np.array(value.shape, np.int64), attrs["peer"], runtime.comm)
+            channel = runtime.channel(attrs) or runtime.open_channel(attrs)
+            channel.header[...] = value.shape
+            al.send(channel.header, attrs["peer"], runtime.comm)
         al.send(value, attrs["peer"], runtime.comm)
         return {}
 
@@ -113,18 +115,20 @@ class RecvVar(_Transfer):
 
     def move(self, runtime, ins, attrs):
         if _dynamic(attrs):
-            header = np.empty(len(attrs["shape"]), np.int64)
-            al.recv(header, attrs["peer"], runtime.comm)
-            buffer = np.empty(tuple(int(d) for d in header), attrs["dtype"])
-            al.recv(buffer, attrs["peer"], runtime.comm)
+            channel = runtime.channel(attrs) or runtime.open_channel(attrs)
+            al.recv(channel.header, attrs["peer"], runtime.comm)
+            buffer, plan = channel.for_shape(tuple(channel.header.tolist()), attrs["dtype"],
+                                             self.plan)
+            plan.run()
             return _received(buffer, attrs)
         channel = runtime.channel(attrs) or runtime.open_channel(attrs, 1, self.plan)
         channel.plan.run()
         return _received(channel.buffers[0], attrs)
 
     @staticmethod
-    def plan(channel):
-        return al.recv_init(channel.buffers[0], channel.root, channel.comm)
+    def plan(channel, buffer=None):
+        buffer = channel.buffers[0] if buffer is None else buffer
+        return al.recv_init(buffer, channel.root, channel.comm)
 
 
 @register
@@ -138,23 +142,25 @@ class BcastVar(_Transfer):
             channel = runtime.channel(attrs) or runtime.open_channel(attrs)
             value = _outgoing(ins, attrs)
             if _dynamic(attrs):
-                al.bcast(np.array(value.shape, np.int64), channel.comm, root=channel.root)
+                channel.header[...] = value.shape
+                al.bcast(channel.header, channel.comm, root=channel.root)
             al.bcast(value, channel.comm, root=channel.root)
             return {}
         if _dynamic(attrs):
             channel = runtime.channel(attrs) or runtime.open_channel(attrs)
-            header = np.empty(len(attrs["shape"]), np.int64)
-            al.bcast(header, channel.comm, root=channel.root)
-            buffer = np.empty(tuple(int(d) for d in header), attrs["dtype"])
-            al.bcast(buffer, channel.comm, root=channel.root)
+            al.bcast(channel.header, channel.comm, root=channel.root)
+            buffer, plan = channel.for_shape(tuple(channel.header.tolist()), attrs["dtype"],
+                                             self.plan)
+            plan.run()
             return {"Out": [buffer]}
         channel = runtime.channel(attrs) or runtime.open_channel(attrs, 1, self.plan)
         channel.plan.run()
         return {"Out": [channel.buffers[0]]}
 
     @staticmethod
-    def plan(channel):
-        return al.bcast_init(channel.buffers[0], channel.comm, root=channel.root)
+    def plan(channel, buffer=None):
+        buffer = channel.buffers[0] if buffer is None else buffer
+        return al.bcast_init(buffer, channel.comm, root=channel.root)
 
 
 @register
