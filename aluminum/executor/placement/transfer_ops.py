@@ -18,8 +18,9 @@ What each moves, with the fewest passes over the data (as raw MPI would):
   fill and no scaling pass elsewhere.
 
 A variable whose declared shape has a batch dimension (-1) travels after a small header
-with its shape; a receiver keeps a buffer and plan per step shape (the last few).  A peer that never arrives raises
-``al.TimeoutError`` (under ``AL_TIMEOUT``) naming the peer's role, rank and endpoint.
+with its shape; a receiver keeps a buffer and plan per step shape (the last few).  A peer
+that never arrives raises ``al.TimeoutError`` (under ``AL_TIMEOUT``) naming the peer's
+role, rank and endpoint.
 """
 from __future__ import annotations
 
@@ -179,9 +180,10 @@ class ReduceVar(_Transfer):
         channel = runtime.channel(attrs) or runtime.open_channel(
             attrs, len(attrs["group"]) - 1, self.plan)
         channel.plan.run()
-        total, *others = channel.buffers
-        for part in others:
-            np.add(total, part, out=total)
+        parts = channel.buffers
+        total = parts[0]
+        for index in range(1, len(parts)):      # in rank order, into the first
+            np.add(total, parts[index], out=total)
         return _received(total, attrs)
 
     @staticmethod
