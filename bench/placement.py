@@ -19,8 +19,8 @@ transfers against raw MPI (issue 27).
    each side receives into a buffer of its own (raw: the root's reduce in place).  The two
    take turns sample by sample after a barrier each.  Ours is timed from the op's start to
    the value usable by the consumer, so it includes what raw MPI does not do: the owner's
-   scaling of the sum (x0.5).  Ratio = ours / raw (the target: at most 1.15 from 64 KiB); times
-   are the max over ranks of each rank's median.
+   scaling of the sum (x0.5).  Ratio = ours / raw (the target: at most 1.15 from
+   64 KiB); times are the max over ranks of each rank's median.
 """
 from __future__ import annotations
 
