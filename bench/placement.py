@@ -2,7 +2,7 @@
 transfers against raw MPI (issue 27).
 
     python -m aluminum.run -n 3 python -m aluminum.bench.placement [--steps 30]
-        [--hidden 256] [--batch 96] [--sizes 64KiB,256KiB,1MiB,4MiB] [--repeats 20]
+        [--hidden 256] [--batch 96] [--sizes 64KiB,256KiB,1MiB,4MiB] [--repeats 50]
 
 1. Training steps of one MLP (float32), the same global batch: ``ps`` is the program placed
    by ``ParameterServerStrategy`` on trainer:2,pserver:1 (the trainers split the batch);
@@ -11,11 +11,16 @@ transfers against raw MPI (issue 27).
    sends and receives per step (ps: its transfers, from the plan; dp: every gradient
    allreduced, in and out).
 2. The transfers alone, per size: placement's ``send_var``/``recv_var`` (rank 0 to 1) and
-   ``reduce_var`` + ``bcast_var`` (trainers to the pserver and back, the per-parameter pair
-   of a PS step) as each rank's per-rank program runs them, against mpi4py's
-   ``Send``/``Recv`` and ``Reduce`` + ``Bcast`` of the same bytes over the same ranks, the
-   two taking turns sample by sample after a barrier each.  Ratio = ours / raw (the target:
-   at most 1.15 from 64 KiB).  Times are the max over ranks of each sample's median.
+   ``bcast_var`` + ``reduce_var`` (the pserver's parameter to the trainers and their
+   gradients back, the per-parameter pair of a PS step), each op run as the parallel
+   executor runs it (``PreparedOp``), against mpi4py's ``Send``/``Recv`` and ``Bcast`` +
+   ``Reduce`` of the same bytes over the same ranks.  Before each timed run (untimed) the
+   source is a new array just written (one of ``ROTATE``), as a producing op leaves it;
+   each side receives into a buffer of its own (raw: the root's reduce in place).  The two
+   take turns sample by sample after a barrier each.  Ours is timed from the op's start to
+   the value usable by the consumer, so it includes what raw MPI does not do: the owner's
+   scaling of the sum (x0.5).  Ratio = ours / raw (the target: at most 1.15 from
+   64 KiB); times are the max over ranks of each rank's median.
 """
 from __future__ import annotations
 
@@ -30,11 +35,12 @@ import aluminum as al
 import aluminum.executor as ex
 from aluminum.bench.sizes import parse_sizes
 from aluminum.executor import layers
-from aluminum.executor.executor import run_op
+from aluminum.executor.executor import PreparedOp
 from aluminum.executor.placement.runtime import PlacedRun
 from aluminum.executor.placement.transfers import TRANSFER_TYPES
 
 SPEC = "trainer:2,pserver:1"
+ROTATE = 4      # arrays a transfer's source rotates over, one per step
 
 
 def build(features: int, hidden: int):
@@ -138,42 +144,55 @@ def transfers(comm, args) -> list[tuple]:
             program, spec = transfer_program(count, kind)
             ex.place(program, cluster=ex.Cluster(spec.roles, spec.endpoints, comm))
             runtime = PlacedRun(program, comm)
-            scope = ex.Scope({"u": np.ones(count, np.float32), "w": np.ones(count, np.float32),
-                              "g": np.ones(count, np.float32),
-                              "v": np.ones(count, np.float32)})
-            ops = [op for op in runtime.program.global_block().ops if op.type in TRANSFER_TYPES]
-            buffer = np.ones(count, np.float32)
+            # a new array per step, as a producing op makes (both sides rotate over these)
+            values = [np.full(count, i + 1, np.float32) for i in range(ROTATE)]
+            scope = ex.Scope({"u": values[0], "w": values[0], "g": values[0], "v": values[0]})
+            ops = [PreparedOp(op, scope, "cpu", "comm", runtime.context)
+                   for op in runtime.program.global_block().ops if op.type in TRANSFER_TYPES]
+            received = np.empty(count, np.float32)
 
-            def ours():
+            def produce(i):    # as a producing op: a new array, just written (warm)
+                value = values[i % ROTATE]
+                value.fill(i % 7 + 1)
+                for name in ("v", "w", "g"):
+                    scope[name] = value
+
+            def ours(i):
                 for op in ops:
-                    run_op(op, scope, context=runtime.context)
+                    op.run()
 
-            def raw():
+            def raw(i):
+                value = values[i % ROTATE]
                 if kind == "p2p":
                     if comm.rank == 0:
-                        world.Send(buffer, 1)
+                        world.Send(value, 1)
                     elif comm.rank == 1:
-                        world.Recv(buffer, 0)
+                        world.Recv(received, 0)
                 else:
-                    world.Bcast(buffer, root=2)
-                    world.Reduce(MPI.IN_PLACE if comm.rank == 2 else buffer,
-                                 buffer if comm.rank == 2 else None, root=2)
-            medians = _interleaved(world, {"ours": ours, "raw": raw}, args.repeats)
+                    world.Bcast(value if comm.rank == 2 else received, root=2)
+                    world.Reduce(MPI.IN_PLACE if comm.rank == 2 else value,
+                                 received if comm.rank == 2 else None, root=2)
+            medians = _interleaved(world, {"ours": ours, "raw": raw}, produce, args.repeats)
             runtime.release(scope)
             worst = {k: world.allreduce(v, op=MPI.MAX) for k, v in medians.items()}
             rows.append((kind, nbytes, worst["ours"], worst["raw"]))
     return rows
 
 
-def _interleaved(world, runs: dict, repeats: int) -> dict:
-    for run in runs.values():
-        run()
+def _interleaved(world, runs: dict, produce, repeats: int) -> dict:
+    """Median seconds of each run, the runs taking turns; ``produce(i)`` (untimed) makes
+    sample ``i``'s values first."""
+    for i in range(2):
+        for run in runs.values():
+            produce(i)
+            run(i)
     samples = {k: [] for k in runs}
-    for _ in range(repeats):
+    for i in range(repeats):
         for label, run in runs.items():
+            produce(i)
             world.Barrier()
             start = time.perf_counter()
-            run()
+            run(i)
             samples[label].append(time.perf_counter() - start)
     return {k: statistics.median(v) for k, v in samples.items()}
 
@@ -184,7 +203,7 @@ def main(argv=None) -> int:
     parser.add_argument("--hidden", type=int, default=256)
     parser.add_argument("--batch", type=int, default=96)
     parser.add_argument("--sizes", default="64KiB,256KiB,1MiB,4MiB")
-    parser.add_argument("--repeats", type=int, default=20)
+    parser.add_argument("--repeats", type=int, default=50)
     args = parser.parse_args(argv)
     comm = al.MPICommunicator()
     if comm.size != 3:

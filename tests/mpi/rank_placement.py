@@ -65,14 +65,17 @@ class _nothing:
 
 # -- the independent reference -------------------------------------------------------------
 
-def reference(initial, steps, opt):
-    """Full-batch training in numpy: forward, hand-written backward, the update rules."""
+def reference(initial, steps, opt, rows=None):
+    """Full-batch training in numpy: forward, hand-written backward, the update rules;
+    ``rows(step)``: train step ``step`` on the first rows of the batch only."""
     p = {k: v.copy() for k, v in initial.items()}
-    x, y = data()
+    whole_x, whole_y = data()
     state = {k: {"v": np.zeros_like(v), "m": np.zeros_like(v), "s": np.zeros_like(v),
                  "b1": 0.9, "b2": 0.999} for k, v in p.items()}
     for step in range(steps):
         lr = DECAY["values"][int(step >= DECAY["boundaries"][0])] if opt == "sgd_decay" else LR
+        x, y = (whole_x, whole_y) if rows is None else (whole_x[:rows(step)],
+                                                         whole_y[:rows(step)])
         h = np.tanh(x @ p["h.w"] + p["h.b"])
         d = h @ p["out.w"] + p["out.b"] - y
         dp = 2 * d / d.size
@@ -254,7 +257,8 @@ def test_learning_rate_decay_runs_on_every_pserver(comm):
 @pytest.mark.parametrize("executor", ["sequential", "parallel"])
 def test_model_split_over_two_ranks(comm, executor):
     """Layer 1 on rank 0, layer 2 and the loss on rank 1: the forward pass crosses once
-    (h), the backward once (h@GRAD), every step."""
+    (h), the backward once (h@GRAD), every step; the batch alternates between two sizes,
+    so each crossing runs at two step shapes, each twice or more."""
     cluster = ex.Cluster.from_spec("trainer:2", comm)
     groups = [f"trainer/{cluster.endpoints[r]}/cpu:[0]" for r in (0, 1)]
     main, startup, loss = build("momentum", split=groups)
@@ -266,15 +270,21 @@ def test_model_split_over_two_ranks(comm, executor):
     ex.Executor().run(startup, scope=scope)
     initial = {k: scope[k].copy() for k in PARAMS}
     x, y = data()
-    feed = {"x": x} if comm.rank == 0 else {"y": y}
+
+    def rows(step):
+        return BATCH if step % 2 == 0 else BATCH // 2
+
+    feeds = [{"x": x[:rows(step)]} if comm.rank == 0 else {"y": y[:rows(step)]}
+             for step in range(STEPS)]
     if executor == "parallel":
         runner = ex.ParallelExecutor(main, loss_name=loss.name, scope=scope, comm=comm)
-        losses = [runner.run([loss], feed)[0] for _ in range(STEPS)]
+        losses = [runner.run([loss], feed)[0] for feed in feeds]
         runner.close()
     else:
-        losses = [ex.Executor().run(main, feed, [loss], scope)[0] for _ in range(STEPS)]
+        losses = [ex.Executor().run(main, feed, [loss], scope)[0] for feed in feeds]
     assert (losses[0] is None) == (comm.rank == 0)
-    held = check_owned(main, scope, cluster, reference(initial, STEPS, "momentum"), comm.rank)
+    held = check_owned(main, scope, cluster, reference(initial, STEPS, "momentum", rows),
+                       comm.rank)
     assert set(held) == ({"h.w", "h.b"} if comm.rank == 0 else {"out.w", "out.b"})
 
 

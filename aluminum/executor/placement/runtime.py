@@ -12,7 +12,7 @@ slice is the state and the owners' values are what every reader receives.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -28,6 +28,7 @@ from .place_pass import slice_rows, slices_of
 from .transfers import PlacedProgram
 
 _default: Cluster | None = None
+SHAPES_KEPT = 4     # step shapes of a batch-dimension transfer whose plans a receiver keeps
 
 
 def set_cluster(cluster: Cluster | None) -> None:
@@ -47,10 +48,37 @@ def default_cluster() -> Cluster:
 
 @dataclass(eq=False)
 class Channel:
-    """A transfer's buffer and the persistent plan bound to it."""
+    """What one transfer op needs on this rank, worked out on its first run: the
+    communicator it runs on, the root's rank there, and for a receiver of a fixed shape its
+    private buffers and the persistent plan bound to them (empty and None for a sender).
+    A transfer whose shape has a batch dimension has a ``header`` array (the shape it
+    sends first) and, at a receiver, one buffer and plan per step shape seen (``shaped``:
+    the last ``SHAPES_KEPT``)."""
 
-    buffer: np.ndarray
-    plan: object
+    comm: object
+    root: int
+    buffers: list = field(default_factory=list)
+    plan: object = None
+    header: np.ndarray | None = None
+    shaped: dict = field(default_factory=dict)
+
+    def for_shape(self, shape: tuple, dtype, make) -> tuple:
+        """``(buffer, plan)`` of step shape ``shape``: made on its first use (a buffer of
+        ``dtype``, ``make(self, buffer)`` its plan), then reused."""
+        found = self.shaped.get(shape)
+        if found is None:
+            if len(self.shaped) >= SHAPES_KEPT:       # forget the oldest shape's plan
+                self.shaped.pop(next(iter(self.shaped)))[1].free()
+            buffer = np.empty(shape, dtype)
+            found = self.shaped[shape] = (buffer, make(self, buffer))
+        return found
+
+    def all_plans(self) -> list:
+        return ([] if self.plan is None else [self.plan]) + \
+            [plan for _, plan in self.shaped.values()]
+
+    def all_buffers(self) -> list:
+        return self.buffers + [buffer for buffer, _ in self.shaped.values()]
 
 
 class _Context:
@@ -64,11 +92,7 @@ class _Context:
 class PlacedRun:
     """One placed program on this rank (see the module docstring)."""
 
-    def __init__(self, program: Program, comm=None, gradient_scale: str = "coeff_num_device",
-                 shared_memory: bool = True):
-        """``shared_memory``: the channels of collective transfers may be in
-        ``al.shared_empty`` memory (an executor that calls ``release`` when it closes)."""
-        self.shared_memory = shared_memory
+    def __init__(self, program: Program, comm=None, gradient_scale: str = "coeff_num_device"):
         cluster = getattr(program, "cluster", None)
         if cluster is None:
             raise ProgramError("program: not placed; call ex.place(program, strategy, "
@@ -100,24 +124,37 @@ class PlacedRun:
                                                slice_rows(self.placed.block, var))
                         if self.rank in cluster.ranks(piece.place, piece.name)]
 
-    def channel(self, attrs: dict, comm, make) -> Channel:
-        """The channel of the transfer whose op has ``attrs``: made on first use (a
-        collective over ``comm`` when it is shared memory; ``comm`` None: point to point,
-        private memory), with ``make(buffer)`` its plan."""
-        found = self._channels.get(id(attrs))
-        if found is None:
-            shape = tuple(attrs["shape"])     # the receiver's (the slice's, if rows)
-            shared = self.shared_memory and isinstance(comm, al.MPICommunicator) and \
-                comm.local_size == comm.size
-            buffer = al.shared_empty(shape, attrs["dtype"], comm) if shared else \
-                np.empty(shape, attrs["dtype"])
-            found = self._channels[id(attrs)] = Channel(buffer, make(buffer))
-        return found
+    def channel(self, attrs: dict) -> Channel | None:
+        """The channel of the transfer op whose attributes are ``attrs``, or None before
+        ``open_channel`` made it."""
+        return self._channels.get(id(attrs))
+
+    def open_channel(self, attrs: dict, count: int = 0, make=None) -> Channel:
+        """Make the channel of the transfer op with ``attrs``: its communicator (the
+        job's for send/recv, else the group's) and root there, and ``count`` private
+        buffers of the transfer's shape and dtype with ``make(channel)`` their plan.
+        (Private memory: the placement transfers' algorithms gain nothing from
+        ``al.shared_empty``.)  With a batch dimension: its ``header`` instead, and no
+        buffers (``Channel.for_shape`` makes them per step shape)."""
+        group = tuple(attrs["group"])
+        if "peer" in attrs:      # send/recv: the job's communicator
+            channel = Channel(self.comm, attrs["peer"])
+        else:
+            channel = Channel(self._groups[group], group.index(attrs["root"]))
+        shape = tuple(attrs["shape"])     # the receiver's (the slice's, if rows)
+        if -1 in shape:
+            channel.header = np.empty(len(shape), np.int64)
+        else:
+            channel.buffers = [np.empty(shape, attrs["dtype"]) for _ in range(count)]
+        if make is not None:
+            channel.plan = make(channel)
+        self._channels[id(attrs)] = channel
+        return channel
 
     def release(self, scope) -> None:
         """Free the channels' plans and the sub-communicators; values of ``scope`` in the
-        channels' buffers become copies (so shared memory can go back).  Collective: every
-        rank of the job releases."""
+        channels' buffers become copies (a later run's plan would overwrite them).
+        Collective: every rank of the job releases."""
         self._release_channels(scope)     # (its locals, buffers among them, gone on return)
         groups, self._groups = self._groups, {}
         for part in groups.values():
@@ -127,14 +164,13 @@ class PlacedRun:
     def _release_channels(self, scope) -> None:
         channels, self._channels = self._channels, {}
         for channel in channels.values():
-            channel.plan.free()
+            for plan in channel.all_plans():
+                plan.free()
+            buffers = channel.all_buffers()
             for name, value in list(scope.items()):
-                if isinstance(value, np.ndarray) and np.may_share_memory(value,
-                                                                        channel.buffer):
+                if isinstance(value, np.ndarray) and any(
+                        np.may_share_memory(value, buffer) for buffer in buffers):
                     scope[name] = value.copy()
-
-    def group_comm(self, group: tuple):
-        return self._groups[tuple(group)]
 
     def name_peers(self, ranks) -> str:
         return ", ".join(f"{self.cluster.role_of(r)} rank {r} ({self.cluster.endpoints[r]})"
@@ -176,8 +212,7 @@ def run_placed(executor, program: Program, feed, fetch_list, scope) -> list:
     too: one set per program, whichever executor runs it)."""
     runtime = program.__dict__.get("_placed_run")
     if runtime is None:
-        # no close() to give shared memory back: private channels
-        runtime = program.__dict__["_placed_run"] = PlacedRun(program, shared_memory=False)
+        runtime = program.__dict__["_placed_run"] = PlacedRun(program)
     mine = runtime.program
     feed = dict(feed or {})
     names = fetch_names(fetch_list)

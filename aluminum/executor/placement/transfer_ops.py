@@ -3,12 +3,24 @@
 ``X`` (rows ``rows`` of it), a rank that receives with output ``Out``.  They run on the
 executor's ``placement`` context (runtime.py): the job's communicator for send/recv, the
 sub-communicator of the transfer's ``group`` (made once, with ``comm.split``) for bcast and
-reduce.  A transfer of a fixed shape runs a persistent plan (``al.<op>_init``) bound to a
-buffer made on its first run (``al.shared_empty`` when the group's ranks share a node, as
-the data-parallel buckets; a receiver's output is that buffer, valid until the same
-transfer runs in the next step).  A variable whose declared shape has a batch dimension
-(-1) travels after a small header with its shape, through the blocking calls.  A peer that never arrives raises ``al.TimeoutError`` (under
-``AL_TIMEOUT``) naming the peer's role, rank and endpoint.
+reduce.
+
+What each moves, with the fewest passes over the data (as raw MPI would):
+
+- a sender hands the producer's array itself to the call (``al.send``, ``al.bcast`` at the
+  root: no copy into a buffer of the transfer's; a row slice is a view);
+- a receiver of a fixed shape runs a persistent plan (``al.recv_init``, ``bcast_init``,
+  ``multisendrecv_init``) bound once to private buffers made on its first run; its output
+  is that buffer, valid until the same transfer runs in the next step;
+- ``reduce_var``: each replica sends its value to the owner, which receives them all at
+  once (one buffer per replica) and sums them in the replicas' rank order into the first
+  buffer, then scales that in place: one fixed order of the sum on every run, with no zero
+  fill and no scaling pass elsewhere.
+
+A variable whose declared shape has a batch dimension (-1) travels after a small header
+with its shape; a receiver keeps a buffer and plan per step shape (the last few).  A peer
+that never arrives raises ``al.TimeoutError`` (under ``AL_TIMEOUT``) naming the peer's
+role, rank and endpoint.
 """
 from __future__ import annotations
 
@@ -56,19 +68,21 @@ class _Transfer(OpKind):
 
 
 def _outgoing(ins, attrs):
+    """The array a sender hands to the call: the producer's own (a view for ``rows``),
+    copied only if it is not C-contiguous."""
     value = ins["X"][0]
     rows = attrs.get("rows")
     return np.ascontiguousarray(value if rows is None else value[rows[0]:rows[1]])
 
 
 def _dynamic(attrs) -> bool:
-    return -1 in tuple(attrs.get("shape", ()))
+    return -1 in attrs["shape"]
 
 
 def _received(buffer, attrs) -> dict:
     scale = attrs.get("scale")
     if scale not in (None, 1.0):
-        buffer *= scale
+        np.multiply(buffer, scale, out=buffer)
     return {"Out": [buffer]}
 
 
@@ -83,13 +97,10 @@ class SendVar(_Transfer):
 
     def move(self, runtime, ins, attrs):
         value = _outgoing(ins, attrs)
-        if not _dynamic(attrs):
-            channel = runtime.channel(attrs, None, lambda buf: al.send_init(
-                buf, attrs["peer"], runtime.comm))
-            channel.buffer[...] = value
-            channel.plan.run()
-            return {}
-        al.send(np.array(value.shape, np.int64), attrs["peer"], runtime.comm)
+        if _dynamic(attrs):
+            channel = runtime.channel(attrs) or runtime.open_channel(attrs)
+            channel.header[...] = value.shape
+            al.send(channel.header, attrs["peer"], runtime.comm)
         al.send(value, attrs["peer"], runtime.comm)
         return {}
 
@@ -104,18 +115,21 @@ class RecvVar(_Transfer):
         return [attrs["peer"]]
 
     def move(self, runtime, ins, attrs):
-        shape = tuple(attrs["shape"])
-        if not _dynamic(attrs):
-            channel = runtime.channel(attrs, None, lambda buf: al.recv_init(
-                buf, attrs["peer"], runtime.comm))
-            channel.plan.run()
-            return _received(channel.buffer, attrs)
-        header = np.empty(len(shape), np.int64)
-        al.recv(header, attrs["peer"], runtime.comm)
-        shape = tuple(int(d) for d in header)
-        buffer = np.empty(shape, attrs["dtype"])
-        al.recv(buffer, attrs["peer"], runtime.comm)
-        return _received(buffer, attrs)
+        if _dynamic(attrs):
+            channel = runtime.channel(attrs) or runtime.open_channel(attrs)
+            al.recv(channel.header, attrs["peer"], runtime.comm)
+            buffer, plan = channel.for_shape(tuple(channel.header.tolist()), attrs["dtype"],
+                                             self.plan)
+            plan.run()
+            return _received(buffer, attrs)
+        channel = runtime.channel(attrs) or runtime.open_channel(attrs, 1, self.plan)
+        channel.plan.run()
+        return _received(channel.buffers[0], attrs)
+
+    @staticmethod
+    def plan(channel, buffer=None):
+        buffer = channel.buffers[0] if buffer is None else buffer
+        return al.recv_init(buffer, channel.root, channel.comm)
 
 
 @register
@@ -125,45 +139,55 @@ class BcastVar(_Transfer):
     type = "bcast_var"
 
     def move(self, runtime, ins, attrs):
-        comm, root = runtime.group_comm(attrs["group"]), attrs["group"].index(attrs["root"])
-        if not _dynamic(attrs):
-            channel = runtime.channel(attrs, comm, lambda buf: al.bcast_init(buf, comm,
-                                                                             root=root))
-            if "X" in ins:
-                channel.buffer[...] = _outgoing(ins, attrs)
-            channel.plan.run()
-            return {} if "X" in ins else {"Out": [channel.buffer]}
         if "X" in ins:
+            channel = runtime.channel(attrs) or runtime.open_channel(attrs)
             value = _outgoing(ins, attrs)
             if _dynamic(attrs):
-                al.bcast(np.array(value.shape, np.int64), comm, root=root)
-            al.bcast(value, comm, root=root)
+                channel.header[...] = value.shape
+                al.bcast(channel.header, channel.comm, root=channel.root)
+            al.bcast(value, channel.comm, root=channel.root)
             return {}
-        shape = tuple(attrs["shape"])
         if _dynamic(attrs):
-            header = np.empty(len(shape), np.int64)
-            al.bcast(header, comm, root=root)
-            shape = tuple(int(d) for d in header)
-        buffer = np.empty(shape, attrs["dtype"])
-        al.bcast(buffer, comm, root=root)
-        return _received(buffer, attrs)
+            channel = runtime.channel(attrs) or runtime.open_channel(attrs)
+            al.bcast(channel.header, channel.comm, root=channel.root)
+            buffer, plan = channel.for_shape(tuple(channel.header.tolist()), attrs["dtype"],
+                                             self.plan)
+            plan.run()
+            return {"Out": [buffer]}
+        channel = runtime.channel(attrs) or runtime.open_channel(attrs, 1, self.plan)
+        channel.plan.run()
+        return {"Out": [channel.buffers[0]]}
+
+    @staticmethod
+    def plan(channel, buffer=None):
+        buffer = channel.buffers[0] if buffer is None else buffer
+        return al.bcast_init(buffer, channel.comm, root=channel.root)
 
 
 @register
 class ReduceVar(_Transfer):
     """The sum of the senders' ``X`` (rows ``rows``) at ``root`` as ``Out``, times
-    ``scale``; the root, not a sender, adds zeros."""
+    ``scale``: every other rank of ``group`` sends its value to the root, which adds them
+    in rank order (see the module docstring)."""
 
     type = "reduce_var"
 
     def move(self, runtime, ins, attrs):
-        comm, root = runtime.group_comm(attrs["group"]), attrs["group"].index(attrs["root"])
-        channel = runtime.channel(attrs, comm, lambda buf: al.reduce_init(buf, comm,
-                                                                          root=root))
         if "X" in ins:
-            channel.buffer[...] = _outgoing(ins, attrs)
-            channel.plan.run()
+            channel = runtime.channel(attrs) or runtime.open_channel(attrs)
+            al.send(_outgoing(ins, attrs), channel.root, channel.comm)
             return {}
-        channel.buffer[...] = 0
+        channel = runtime.channel(attrs) or runtime.open_channel(
+            attrs, len(attrs["group"]) - 1, self.plan)
         channel.plan.run()
-        return _received(channel.buffer, attrs)
+        parts = channel.buffers
+        total = parts[0]
+        for index in range(1, len(parts)):      # in rank order, into the first
+            np.add(total, parts[index], out=total)
+        return _received(total, attrs)
+
+    @staticmethod
+    def plan(channel):
+        """At the root: one receive per other rank of the group, in rank order."""
+        senders = [r for r in range(channel.comm.size) if r != channel.root]
+        return al.multisendrecv_init([], list(zip(channel.buffers, senders)), channel.comm)
