@@ -43,6 +43,10 @@ import operator
 import sys
 from typing import Callable
 
+try:
+    import cython
+except ImportError:   # (running uncompiled without Cython)
+    from .core import pure_cython as cython
 import numpy as np
 
 from . import dispatch
@@ -72,13 +76,14 @@ def call_blocking(op: str, objects: tuple, comm, stream, options: tuple,
     function and its arguments rather than a closure: making a closure over every argument
     costs a fresh cell per argument on every call).  The lookups of ``_find`` are written
     out here for the two common cases, each a function call fewer on every call."""
+    entry: _Entry
     entries = _recent.get(op)
     if entries:
         first = objects[0] if objects else None
         entry = entries[0]   # the common case first: a repeat of the op's latest call
         if entry.first is first and entry.comm is comm and entry.stream is stream \
                 and entry.options == options and entry.same(objects):
-            plan = entry.plan
+            plan: Plan = entry.plan
             request = plan._request
             if request is None or request._done:
                 plan.run()
@@ -117,6 +122,7 @@ def call_nonblocking(op: str, objects: tuple, comm, stream, options: tuple,
 def _find(op, objects, comm, stream, options, make, args):
     """The remembered plan of a call, else the kept kind of its new arrays, else its new
     plan (validated by ``make(*args)``, remembered, and its kind kept)."""
+    entry: _Entry
     entries = _recent.get(op)
     if entries:
         index = 0
@@ -233,25 +239,72 @@ def forget(comm=None) -> None:
 selector.on_reload(forget)   # called with no argument: forget all
 
 
+@cython.cclass
 class _Entry:
     """One remembered call: ``same(objects)`` says whether a call's buffer arguments are
-    the remembered ones, unchanged (see ``_matcher``)."""
+    the remembered ones, unchanged: the very objects, each in the state ``_state`` saw
+    (dtype, shape and flags of an array).  No objects, one array, an array and None, and
+    two arrays are written out (compiled, their checks read the arrays' fields directly);
+    other argument lists are checked by ``general``."""
 
-    __slots__ = ("first", "same", "comm", "stream", "options", "plan")
+    def __init__(self, objects: tuple, comm, stream, options, plan) -> None:
+        self.first = objects[0] if objects else None
+        self.comm, self.stream, self.options, self.plan = comm, stream, options, plan
+        self.a = self.b = self.a_dtype = self.a_shape = self.b_dtype = self.b_shape = None
+        self.a_flags = self.b_flags = 0
+        self.general = None
+        arrays = all(obj is None or type(obj) is np.ndarray for obj in objects)
+        if not objects:
+            self.arity = 0
+        elif arrays and len(objects) <= 2 and objects[0] is not None:
+            self.a = objects[0]
+            self.a_dtype, self.a_shape, self.a_flags = _state(self.a)
+            if len(objects) == 1:
+                self.arity = 1
+            elif objects[1] is None:
+                self.arity = 2
+            else:
+                self.arity = 3
+                self.b = objects[1]
+                self.b_dtype, self.b_shape, self.b_flags = _state(self.b)
+        else:
+            self.arity = 4
+            self.general = _matcher(objects)
 
-    def __init__(self, first, same, comm, stream, options, plan) -> None:
-        self.first, self.same, self.comm, self.stream = first, same, comm, stream
-        self.options, self.plan = options, plan
+    def same(self, objects: tuple) -> cython.bint:
+        arity = self.arity
+        if arity == 3:
+            return objects[0] is self.a and objects[1] is self.b \
+                and _unchanged(self.a, self.a_dtype, self.a_shape, self.a_flags) \
+                and _unchanged(self.b, self.b_dtype, self.b_shape, self.b_flags)
+        if arity == 1:
+            return objects[0] is self.a \
+                and _unchanged(self.a, self.a_dtype, self.a_shape, self.a_flags)
+        if arity == 2:
+            return objects[0] is self.a and objects[1] is None \
+                and _unchanged(self.a, self.a_dtype, self.a_shape, self.a_flags)
+        if arity == 0:
+            return True
+        return self.general(objects)
+
+
+def _unchanged(a, dtype, shape: tuple, flags: cython.int) -> cython.bint:
+    """Whether numpy array ``a`` still has this dtype (the same object), shape and
+    ``flags.num``.  Compiled, read from the array's fields: ``flags.num`` makes a flags
+    object and ``shape`` a tuple on every call."""
+    if cython.compiled:
+        return _al_array_unchanged(a, dtype, shape, flags)
+    return a.dtype is dtype and a.shape == shape and a.flags.num == flags
 
 
 def _remember(op, objects, comm, stream, options, plan) -> None:
-    same = _matcher(objects)
-    if same is not None:
-        entries = _recent.setdefault(op, [])
-        first = objects[0] if objects else None
-        entries.insert(0, _Entry(first, same, comm, stream, options, plan))
-        del entries[RECENT_PER_OP:]
-        _firsts[op] = {id(entry.first) for entry in entries}   # (entries keep them alive)
+    if any(obj is not None and type(obj) is not np.ndarray and not _is_tensor(obj)
+           for obj in objects):
+        return   # (an object whose checks are not cheap to redo: not remembered)
+    entries = _recent.setdefault(op, [])
+    entries.insert(0, _Entry(objects, comm, stream, options, plan))
+    del entries[RECENT_PER_OP:]
+    _firsts[op] = {id(entry.first) for entry in entries}   # (entries keep them alive)
 
 
 class _Context:
@@ -529,43 +582,17 @@ def _state(obj) -> tuple:
 
 def _matcher(objects: tuple):
     """A function telling whether a call's ``objects`` are these very objects, each in the
-    state ``_state`` sees now; None when an object is of a kind whose checks are not cheap
-    to redo (the call is not remembered).  The common shapes of argument lists (none, one
-    array, an array and None, two arrays) get their own small function: this runs on every
-    call, and a general loop costs as much as the rest of the lookup."""
-    if any(obj is not None and type(obj) is not np.ndarray and not _is_tensor(obj)
-           for obj in objects):
-        return None
-    arrays = all(obj is None or type(obj) is np.ndarray for obj in objects)
-    if not objects:
-        return _no_objects
-    if arrays and len(objects) == 1:
-        (a,) = objects
-        a_dtype, a_shape, a_flags = _state(a)
-        return lambda given: given[0] is a and a.dtype is a_dtype and a.shape == a_shape \
-            and a.flags.num == a_flags
-    if arrays and len(objects) == 2 and objects[0] is not None:
-        a, b = objects
-        a_dtype, a_shape, a_flags = _state(a)
-        if b is None:
-            return lambda given: given[0] is a and given[1] is None and a.dtype is a_dtype \
-                and a.shape == a_shape and a.flags.num == a_flags
-        b_dtype, b_shape, b_flags = _state(b)
-        return lambda given: given[0] is a and given[1] is b and a.dtype is a_dtype \
-            and a.shape == a_shape and a.flags.num == a_flags and b.dtype is b_dtype \
-            and b.shape == b_shape and b.flags.num == b_flags
+    state ``_state`` sees now (for the argument lists ``_Entry`` does not write out)."""
     states = [None if obj is None else _state(obj) for obj in objects]
 
     def same(given: tuple) -> bool:
+        if len(given) != len(objects):
+            return False
         for old, obj, seen in zip(objects, given, states):
             if old is not obj or seen is not None and _state(obj) != seen:
                 return False
         return True
     return same
-
-
-def _no_objects(given: tuple) -> bool:
-    return True
 
 
 def _is_tensor(obj) -> bool:
