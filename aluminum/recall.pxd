@@ -28,8 +28,13 @@ cdef extern from *:
         }
         return 1;
     }
+
+    static inline int _al_array_flags(PyObject *a) {
+        return ((_al_ndarray_head *)a)->flags;
+    }
     """
     bint _al_array_unchanged(object a, object descr, tuple shape, int flags)
+    int _al_array_flags(object a)
 
 
 cdef class _Entry:
@@ -41,3 +46,13 @@ cdef class _Entry:
 
 
 cdef bint _unchanged(object a, object dtype, tuple shape, int flags)
+cdef int _flags(object a)
+
+
+cdef class _Kind:
+    cdef public object comm, op, algo, nbytes, inplace, classes, template, buffers
+    cdef public object positions, nested, arrivals, direct, call_error, order, last
+    cpdef run(self, tuple objects)
+
+
+cdef _kept(str op, tuple objects, comm, stream, tuple options, source=*)

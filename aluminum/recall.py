@@ -77,6 +77,7 @@ def call_blocking(op: str, objects: tuple, comm, stream, options: tuple,
     costs a fresh cell per argument on every call).  The lookups of ``_find`` are written
     out here for the two common cases, each a function call fewer on every call."""
     entry: _Entry
+    kind: _Kind
     entries = _recent.get(op)
     if entries:
         first = objects[0] if objects else None
@@ -168,7 +169,7 @@ def _kept(op, objects, comm, stream, options, source=None):
             if key is None:
                 return None
         else:
-            key = (a.dtype, a.shape, a.flags.num, b.dtype, b.shape, b.flags.num)
+            key = (a.dtype, a.shape, _flags(a), b.dtype, b.shape, _flags(b))
     else:
         key = _signature(objects)
         if key is None:
@@ -297,6 +298,14 @@ def _unchanged(a, dtype, shape: tuple, flags: cython.int) -> cython.bint:
     return a.dtype is dtype and a.shape == shape and a.flags.num == flags
 
 
+def _flags(a) -> cython.int:
+    """``a.flags.num`` of numpy array ``a`` (compiled: read from its fields, not through a
+    new flags object)."""
+    if cython.compiled:
+        return _al_array_flags(a)
+    return a.flags.num
+
+
 def _remember(op, objects, comm, stream, options, plan) -> None:
     if any(obj is not None and type(obj) is not np.ndarray and not _is_tensor(obj)
            for obj in objects):
@@ -326,6 +335,7 @@ class _Slot:
         self.index = index
 
 
+@cython.cclass
 class _Kind:
     """One kind of call, decided once: the plan's arguments with every buffer replaced by a
     slot (``template``), what each object's Buffer was found to be, the State classes
@@ -486,19 +496,19 @@ def _signature(objects: tuple):
     if len(objects) == 1:
         (a,) = objects
         if type(a) is np.ndarray:
-            return a.dtype, a.shape, a.flags.num
+            return a.dtype, a.shape, _flags(a)
         return None
     if len(objects) == 2 and objects[0] is not None:
         a, b = objects
         if type(a) is not np.ndarray:
             return None
         if b is None:
-            return a.dtype, a.shape, a.flags.num, None
+            return a.dtype, a.shape, _flags(a), None
         if type(b) is not np.ndarray:
             return None
         if b is a:
-            return a.dtype, a.shape, a.flags.num, True
-        return a.dtype, a.shape, a.flags.num, b.dtype, b.shape, b.flags.num
+            return a.dtype, a.shape, _flags(a), True
+        return a.dtype, a.shape, _flags(a), b.dtype, b.shape, _flags(b)
     key = []
     for index, obj in enumerate(objects):
         if obj is None:

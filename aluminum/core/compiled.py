@@ -29,6 +29,7 @@ import warnings
 MODULES = (
     "aluminum.recall",
     "aluminum.plan",
+    "aluminum.backends.mpi.passthrough.mpi_call",
 )
 
 PURE_PYTHON = os.environ.get("AL_PURE_PYTHON", "") not in ("", "0")
