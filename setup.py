@@ -60,8 +60,17 @@ class _OptionalBuildExt(build_ext):
             super().run()
         except Exception as exc:   # (distutils' compiler and platform errors)
             _warn(f"the compiled hot path was not built ({exc})")
-            for ext in self.extensions:
-                path = self.get_ext_fullpath(ext.name)
+            self._remove_built()
+
+    def _remove_built(self) -> None:
+        """Remove every extension built here or earlier (an editable install's copies in
+        the source tree: an older build there would run in place of the .py files)."""
+        build_py = self.get_finalized_command("build_py")
+        for ext in self.extensions:
+            package = ext.name.rpartition(".")[0]
+            filename = os.path.basename(self.get_ext_filename(ext.name))
+            for path in (self.get_ext_fullpath(ext.name),
+                         os.path.join(build_py.get_package_dir(package), filename)):
                 if os.path.exists(path):
                     os.remove(path)
 
