@@ -56,3 +56,7 @@ cdef class _Kind:
 
 
 cdef _kept(str op, tuple objects, comm, stream, tuple options, source=*)
+
+
+cdef class _Context:
+    cdef public object comm, stream, options, kinds

@@ -62,6 +62,7 @@ CONTEXTS_PER_OP = RECENT_PER_OP   # (communicator, stream, options) kept per op:
                                  # its communicator, as a remembered call does
 
 _OWNDATA = 0x0004          # NPY_ARRAY_OWNDATA in ``ndarray.flags.num``
+_ndarray = np.ndarray      # (a global: looked up faster than the module's attribute)
 
 _recent: dict[str, list[_Entry]] = {}
 _firsts: dict[str, set[int]] = {}   # per op: ids of the first objects of _recent's entries
@@ -97,7 +98,7 @@ def call_blocking(op: str, objects: tuple, comm, stream, options: tuple,
                 found.run()
             return
     first = objects[0] if objects else None
-    if first is not None and type(first) is not np.ndarray:
+    if first is not None and type(first) is not _ndarray:
         arrays = _tensor_arrays(objects, args)
         if arrays is not None:   # CPU tensors: found or kept as their numpy views
             kind = _kept(op, arrays[0], comm, stream, options, objects)
@@ -140,7 +141,7 @@ def _find(op, objects, comm, stream, options, make, args):
                 return plan
             index += 1
     first = objects[0] if objects else None
-    if first is not None and type(first) is not np.ndarray:
+    if first is not None and type(first) is not _ndarray:
         arrays = _tensor_arrays(objects, args)
         if arrays is not None:
             kind = _kept(op, arrays[0], comm, stream, options, objects)
@@ -159,17 +160,22 @@ def _kept(op, objects, comm, stream, options, source=None):
     the kind's latest call (twice in a row: they get a plan of their own, ``_made``).
     ``source``: the objects the call was given, where ``objects`` are their views (CPU
     tensors), compared instead with the latest call's."""
+    context: _Context
+    kind: _Kind
     contexts = _kinds.get(op)
     if not contexts:
         return None
+    owned = 0      # two distinct arrays: both own their memory (then they cannot overlap)
     if len(objects) == 2:
         a, b = objects
-        if type(a) is not np.ndarray or type(b) is not np.ndarray or a is b:
+        if type(a) is not _ndarray or type(b) is not _ndarray or a is b:
             key = _signature(objects)
             if key is None:
                 return None
         else:
-            key = (a.dtype, a.shape, _flags(a), b.dtype, b.shape, _flags(b))
+            a_flags, b_flags = _flags(a), _flags(b)
+            owned = a_flags & b_flags & _OWNDATA
+            key = (a.dtype, a.shape, a_flags, b.dtype, b.shape, b_flags)
     else:
         key = _signature(objects)
         if key is None:
@@ -179,8 +185,8 @@ def _kept(op, objects, comm, stream, options, source=None):
             kind = context.kinds.get(key)
             if kind is None or comm.freed:
                 return None
-            if len(key) == 6:   # two distinct arrays: free when both own their memory
-                if not key[2] & key[5] & _OWNDATA and not _disjoint(objects):
+            if len(key) == 6:   # two distinct arrays
+                if not owned and not _disjoint(objects):
                     return None
             elif len(key) == 2 and not _disjoint(objects):   # any number of arrays
                 return None
@@ -254,7 +260,7 @@ class _Entry:
         self.a = self.b = self.a_dtype = self.a_shape = self.b_dtype = self.b_shape = None
         self.a_flags = self.b_flags = 0
         self.general = None
-        arrays = all(obj is None or type(obj) is np.ndarray for obj in objects)
+        arrays = all(obj is None or type(obj) is _ndarray for obj in objects)
         if not objects:
             self.arity = 0
         elif arrays and len(objects) <= 2 and objects[0] is not None:
@@ -307,7 +313,7 @@ def _flags(a) -> cython.int:
 
 
 def _remember(op, objects, comm, stream, options, plan) -> None:
-    if any(obj is not None and type(obj) is not np.ndarray and not _is_tensor(obj)
+    if any(obj is not None and type(obj) is not _ndarray and not _is_tensor(obj)
            for obj in objects):
         return   # (an object whose checks are not cheap to redo: not remembered)
     entries = _recent.setdefault(op, [])
@@ -316,6 +322,7 @@ def _remember(op, objects, comm, stream, options, plan) -> None:
     _firsts[op] = {id(entry.first) for entry in entries}   # (entries keep them alive)
 
 
+@cython.cclass
 class _Context:
     """The kept kinds of calls of one op on one (communicator, stream, options)."""
 
@@ -495,16 +502,16 @@ def _signature(objects: tuple):
     and which arguments are one object; None unless each is a numpy array or None."""
     if len(objects) == 1:
         (a,) = objects
-        if type(a) is np.ndarray:
+        if type(a) is _ndarray:
             return a.dtype, a.shape, _flags(a)
         return None
     if len(objects) == 2 and objects[0] is not None:
         a, b = objects
-        if type(a) is not np.ndarray:
+        if type(a) is not _ndarray:
             return None
         if b is None:
             return a.dtype, a.shape, _flags(a), None
-        if type(b) is not np.ndarray:
+        if type(b) is not _ndarray:
             return None
         if b is a:
             return a.dtype, a.shape, _flags(a), True
@@ -514,7 +521,7 @@ def _signature(objects: tuple):
         if obj is None:
             key.append(None)
             continue
-        if type(obj) is not np.ndarray:
+        if type(obj) is not _ndarray:
             return None
         first = next(i for i, other in enumerate(objects) if other is obj)
         key.append(first if first < index else (obj.dtype, obj.shape, obj.flags.num))
@@ -527,7 +534,7 @@ def _tensor_arrays(objects: tuple, args: tuple):
     is None, a numpy array or such a tensor passed to ``make`` as an argument of its own."""
     arrays, swapped = [], {}
     for obj in objects:
-        if obj is None or type(obj) is np.ndarray:
+        if obj is None or type(obj) is _ndarray:
             arrays.append(obj)
             continue
         array = swapped.get(id(obj))
@@ -585,7 +592,7 @@ def _state(obj) -> tuple:
     identity first (numpy's dtype equality costs a microsecond; an array's dtype object
     only changes when a new dtype is assigned): the one- and two-array matchers match by
     identity only, so an equal dtype assigned anew is a miss and takes the full path."""
-    if type(obj) is np.ndarray:
+    if type(obj) is _ndarray:
         return obj.dtype, obj.shape, obj.flags.num
     return obj.dtype, obj.shape, obj.data_ptr(), obj.is_contiguous(), obj.is_cpu
 
