@@ -57,16 +57,29 @@ class _SourceFirst:
 
 def compiled() -> bool:
     """Whether this process runs the compiled hot path: every module of ``MODULES`` loaded
-    from its extension (False with ``AL_PURE_PYTHON=1`` or where none was built)."""
+    (or, not imported yet, to be loaded) from its extension; False with
+    ``AL_PURE_PYTHON=1`` or where none was built.  Imports nothing."""
     suffixes = tuple(importlib.machinery.EXTENSION_SUFFIXES)
     for name in MODULES:
         module = sys.modules.get(name)
-        if module is None:
-            __import__(name)
-            module = sys.modules[name]
-        if not (getattr(module, "__file__", None) or "").endswith(suffixes):
+        if module is not None:
+            if not (getattr(module, "__file__", None) or "").endswith(suffixes):
+                return False
+        elif PURE_PYTHON or not _extension_exists(name, suffixes):
             return False
     return True
+
+
+def _extension_exists(name: str, suffixes: tuple) -> bool:
+    """Whether module ``name``'s extension file is in its package, found from the nearest
+    imported package above it (importing the module's own package could load MPI)."""
+    parts = name.split(".")
+    for split in range(len(parts) - 1, 0, -1):
+        package = sys.modules.get(".".join(parts[:split]))
+        if package is not None and hasattr(package, "__path__"):
+            return any(os.path.exists(os.path.join(folder, *parts[split:]) + suffix)
+                       for folder in package.__path__ for suffix in suffixes)
+    return False
 
 
 def warn_if_uncompiled() -> None:
