@@ -47,7 +47,11 @@ def _extensions() -> list:
     modules = runpy.run_path(os.path.join("aluminum", "core", "compiled.py"))["MODULES"]
     extensions = [Extension(name, [_module_file(name)]) for name in modules]
     return cythonize(extensions, language_level=3, quiet=True,
-                     compiler_directives={"warn.unreachable": False})
+                     # Annotations stay Python's (Cython would refuse a str subclass
+                     # such as al.Algorithm where a parameter says str): C types are
+                     # in the .pxd files and @cython.locals.
+                     compiler_directives={"warn.unreachable": False,
+                                          "annotation_typing": False})
 
 
 class _OptionalBuildExt(build_ext):

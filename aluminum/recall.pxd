@@ -55,7 +55,7 @@ cdef class _Kind:
     cpdef run(self, tuple objects)
 
 
-cdef _kept(str op, tuple objects, comm, stream, tuple options, source=*)
+cdef _kept(op, tuple objects, comm, stream, options, source=*)
 
 
 cdef class _Context:

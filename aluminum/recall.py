@@ -69,6 +69,7 @@ _firsts: dict[str, set[int]] = {}   # per op: ids of the first objects of _recen
 _kinds: dict[str, list[_Context]] = {}
 
 
+@cython.locals(entry="_Entry", kind="_Kind", plan="Plan")
 def call_blocking(op: str, objects: tuple, comm, stream, options: tuple,
                   make: Callable[..., Plan], *args) -> None:
     """Run a blocking call of ``op`` on ``objects`` (its buffer arguments) with ``options``
@@ -77,15 +78,13 @@ def call_blocking(op: str, objects: tuple, comm, stream, options: tuple,
     function and its arguments rather than a closure: making a closure over every argument
     costs a fresh cell per argument on every call).  The lookups of ``_find`` are written
     out here for the two common cases, each a function call fewer on every call."""
-    entry: _Entry
-    kind: _Kind
     entries = _recent.get(op)
     if entries:
         first = objects[0] if objects else None
         entry = entries[0]   # the common case first: a repeat of the op's latest call
         if entry.first is first and entry.comm is comm and entry.stream is stream \
                 and entry.options == options and entry.same(objects):
-            plan: Plan = entry.plan
+            plan = entry.plan
             request = plan._request
             if request is None or request._done:
                 plan.run()
@@ -121,10 +120,10 @@ def call_nonblocking(op: str, objects: tuple, comm, stream, options: tuple,
     return found.start(objects) if found.__class__ is _Kind else found.start()
 
 
+@cython.locals(entry="_Entry")
 def _find(op, objects, comm, stream, options, make, args):
     """The remembered plan of a call, else the kept kind of its new arrays, else its new
     plan (validated by ``make(*args)``, remembered, and its kind kept)."""
-    entry: _Entry
     entries = _recent.get(op)
     if entries:
         index = 0
@@ -154,14 +153,13 @@ def _find(op, objects, comm, stream, options, make, args):
     return _made(op, objects, comm, stream, options, make, args)
 
 
+@cython.locals(context="_Context", kind="_Kind")
 def _kept(op, objects, comm, stream, options, source=None):
     """The kept kind of a call on new arrays, ready to run on them; None where there is
     none, the arrays may overlap, the communicator was freed, or the arrays are those of
     the kind's latest call (twice in a row: they get a plan of their own, ``_made``).
     ``source``: the objects the call was given, where ``objects`` are their views (CPU
     tensors), compared instead with the latest call's."""
-    context: _Context
-    kind: _Kind
     contexts = _kinds.get(op)
     if not contexts:
         return None
