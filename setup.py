@@ -35,8 +35,6 @@ def _warn(message: str) -> None:
 def _extensions() -> list:
     """The hot path's modules (aluminum/core/compiled.py) as Cython extensions; none where
     Cython is missing (then every module runs as its .py file)."""
-    if os.environ.get("AL_PURE_PYTHON", "") not in ("", "0"):
-        return []
     try:
         from Cython.Build import cythonize
     except ImportError:
@@ -46,18 +44,27 @@ def _extensions() -> list:
 
     modules = runpy.run_path(os.path.join("aluminum", "core", "compiled.py"))["MODULES"]
     extensions = [Extension(name, [_module_file(name)]) for name in modules]
-    return cythonize(extensions, language_level=3, quiet=True,
-                     # Annotations stay Python's (Cython would refuse a str subclass
-                     # such as al.Algorithm where a parameter says str): C types are
-                     # in the .pxd files and @cython.locals.
-                     compiler_directives={"warn.unreachable": False,
-                                          "annotation_typing": False})
+    try:
+        return cythonize(extensions, language_level=3, quiet=True,
+                         # Annotations stay Python's (Cython would refuse a str subclass
+                         # such as al.Algorithm where a parameter says str): C types are
+                         # in the .pxd files and @cython.locals.
+                         compiler_directives={"warn.unreachable": False,
+                                              "annotation_typing": False})
+    except Exception as exc:   # (Cython's CompileError: a Cython too old or too new)
+        _warn(f"Cython could not translate the hot path ({exc})")
+        return []
 
 
 class _OptionalBuildExt(build_ext):
     """build_ext that warns instead of failing where no C compiler works, and then leaves
     no extension at all: the compiled modules import each other's types, so they are
     installed all or none."""
+
+    def finalize_options(self) -> None:
+        super().finalize_options()
+        if self.parallel is None:
+            self.parallel = os.cpu_count() or 1   # (one C file per module)
 
     def run(self) -> None:
         try:
