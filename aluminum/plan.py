@@ -12,6 +12,11 @@ matches ``al.<op>`` on other ranks; its ``start()`` uses MPI's persistent reques
 """
 from __future__ import annotations
 
+try:
+    import cython
+except ImportError:   # (running uncompiled without Cython)
+    from .core import pure_cython as cython
+
 from . import dispatch
 from .tuning import selector
 from .core.errors import ArgumentError, CommunicatorError
@@ -21,6 +26,7 @@ from .engine.progress import wait_started
 __all__ = ["Plan"]
 
 
+@cython.cclass
 class Plan:
     """One operation with its arguments bound: ``start()``, ``run()``, ``free()``.
 
@@ -152,7 +158,9 @@ class Plan:
                 raise
             raise error from exc
 
-    __call__ = run
+    def __call__(self) -> None:
+        """``run()``."""
+        self.run()
 
     def _checked_run(self):
         """Check the plan; return ``_run``, made where it may be, else run on

@@ -43,6 +43,10 @@ import operator
 import sys
 from typing import Callable
 
+try:
+    import cython
+except ImportError:   # (running uncompiled without Cython)
+    from .core import pure_cython as cython
 import numpy as np
 
 from . import dispatch
@@ -58,12 +62,14 @@ CONTEXTS_PER_OP = RECENT_PER_OP   # (communicator, stream, options) kept per op:
                                  # its communicator, as a remembered call does
 
 _OWNDATA = 0x0004          # NPY_ARRAY_OWNDATA in ``ndarray.flags.num``
+_ndarray = np.ndarray      # (a global: looked up faster than the module's attribute)
 
 _recent: dict[str, list[_Entry]] = {}
 _firsts: dict[str, set[int]] = {}   # per op: ids of the first objects of _recent's entries
 _kinds: dict[str, list[_Context]] = {}
 
 
+@cython.locals(entry="_Entry", kind="_Kind", plan="Plan")
 def call_blocking(op: str, objects: tuple, comm, stream, options: tuple,
                   make: Callable[..., Plan], *args) -> None:
     """Run a blocking call of ``op`` on ``objects`` (its buffer arguments) with ``options``
@@ -91,7 +97,7 @@ def call_blocking(op: str, objects: tuple, comm, stream, options: tuple,
                 found.run()
             return
     first = objects[0] if objects else None
-    if first is not None and type(first) is not np.ndarray:
+    if first is not None and type(first) is not _ndarray:
         arrays = _tensor_arrays(objects, args)
         if arrays is not None:   # CPU tensors: found or kept as their numpy views
             kind = _kept(op, arrays[0], comm, stream, options, objects)
@@ -114,6 +120,7 @@ def call_nonblocking(op: str, objects: tuple, comm, stream, options: tuple,
     return found.start(objects) if found.__class__ is _Kind else found.start()
 
 
+@cython.locals(entry="_Entry")
 def _find(op, objects, comm, stream, options, make, args):
     """The remembered plan of a call, else the kept kind of its new arrays, else its new
     plan (validated by ``make(*args)``, remembered, and its kind kept)."""
@@ -133,7 +140,7 @@ def _find(op, objects, comm, stream, options, make, args):
                 return plan
             index += 1
     first = objects[0] if objects else None
-    if first is not None and type(first) is not np.ndarray:
+    if first is not None and type(first) is not _ndarray:
         arrays = _tensor_arrays(objects, args)
         if arrays is not None:
             kind = _kept(op, arrays[0], comm, stream, options, objects)
@@ -146,6 +153,7 @@ def _find(op, objects, comm, stream, options, make, args):
     return _made(op, objects, comm, stream, options, make, args)
 
 
+@cython.locals(context="_Context", kind="_Kind")
 def _kept(op, objects, comm, stream, options, source=None):
     """The kept kind of a call on new arrays, ready to run on them; None where there is
     none, the arrays may overlap, the communicator was freed, or the arrays are those of
@@ -155,14 +163,17 @@ def _kept(op, objects, comm, stream, options, source=None):
     contexts = _kinds.get(op)
     if not contexts:
         return None
+    owned = 0      # two distinct arrays: both own their memory (then they cannot overlap)
     if len(objects) == 2:
         a, b = objects
-        if type(a) is not np.ndarray or type(b) is not np.ndarray or a is b:
+        if type(a) is not _ndarray or type(b) is not _ndarray or a is b:
             key = _signature(objects)
             if key is None:
                 return None
         else:
-            key = (a.dtype, a.shape, a.flags.num, b.dtype, b.shape, b.flags.num)
+            a_flags, b_flags = _flags(a), _flags(b)
+            owned = a_flags & b_flags & _OWNDATA
+            key = (a.dtype, a.shape, a_flags, b.dtype, b.shape, b_flags)
     else:
         key = _signature(objects)
         if key is None:
@@ -172,8 +183,8 @@ def _kept(op, objects, comm, stream, options, source=None):
             kind = context.kinds.get(key)
             if kind is None or comm.freed:
                 return None
-            if len(key) == 6:   # two distinct arrays: free when both own their memory
-                if not key[2] & key[5] & _OWNDATA and not _disjoint(objects):
+            if len(key) == 6:   # two distinct arrays
+                if not owned and not _disjoint(objects):
                     return None
             elif len(key) == 2 and not _disjoint(objects):   # any number of arrays
                 return None
@@ -233,27 +244,83 @@ def forget(comm=None) -> None:
 selector.on_reload(forget)   # called with no argument: forget all
 
 
+@cython.cclass
 class _Entry:
     """One remembered call: ``same(objects)`` says whether a call's buffer arguments are
-    the remembered ones, unchanged (see ``_matcher``)."""
+    the remembered ones, unchanged: the very objects, each in the state ``_state`` saw
+    (dtype, shape and flags of an array).  No objects, one array, an array and None, and
+    two arrays are written out (compiled, their checks read the arrays' fields directly);
+    other argument lists are checked by ``general``."""
 
-    __slots__ = ("first", "same", "comm", "stream", "options", "plan")
+    def __init__(self, objects: tuple, comm, stream, options, plan) -> None:
+        self.first = objects[0] if objects else None
+        self.comm, self.stream, self.options, self.plan = comm, stream, options, plan
+        self.a = self.b = self.a_dtype = self.a_shape = self.b_dtype = self.b_shape = None
+        self.a_flags = self.b_flags = 0
+        self.general = None
+        arrays = all(obj is None or type(obj) is _ndarray for obj in objects)
+        if not objects:
+            self.arity = 0
+        elif arrays and len(objects) <= 2 and objects[0] is not None:
+            self.a = objects[0]
+            self.a_dtype, self.a_shape, self.a_flags = _state(self.a)
+            if len(objects) == 1:
+                self.arity = 1
+            elif objects[1] is None:
+                self.arity = 2
+            else:
+                self.arity = 3
+                self.b = objects[1]
+                self.b_dtype, self.b_shape, self.b_flags = _state(self.b)
+        else:
+            self.arity = 4
+            self.general = _matcher(objects)
 
-    def __init__(self, first, same, comm, stream, options, plan) -> None:
-        self.first, self.same, self.comm, self.stream = first, same, comm, stream
-        self.options, self.plan = options, plan
+    def same(self, objects: tuple) -> cython.bint:
+        arity = self.arity
+        if arity == 3:
+            return objects[0] is self.a and objects[1] is self.b \
+                and _unchanged(self.a, self.a_dtype, self.a_shape, self.a_flags) \
+                and _unchanged(self.b, self.b_dtype, self.b_shape, self.b_flags)
+        if arity == 1:
+            return objects[0] is self.a \
+                and _unchanged(self.a, self.a_dtype, self.a_shape, self.a_flags)
+        if arity == 2:
+            return objects[0] is self.a and objects[1] is None \
+                and _unchanged(self.a, self.a_dtype, self.a_shape, self.a_flags)
+        if arity == 0:
+            return True
+        return self.general(objects)
+
+
+def _unchanged(a, dtype, shape: tuple, flags: cython.int) -> cython.bint:
+    """Whether numpy array ``a`` still has this dtype (the same object), shape and
+    ``flags.num``.  Compiled, read from the array's fields: ``flags.num`` makes a flags
+    object and ``shape`` a tuple on every call."""
+    if cython.compiled:
+        return _al_array_unchanged(a, dtype, shape, flags)
+    return a.dtype is dtype and a.shape == shape and a.flags.num == flags
+
+
+def _flags(a) -> cython.int:
+    """``a.flags.num`` of numpy array ``a`` (compiled: read from its fields, not through a
+    new flags object)."""
+    if cython.compiled:
+        return _al_array_flags(a)
+    return a.flags.num
 
 
 def _remember(op, objects, comm, stream, options, plan) -> None:
-    same = _matcher(objects)
-    if same is not None:
-        entries = _recent.setdefault(op, [])
-        first = objects[0] if objects else None
-        entries.insert(0, _Entry(first, same, comm, stream, options, plan))
-        del entries[RECENT_PER_OP:]
-        _firsts[op] = {id(entry.first) for entry in entries}   # (entries keep them alive)
+    if any(obj is not None and type(obj) is not _ndarray and not _is_tensor(obj)
+           for obj in objects):
+        return   # (an object whose checks are not cheap to redo: not remembered)
+    entries = _recent.setdefault(op, [])
+    entries.insert(0, _Entry(objects, comm, stream, options, plan))
+    del entries[RECENT_PER_OP:]
+    _firsts[op] = {id(entry.first) for entry in entries}   # (entries keep them alive)
 
 
+@cython.cclass
 class _Context:
     """The kept kinds of calls of one op on one (communicator, stream, options)."""
 
@@ -273,6 +340,7 @@ class _Slot:
         self.index = index
 
 
+@cython.cclass
 class _Kind:
     """One kind of call, decided once: the plan's arguments with every buffer replaced by a
     slot (``template``), what each object's Buffer was found to be, the State classes
@@ -432,26 +500,26 @@ def _signature(objects: tuple):
     and which arguments are one object; None unless each is a numpy array or None."""
     if len(objects) == 1:
         (a,) = objects
-        if type(a) is np.ndarray:
-            return a.dtype, a.shape, a.flags.num
+        if type(a) is _ndarray:
+            return a.dtype, a.shape, _flags(a)
         return None
     if len(objects) == 2 and objects[0] is not None:
         a, b = objects
-        if type(a) is not np.ndarray:
+        if type(a) is not _ndarray:
             return None
         if b is None:
-            return a.dtype, a.shape, a.flags.num, None
-        if type(b) is not np.ndarray:
+            return a.dtype, a.shape, _flags(a), None
+        if type(b) is not _ndarray:
             return None
         if b is a:
-            return a.dtype, a.shape, a.flags.num, True
-        return a.dtype, a.shape, a.flags.num, b.dtype, b.shape, b.flags.num
+            return a.dtype, a.shape, _flags(a), True
+        return a.dtype, a.shape, _flags(a), b.dtype, b.shape, _flags(b)
     key = []
     for index, obj in enumerate(objects):
         if obj is None:
             key.append(None)
             continue
-        if type(obj) is not np.ndarray:
+        if type(obj) is not _ndarray:
             return None
         first = next(i for i, other in enumerate(objects) if other is obj)
         key.append(first if first < index else (obj.dtype, obj.shape, obj.flags.num))
@@ -464,7 +532,7 @@ def _tensor_arrays(objects: tuple, args: tuple):
     is None, a numpy array or such a tensor passed to ``make`` as an argument of its own."""
     arrays, swapped = [], {}
     for obj in objects:
-        if obj is None or type(obj) is np.ndarray:
+        if obj is None or type(obj) is _ndarray:
             arrays.append(obj)
             continue
         array = swapped.get(id(obj))
@@ -522,50 +590,24 @@ def _state(obj) -> tuple:
     identity first (numpy's dtype equality costs a microsecond; an array's dtype object
     only changes when a new dtype is assigned): the one- and two-array matchers match by
     identity only, so an equal dtype assigned anew is a miss and takes the full path."""
-    if type(obj) is np.ndarray:
+    if type(obj) is _ndarray:
         return obj.dtype, obj.shape, obj.flags.num
     return obj.dtype, obj.shape, obj.data_ptr(), obj.is_contiguous(), obj.is_cpu
 
 
 def _matcher(objects: tuple):
     """A function telling whether a call's ``objects`` are these very objects, each in the
-    state ``_state`` sees now; None when an object is of a kind whose checks are not cheap
-    to redo (the call is not remembered).  The common shapes of argument lists (none, one
-    array, an array and None, two arrays) get their own small function: this runs on every
-    call, and a general loop costs as much as the rest of the lookup."""
-    if any(obj is not None and type(obj) is not np.ndarray and not _is_tensor(obj)
-           for obj in objects):
-        return None
-    arrays = all(obj is None or type(obj) is np.ndarray for obj in objects)
-    if not objects:
-        return _no_objects
-    if arrays and len(objects) == 1:
-        (a,) = objects
-        a_dtype, a_shape, a_flags = _state(a)
-        return lambda given: given[0] is a and a.dtype is a_dtype and a.shape == a_shape \
-            and a.flags.num == a_flags
-    if arrays and len(objects) == 2 and objects[0] is not None:
-        a, b = objects
-        a_dtype, a_shape, a_flags = _state(a)
-        if b is None:
-            return lambda given: given[0] is a and given[1] is None and a.dtype is a_dtype \
-                and a.shape == a_shape and a.flags.num == a_flags
-        b_dtype, b_shape, b_flags = _state(b)
-        return lambda given: given[0] is a and given[1] is b and a.dtype is a_dtype \
-            and a.shape == a_shape and a.flags.num == a_flags and b.dtype is b_dtype \
-            and b.shape == b_shape and b.flags.num == b_flags
+    state ``_state`` sees now (for the argument lists ``_Entry`` does not write out)."""
     states = [None if obj is None else _state(obj) for obj in objects]
 
     def same(given: tuple) -> bool:
+        if len(given) != len(objects):
+            return False
         for old, obj, seen in zip(objects, given, states):
             if old is not obj or seen is not None and _state(obj) != seen:
                 return False
         return True
     return same
-
-
-def _no_objects(given: tuple) -> bool:
-    return True
 
 
 def _is_tensor(obj) -> bool:

@@ -180,7 +180,8 @@ def main(argv: list[str] | None = None) -> None:
     table = cases(comm, inplace_buf, send, recv)
     if world.rank == 0:
         print(f"# np={world.size}, 4 B float32, median µs of the slowest rank per call, "
-              f"each call after a barrier, best of {args.rounds} interleaved rounds")
+              f"each call after a barrier, best of {args.rounds} interleaved rounds, "
+              f"compiled: {al.compiled()}")
     for case, rows in table.items():
         names, calls = list(rows), list(rows.values())
         best = [float("inf")] * len(calls)

@@ -20,7 +20,8 @@ import subprocess
 import sys
 import tempfile
 
-from aluminum.core.ops import OPS as OPS_TABLE   # (imports no MPI)
+from aluminum import compiled   # (importing aluminum starts no MPI)
+from aluminum.core.ops import OPS as OPS_TABLE
 
 NEW_BUFFERS = " [new buffers]"   # sweep.NEW_BUFFERS_SUFFIX (importing sweep loads MPI)
 
@@ -53,7 +54,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--ops", default=",".join(OPS), help="comma-separated subset")
     args = parser.parse_args(argv)
     print(f"# np={args.nprocs}, {args.size} B, {'in place' if args.inplace else 'out of place'}"
-          f", median µs of the slowest rank, {args.rounds} interleaved rounds")
+          f", median µs of the slowest rank, {args.rounds} interleaved rounds, compiled: "
+          f"{compiled()}")
     new = NEW_BUFFERS
     print(f"{'':16s} {'same buffers every call':>29s}   {'new buffers every call':>29s}")
     print(f"{'op':16s} {'aluminum':>10s} {'mpi4py':>10s} {'ratio':>7s}   "

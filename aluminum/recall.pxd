@@ -1,0 +1,62 @@
+# Cython declarations augmenting recall.py (pure-Python mode; aluminum/core/compiled.py).
+
+from aluminum.plan cimport Plan
+
+cdef extern from *:
+    """
+    /* The leading fields of numpy's PyArrayObject (numpy/ndarraytypes.h, PyArrayObject_fields:
+       unchanged from numpy 1.7 through 2.x), read only for objects whose type is exactly
+       numpy.ndarray. */
+    typedef struct {
+        PyObject_HEAD
+        char *data;
+        int nd;
+        Py_ssize_t *dimensions;
+        Py_ssize_t *strides;
+        PyObject *base;
+        PyObject *descr;
+        int flags;
+    } _al_ndarray_head;
+
+    static inline int _al_array_unchanged(PyObject *a, PyObject *descr, PyObject *shape,
+                                          int flags) {
+        _al_ndarray_head *head = (_al_ndarray_head *)a;
+        Py_ssize_t i, nd = PyTuple_GET_SIZE(shape);
+        if (head->descr != descr || head->flags != flags || head->nd != nd) return 0;
+        for (i = 0; i < nd; i++) {
+            if (head->dimensions[i] != PyLong_AsSsize_t(PyTuple_GET_ITEM(shape, i))) return 0;
+        }
+        return 1;
+    }
+
+    static inline int _al_array_flags(PyObject *a) {
+        return ((_al_ndarray_head *)a)->flags;
+    }
+    """
+    bint _al_array_unchanged(object a, object descr, tuple shape, int flags)
+    int _al_array_flags(object a)
+
+
+cdef class _Entry:
+    cdef public object first, comm, stream, options
+    cdef public Plan plan
+    cdef object a, b, a_dtype, a_shape, b_dtype, b_shape, general
+    cdef int a_flags, b_flags, arity
+    cpdef bint same(self, tuple objects)
+
+
+cdef bint _unchanged(object a, object dtype, tuple shape, int flags)
+cdef int _flags(object a)
+
+
+cdef class _Kind:
+    cdef public object comm, op, algo, nbytes, inplace, classes, template, buffers
+    cdef public object positions, nested, arrivals, direct, call_error, order, last
+    cpdef run(self, tuple objects)
+
+
+cdef _kept(op, tuple objects, comm, stream, options, source=*)
+
+
+cdef class _Context:
+    cdef public object comm, stream, options, kinds
