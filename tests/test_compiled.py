@@ -6,6 +6,7 @@ The suite runs on what the README's install built (compiled where a C compiler e
 the plan cache's tests on one rank and the calls on new and repeated buffers of every kind
 of operation on two ranks, each compared with its numpy reference.
 """
+import importlib.machinery
 import os
 import shutil
 import subprocess
@@ -18,6 +19,7 @@ import pytest
 
 import aluminum as al
 from aluminum import recall
+from aluminum.core import compiled as compiled_module
 
 TESTS = Path(__file__).parent
 sys.path.insert(0, str(TESTS))
@@ -71,3 +73,23 @@ def test_uncompiled_runs_the_same(tmp_path, monkeypatch):
     assert result.returncode == 0, result.stdout + result.stderr
     monkeypatch.setenv("AL_PURE_PYTHON", "1")
     run_ranks("rank_ops_new_buffers.py", 2, tmp_path)
+
+
+def test_a_source_newer_than_its_extension_runs_instead(tmp_path):
+    """An edited (checked out, merged) .py or .pxd file is newer than the extension built
+    from it: that .py file must run, with a warning, never the outdated extension."""
+    source = tmp_path / "hot.py"
+    source.write_text("x = 1\n")
+    built = tmp_path / f"hot{importlib.machinery.EXTENSION_SUFFIXES[0]}"
+    built.write_bytes(b"")
+    os.utime(source, (1000, 1000))
+    os.utime(built, (2000, 2000))
+    assert not compiled_module._stale(str(source))
+    os.utime(source, (3000, 3000))
+    with pytest.warns(al.PerformanceWarning, match="changed after its compiled extension"):
+        assert compiled_module._stale(str(source))
+    os.utime(source, (1000, 1000))
+    (tmp_path / "hot.pxd").write_text("")
+    os.utime(tmp_path / "hot.pxd", (3000, 3000))
+    with pytest.warns(al.PerformanceWarning):
+        assert compiled_module._stale(str(source))

@@ -12,9 +12,10 @@ both ways with it.  ``compiled()`` says which ones this process uses.
 
 What surprises people: where the install found no compiler, aluminum runs uncompiled and
 warns once at import (``PerformanceWarning``): every result is the same, small calls take
-longer.  An editable install compiles in place: after editing one of these ``.py`` files,
-``pip install -e .`` again, or the old extension keeps running (``AL_PURE_PYTHON=1``
-runs the edited file meanwhile).
+longer.  An editable install compiles in place: a ``.py`` (or ``.pxd``) file edited, checked
+out or merged after its extension was built is newer than it, and then the ``.py`` file
+runs, with a ``PerformanceWarning`` naming it, until ``pip install -e .`` builds it again
+-- never the old extension's outdated code.
 
 This module imports nothing of aluminum: setup.py reads ``MODULES`` from it.
 """
@@ -33,6 +34,7 @@ MODULES = (
 )
 
 PURE_PYTHON = os.environ.get("AL_PURE_PYTHON", "") not in ("", "0")
+_SOURCES = PURE_PYTHON     # load the .py files of MODULES imported from now on
 
 
 class PerformanceWarning(UserWarning):
@@ -40,7 +42,8 @@ class PerformanceWarning(UserWarning):
 
 
 class _SourceFirst:
-    """A meta-path finder loading the ``.py`` file of each of ``MODULES`` (none other)."""
+    """A meta-path finder loading the ``.py`` file of each of ``MODULES`` (none other)
+    with ``AL_PURE_PYTHON=1``, or where that file is newer than its extension."""
 
     @staticmethod
     def find_spec(name, path=None, target=None):
@@ -51,8 +54,30 @@ class _SourceFirst:
         for folder in path:
             spec = finder_of(folder, source).find_spec(name)
             if spec is not None:
-                return spec
+                global _SOURCES
+                if _SOURCES or _stale(spec.origin):
+                    _SOURCES = True   # and for every later one: recall cimports plan's Plan
+                    return spec
+                return None     # the extension is up to date: Python's finders load it
         return None
+
+
+def _stale(source: str) -> bool:
+    """Whether the extension built from ``source`` (a .py file) is older than it or its
+    .pxd; warns where it is."""
+    stem = source[:-len(".py")]
+    built = [stem + suffix for suffix in importlib.machinery.EXTENSION_SUFFIXES
+             if os.path.exists(stem + suffix)]
+    if not built:
+        return False
+    edited = max(os.path.getmtime(path) for path in (source, stem + ".pxd")
+                 if os.path.exists(path))
+    if edited <= min(os.path.getmtime(path) for path in built):
+        return False
+    warnings.warn(f"aluminum: {source} changed after its compiled extension was built: "
+                  "running the .py file (same results, slower small calls); `pip install "
+                  "-e .` compiles it again", PerformanceWarning, stacklevel=2)
+    return True
 
 
 def compiled() -> bool:
@@ -92,5 +117,5 @@ def warn_if_uncompiled() -> None:
                       stacklevel=3)
 
 
-if PURE_PYTHON and _SourceFirst not in sys.meta_path:
+if _SourceFirst not in sys.meta_path:
     sys.meta_path.insert(0, _SourceFirst)
