@@ -550,10 +550,13 @@ def node_layout(comm) -> tuple[int, int] | None:
 
 def runs_on(comm, cls: type) -> bool:
     """Whether the algorithm ``cls`` can run on ``comm``'s nodes: ``single_node`` classes
-    need every rank on one node, ``uniform_nodes`` ones as many ranks on every node."""
+    need every rank on one node, ``multi_node`` ones ranks on several nodes,
+    ``uniform_nodes`` ones as many ranks on every node."""
     if getattr(cls, "single_node", False) and comm.local_size != comm.size:
         return False
     nodes = getattr(comm, "nodes", None)
+    if getattr(cls, "multi_node", False) and len(nodes or ()) < 2:
+        return False
     if getattr(cls, "uniform_nodes", False) and nodes is not None:
         return len({len(node) for node in nodes}) == 1
     return True

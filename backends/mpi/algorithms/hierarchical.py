@@ -13,18 +13,12 @@ from collections import deque
 
 import numpy as np
 
-from ....core.errors import UnsupportedError
 from ....core.reduction import sums_in_rank_order
-from .program import (ProgramState, partition, rank_order_allreduce, result_buffer,
-                      ring_allgather, ring_reduce_scatter)
+from .node_layout import node_position, require_uniform_nodes
+from .program import (ProgramState, partition, pipeline_pieces, rank_order_allreduce,
+                      result_buffer, ring_allgather, ring_reduce_scatter)
 
-
-# Chunks across nodes: no smaller than this (each costs a link latency per ring step), at
-# most this many, two in flight (one crossing between nodes while the next is reduced in
-# them).  Chunking changes no bit: every element is reduced by the same rings in the same
-# order as in one piece.
-PIPELINE_CHUNK_BYTES = 1 << 20
-PIPELINE_CHUNKS = 8
+# Chunks in flight at once: one crossing between nodes while the next is reduced in them.
 IN_FLIGHT = 2
 
 
@@ -37,7 +31,7 @@ class HierarchicalAllreduce(ProgramState):
        node (one per node), so block ``r`` holds the sum over all ranks.
     3. Allgather of the ``L`` blocks round the node.
 
-    Across nodes the vector is cut into chunks (``PIPELINE_CHUNKS``) run two at a time, so
+    Across nodes the vector is cut into chunks (``pipeline_pieces``) run two at a time, so
     the link carries one chunk while the ranks reduce the next inside the node.
 
     Every element is reduced by exactly one rank per level and then copied, so every rank
@@ -54,21 +48,15 @@ class HierarchicalAllreduce(ProgramState):
     uniform_nodes = True   # the selector never picks it where nodes differ in size
 
     def __init__(self, comm, stream, sendbuf, recvbuf, op):
-        sizes = {len(node) for node in comm.nodes}
-        if len(sizes) != 1:
-            raise UnsupportedError(
-                f"algo: hierarchical needs the same number of ranks on every node; this "
-                f"communicator's {len(comm.nodes)} nodes have "
-                f"{', '.join(str(len(node)) for node in comm.nodes)} ranks (use ring, "
-                f"rabenseifner or mpi_passthrough)")
+        require_uniform_nodes(comm, "hierarchical", "ring, rabenseifner or mpi_passthrough",
+                              several=False)
         super().__init__(comm)
         self.sendbuf, self.recvbuf, self.op = sendbuf, recvbuf, op
         self.rank_order = sums_in_rank_order(op, recvbuf.dtype, comm.size)
         # Across nodes the vector goes in chunks, each with a tag of its own (taken here,
         # in issue order, so alike on every rank): chunks in flight never match each
         # other's messages.
-        chunks = 1 if len(comm.nodes) == 1 else \
-            max(1, min(PIPELINE_CHUNKS, recvbuf.array.nbytes // PIPELINE_CHUNK_BYTES))
+        chunks = 1 if len(comm.nodes) == 1 else pipeline_pieces(recvbuf.array.nbytes)
         self.tags = [self.tag] + [comm.next_tag() for _ in range(chunks - 1)]
 
     def program(self):
@@ -76,10 +64,7 @@ class HierarchicalAllreduce(ProgramState):
         if self.rank_order:                # deterministic mode: one order for every algorithm
             yield from rank_order_allreduce(self, result)
             return
-        nodes = self.comm.nodes
-        node = next(ranks for ranks in nodes if self.comm.rank in ranks)
-        local = node.index(self.comm.rank)
-        across = [ranks[local] for ranks in nodes]      # this local rank on every node
+        node, local, across = node_position(self.comm, self.comm.rank)
         bounds = partition(result.size, len(self.tags))
         yield from self.interleave(deque(
             self.three_rings(result[bounds[c]:bounds[c + 1]], node, local, across, tag)
