@@ -342,8 +342,8 @@ def test_hierarchical_reduce_bcast_allgather_match_numpy(comm, mode):
                 hierarchical_reduce_case(comm, mode, dtype, op, count, root, seed)
                 hierarchical_bcast_case(comm, mode, dtype, count, root, seed)
             hierarchical_allgather_case(comm, mode, dtype, count, count % 2 == 0, seed)
-    if mode == "nonblocking":       # shards of 2 MiB and more cross in pipelined pieces
-        count = (1 << 20) * comm.local_size // 2 + 5
+    if mode == "nonblocking":       # shards of 1 MiB cross in 4 pipelined pieces
+        count = (1 << 17) * comm.local_size + 5
         hierarchical_reduce_case(comm, mode, np.float64, al.SUM, count, comm.size - 1, 3)
         hierarchical_bcast_case(comm, mode, np.float64, count, comm.size - 1, 3)
 

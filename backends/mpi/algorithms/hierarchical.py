@@ -15,7 +15,7 @@ import numpy as np
 
 from ....core.reduction import sums_in_rank_order
 from .node_layout import node_position, require_uniform_nodes
-from .program import (ProgramState, partition, pipeline_pieces, rank_order_allreduce,
+from .program import (ProgramState, partition, pipeline_chunks, rank_order_allreduce,
                       result_buffer, ring_allgather, ring_reduce_scatter)
 
 # Chunks in flight at once: one crossing between nodes while the next is reduced in them.
@@ -31,7 +31,7 @@ class HierarchicalAllreduce(ProgramState):
        node (one per node), so block ``r`` holds the sum over all ranks.
     3. Allgather of the ``L`` blocks round the node.
 
-    Across nodes the vector is cut into chunks (``pipeline_pieces``) run two at a time, so
+    Across nodes the vector is cut into chunks (``pipeline_chunks``) run two at a time, so
     the link carries one chunk while the ranks reduce the next inside the node.
 
     Every element is reduced by exactly one rank per level and then copied, so every rank
@@ -56,7 +56,7 @@ class HierarchicalAllreduce(ProgramState):
         # Across nodes the vector goes in chunks, each with a tag of its own (taken here,
         # in issue order, so alike on every rank): chunks in flight never match each
         # other's messages.
-        chunks = 1 if len(comm.nodes) == 1 else pipeline_pieces(recvbuf.array.nbytes)
+        chunks = 1 if len(comm.nodes) == 1 else pipeline_chunks(recvbuf.array.nbytes)
         self.tags = [self.tag] + [comm.next_tag() for _ in range(chunks - 1)]
 
     def program(self):

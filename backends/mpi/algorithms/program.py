@@ -18,6 +18,7 @@ from typing import Iterator
 import numpy as np
 from mpi4py import MPI
 
+from ....core.pieces import chain_pieces
 from ....core.reduction import reduce_in_rank_order
 from ....engine.state import Action, State
 from ..passthrough.mpi_errors import operation_error
@@ -178,16 +179,17 @@ def ring_allgather(state: ProgramState, blocks: list, ring: list[int],
                                   blocks[(me - s - 1) % size], left, tag)
 
 
-# Long vectors cross between nodes in pieces: no smaller than this (each costs a link
-# latency per hop), at most this many, so that a piece crosses one link while the next is
-# worked on.  Cutting changes no bit: every element meets the same operands in the same order.
-PIPELINE_PIECE_BYTES = 1 << 20
-PIPELINE_PIECES = 8
+# The hierarchical allreduce's vector crosses between nodes in chunks: no smaller than this
+# (each costs a link latency per ring step), at most this many, so that one crosses while
+# the next is reduced in the node.  Cutting changes no bit: every element meets the same
+# operands in the same order.
+PIPELINE_CHUNK_BYTES = 1 << 20
+PIPELINE_CHUNKS = 8
 
 
-def pipeline_pieces(nbytes: int) -> int:
-    """How many pieces a vector of ``nbytes`` crosses between nodes in."""
-    return max(1, min(PIPELINE_PIECES, nbytes // PIPELINE_PIECE_BYTES))
+def pipeline_chunks(nbytes: int) -> int:
+    """How many chunks the hierarchical allreduce's vector of ``nbytes`` crosses in."""
+    return max(1, min(PIPELINE_CHUNKS, nbytes // PIPELINE_CHUNK_BYTES))
 
 
 def chain_reduce(state: ProgramState, block: np.ndarray, chain: list[int],
@@ -195,10 +197,10 @@ def chain_reduce(state: ProgramState, block: np.ndarray, chain: list[int],
     """Reduce ``block`` along ``chain`` (ranks, this rank among them) into ``chain[0]``'s:
     each member folds the running partial arriving from the member after it into its own
     block, ``mine (op) theirs``, and passes the result to the member before it.  Each member
-    sends its block's bytes once; long blocks go in ``pipeline_pieces``, so every link of
-    the chain carries a piece at once.  ``scratch``: at least ``block.size`` elements."""
+    sends its block's bytes once; long blocks go in pieces (core/pieces.py), so every link
+    of the chain carries a piece at once.  ``scratch``: at least ``block.size`` elements."""
     me = chain.index(state.comm.rank)
-    bounds = partition(block.size, pipeline_pieces(block.nbytes))
+    bounds = partition(block.size, chain_pieces(block.nbytes))
     pieces = [block[bounds[c]:bounds[c + 1]] for c in range(len(bounds) - 1)]
     receives = []
     if me + 1 < len(chain):                  # every piece's partial posted at once
@@ -217,10 +219,10 @@ def chain_reduce(state: ProgramState, block: np.ndarray, chain: list[int],
 def chain_bcast(state: ProgramState, block: np.ndarray, chain: list[int],
                 tag: int | None = None):
     """Copy ``chain[0]``'s ``block`` to every member of ``chain``: each member receives it
-    from the member before it and forwards it to the one after, in ``pipeline_pieces``, so
-    each member receives the bytes once and every link carries a piece at once."""
+    from the member before it and forwards it to the one after, in pieces (core/pieces.py),
+    so each member receives the bytes once and every link carries a piece at once."""
     me = chain.index(state.comm.rank)
-    bounds = partition(block.size, pipeline_pieces(block.nbytes))
+    bounds = partition(block.size, chain_pieces(block.nbytes))
     pieces = [block[bounds[c]:bounds[c + 1]] for c in range(len(bounds) - 1)]
     receives = [state.irecv(piece, chain[me - 1], tag) for piece in pieces] if me else []
     sends = []
