@@ -391,3 +391,54 @@ def test_hierarchical_needs_several_equal_nodes(comm, op):
             with pytest.raises(al.UnsupportedError, match="same number of ranks"):
                 call(uneven)
     np.testing.assert_array_equal(buf, np.arange(4 * comm.size, dtype=np.float32))
+
+
+# -- hierarchical allreduce on buffers the node shares (al.shared_empty, buckets) -----------
+
+def check_shared_hierarchical(comm):
+    """Shared arrays and buckets against private arrays (same bits) and numpy."""
+    cases = [(4099, np.float32, al.SUM, True, False), ((1 << 19) + 3, np.float32, al.AVG,
+                                                      False, True),
+             (1000, np.int32, al.PROD, False, False)]
+    for count, dtype, op, inplace, nonblocking in cases:
+        if dtype == np.int32:
+            mine = rank_data(count, dtype, comm.rank, 7)
+        else:
+            mine = inexact_data(count, dtype, op, comm.rank, 7)
+        send = al.shared_empty(count, dtype, comm)
+        send[:] = mine
+        recv = send if inplace else al.shared_empty(count, dtype, comm)
+        call = al.nonblocking_allreduce if nonblocking else al.allreduce
+        request = call(send, comm, op=op, recvbuf=None if inplace else recv,
+                       algo="hierarchical")
+        if nonblocking:
+            request.wait()
+        private = mine.copy()
+        al.allreduce(private, comm, op=op, algo="hierarchical")
+        assert recv.tobytes() == private.tobytes(), f"{np.dtype(dtype)} {op.name} {count}"
+        if not inplace:
+            np.testing.assert_array_equal(send, mine)
+        if dtype == np.int32:
+            np.testing.assert_array_equal(recv, reference(count, dtype, op, comm.size, 7))
+        else:
+            data = np.array([inexact_data(count, dtype, op, r, 7) for r in range(comm.size)],
+                            np.float64)
+            exact = data.mean(0) if op is al.AVG else data.sum(0)
+            np.testing.assert_allclose(recv, exact, rtol=1e-4, atol=1e-3)
+    bucket = al.GradientBucket([(3, 5), (7,)], np.float32, comm, op=al.AVG)
+    assert not bucket.memory.flags.owndata              # in the node's shared segment
+    for step in range(2):
+        values = rank_data(22, np.float32, comm.rank, step)
+        bucket.memory[:] = values
+        bucket.start()
+        bucket.wait()
+        np.testing.assert_array_equal(bucket.memory,
+                                      reference(22, np.float32, al.AVG, comm.size, step))
+
+
+def test_hierarchical_allreduce_reads_and_writes_shared_buffers_in_place(comm):
+    skip_unless_offered(comm, "hierarchical")
+    if comm.local_size == 1:
+        pytest.skip("no other rank on this node to share memory with")
+    with al.MPICommunicator() as fresh:                 # its segments go with it
+        check_shared_hierarchical(fresh)

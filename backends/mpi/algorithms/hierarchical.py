@@ -14,9 +14,12 @@ from collections import deque
 import numpy as np
 
 from ....core.reduction import sums_in_rank_order
+from .hierarchical_shared import node_barrier, reduce_my_block, shared_arrays
 from .node_layout import node_position, require_uniform_nodes
 from .program import (ProgramState, partition, pipeline_chunks, rank_order_allreduce,
                       result_buffer, ring_allgather, ring_reduce_scatter)
+from .shared_buffers import SharedBuffers
+from .vector_copy import copy_vector
 
 # Chunks in flight at once: one crossing between nodes while the next is reduced in them.
 IN_FLIGHT = 2
@@ -40,6 +43,12 @@ class HierarchicalAllreduce(ProgramState):
     as in every algorithm (and no longer two-level).  Messages go between the ranks of this
     communicator (no sub-communicators): the ranks of a node from ``comm.nodes``.
 
+    Where every rank of a node passes ``al.shared_empty`` arrays (a ``GradientBucket`` on
+    a multi-node communicator, say), the node's phases read and write the node's shared
+    segments directly (hierarchical_shared.py), with the same bits; private buffers on a
+    communicator that has shared ones pay one small exchange inside the node per call to
+    find that out.
+
     Needs the same number of ranks on every node (``UnsupportedError`` otherwise; the
     selector never picks it there).  On one node it is the node's ring.
     """
@@ -60,29 +69,51 @@ class HierarchicalAllreduce(ProgramState):
         self.tags = [self.tag] + [comm.next_tag() for _ in range(chunks - 1)]
 
     def program(self):
-        result = result_buffer(self.sendbuf, self.recvbuf)
         if self.rank_order:                # deterministic mode: one order for every algorithm
-            yield from rank_order_allreduce(self, result)
+            yield from rank_order_allreduce(self, result_buffer(self.sendbuf, self.recvbuf))
             return
         node, local, across = node_position(self.comm, self.comm.rank)
+        shared = None
+        if len(node) > 1 and SharedBuffers.find(self.comm) is not None:
+            shared = yield from shared_arrays(self, node, self.sendbuf.array,
+                                              self.recvbuf.array)
+        result = result_buffer(self.sendbuf, self.recvbuf) if shared is None else \
+            self.recvbuf.array             # (filled block by block from the shared arrays)
         bounds = partition(result.size, len(self.tags))
         yield from self.interleave(deque(
-            self.three_rings(result[bounds[c]:bounds[c + 1]], node, local, across, tag)
+            self.three_rings(result, bounds[c], bounds[c + 1], node, local, across, tag,
+                             shared)
             for c, tag in enumerate(self.tags)))
+        if shared is not None:             # nobody overwrites a buffer another still reads
+            yield from node_barrier(self, node)
         self.op.finish(result, self.comm.size)
 
-    def three_rings(self, part, node, local, across, tag):
-        """The whole algorithm on ``part`` of the vector, its messages tagged ``tag``."""
+    def three_rings(self, result, low, high, node, local, across, tag, shared):
+        """The whole algorithm on ``result[low:high]``, its messages tagged ``tag``;
+        ``shared``: every local rank's (send, recv) arrays, read and written directly
+        inside the node instead of the node's rings (None: private buffers)."""
+        part = result[low:high]
         offsets = partition(part.size, len(node))
         blocks = [part[offsets[b]:offsets[b + 1]] for b in range(len(node))]
         scratch = np.empty(offsets[1], part.dtype)
-        yield from ring_reduce_scatter(self, blocks, node, scratch, tag)
+        if shared is None:
+            yield from ring_reduce_scatter(self, blocks, node, scratch, tag)
+        else:
+            reduce_my_block(self.op, [send[low:high] for send in shared[0]],
+                            slice(offsets[local], offsets[local + 1]), local, blocks[local],
+                            scratch)
         mine = blocks[local]
         pieces = partition(mine.size, len(across))
         shards = [mine[pieces[b]:pieces[b + 1]] for b in range(len(across))]
         yield from ring_reduce_scatter(self, shards, across, scratch, tag)
         yield from ring_allgather(self, shards, across, tag)
-        yield from ring_allgather(self, blocks, node, tag)
+        if shared is None:
+            yield from ring_allgather(self, blocks, node, tag)
+            return
+        yield from node_barrier(self, node, tag)        # every block of this chunk is final
+        for b, theirs in enumerate(shared[1]):
+            if b != local:
+                copy_vector(blocks[b], theirs[low:high][offsets[b]:offsets[b + 1]])
 
     def interleave(self, waiting: deque):
         """Run the chunks' programs ``IN_FLIGHT`` at a time, each to its next wait in turn,
