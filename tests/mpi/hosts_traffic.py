@@ -12,6 +12,7 @@ import aluminum as al
 from aluminum.tuning import selector
 
 HEADERS = 1.08     # TCP/IP/Ethernet framing of full-size segments, plus MPI's own headers
+BOTH_WAYS = 1.12   # and the acknowledgements of as much coming the other way
 
 
 def my_host_counters() -> tuple[int, int]:
@@ -137,7 +138,7 @@ def test_hierarchical_bcast_brings_the_vector_into_each_host_once(comm, hosts):
     np.testing.assert_array_equal(data, np.full(count, 3.0, np.float32))
     nbytes = 4 * count
     for k, (received, sent) in enumerate(counts[:-1]):
-        assert nbytes <= received <= HEADERS * nbytes, (k, received, nbytes)
+        assert nbytes <= received <= BOTH_WAYS * nbytes, (k, received, nbytes)
     assert counts[-1][0] <= 0.1 * nbytes, counts        # the root's host gets nothing back
     assert max(sent for _, sent in counts) <= HEADERS * nbytes, counts
 
@@ -157,7 +158,7 @@ def test_hierarchical_allgather_sends_each_hosts_share_once(comm, hosts):
     counts = bytes_per_call(comm, lambda: gather("hierarchical"))
     bound = 4 * count * comm.size * (hosts - 1) / hosts
     for k, (received, sent) in enumerate(counts):
-        assert bound <= sent <= HEADERS * bound and bound <= received <= HEADERS * bound, \
+        assert bound <= sent <= BOTH_WAYS * bound and bound <= received <= BOTH_WAYS * bound, \
             (k, received, sent, bound)
     if comm.local_size > 1:                              # a flat ring crosses more
         ring = max(sent for _, sent in bytes_per_call(comm, lambda: gather("ring")))
