@@ -91,12 +91,12 @@ def assign_buckets(nbytes: Sequence[int], keys: Sequence[Hashable] | None = None
 def shares_memory(comm) -> bool:
     """Whether ``bucket_memory`` gives ``comm``'s buckets shared memory: ``comm``'s backend
     can allocate memory the node's ranks share (``al.shared_empty``: the MPI backend, host
-    memory), and ``comm`` has more than one rank, all on this node (the zero-copy
-    shared-memory allreduce then reduces the buckets in place, without staging copies).
-    Otherwise (one rank, ranks on several nodes, a device backend) memory is private."""
+    memory), and this rank's node holds more than one of ``comm``'s ranks.  On one node the
+    zero-copy shared-memory allreduce then reduces the buckets in place; across nodes each
+    node gets its own segment, which the hierarchical allreduce's node phases read and
+    write directly.  Otherwise (one rank per node, a device backend) memory is private."""
     backend = getattr(comm, "backend", None)
-    return getattr(backend, "allocate_shared", None) is not None and comm.size > 1 and \
-        comm.local_size == comm.size
+    return getattr(backend, "allocate_shared", None) is not None and comm.local_size > 1
 
 
 def bucket_memory(count: int, dtype, comm, provisional: bool = False) -> np.ndarray:

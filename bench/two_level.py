@@ -1,16 +1,20 @@
-"""Allreduce across emulated hosts: measured against the two-level model and the link's bound.
+"""Allreduce, reduce, bcast or allgather across emulated hosts: measured against the
+two-level model and the link's bound.
 
     python bench/two_level.py --hosts 2 --np 4 --link-mbit 1000 [--sizes 1MiB,4MiB,16MiB]
-        [--write tuning.json]
+        [--op allreduce|reduce|bcast|allgather] [--write tuning.json]
 
 Starts itself on ``--np`` ranks over ``--hosts`` emulated hosts (aluminum.launch.emulated_hosts),
 then, in one job:
 1. fits α and β inside a host (ping-pong rank 0 ↔ 1) and between hosts (rank 0 ↔ the first
    rank of the next host) with ``costmodel.fit_alpha_beta``;
-2. times every allreduce algorithm offered across hosts, ``automatic`` and mpi4py's
-   ``Allreduce`` (median of ``--iters``, the slowest rank per iteration);
-3. counts the bytes each host sends to other hosts per allreduce (its ``eth0`` tx counter,
-   TCP/IP headers included) next to the least an allreduce can send, ``2·S·(H − 1)/H``;
+2. times every algorithm of ``--op`` offered across hosts, ``automatic`` and mpi4py's
+   call (median of ``--iters``, the slowest rank per iteration; reduce and bcast rooted at
+   rank 0; allgather sizes are the gathered result);
+3. counts the bytes the busiest host sends to other hosts per call (its ``eth0`` tx
+   counter, TCP/IP headers included) next to the least the busiest must send
+   (``two_level_model.least_bytes``: allreduce ``2·S·(H − 1)/H``, reduce and bcast ``S``,
+   allgather ``S·(H − 1)/H``);
 4. prints the model's prediction for each, and the model's crossovers extrapolated to 64
    nodes of 8 ranks with the fitted parameters;
 5. with ``--write``, adds a tuning rule measured across this many nodes (and the fitted
@@ -24,6 +28,7 @@ import sys
 import time
 
 SIZES_DEFAULT = "1MiB,4MiB,16MiB"
+OPS = ("allreduce", "reduce", "bcast", "allgather")
 
 
 def main() -> int:
@@ -33,9 +38,10 @@ def main() -> int:
     parser.add_argument("--np", type=int, default=4)
     parser.add_argument("--link-mbit", type=float, default=None)
     parser.add_argument("--sizes", default=SIZES_DEFAULT)
+    parser.add_argument("--op", choices=OPS, default="allreduce")
     parser.add_argument("--iters", type=int, default=5)
     parser.add_argument("--peer-max", default="16MiB",
-                        help="largest size at which mpi4py's Allreduce is timed (it can be "
+                        help="largest size at which mpi4py's call is timed (it can be "
                              "very slow on shaped links)")
     parser.add_argument("--write", default=None, help="tuning table to add the rule to")
     parser.add_argument("--timeout", type=float, default=1800)
@@ -49,9 +55,6 @@ def main() -> int:
 
 
 def run(args) -> int:
-    import numpy as np
-    from mpi4py import MPI
-
     import aluminum as al
     from aluminum.tuning import costmodel, selector, two_level_model
     from aluminum.bench.sizes import format_size, parse_sizes
@@ -69,32 +72,53 @@ def run(args) -> int:
     inter = ping_pong(world, 0, first_of_next)
     sizes = parse_sizes(args.sizes)
     peer_max = parse_sizes(args.peer_max)[0]
-    algos = ["automatic", *al.algorithms("allreduce", comm=comm)]
+    op = args.op
+    algos = ["automatic", *al.algorithms(op, comm=comm)]
     rows = []
     for size in sizes:
-        count = size // 4
-        send, recv = np.ones(count, np.float32), np.empty(count, np.float32)
         for algo in algos + ["mpi4py"]:
             if algo == "mpi4py" and size > peer_max:
                 continue
-            if algo == "mpi4py":
-                call = lambda: world.Allreduce(send, recv)  # noqa: E731
-            else:
-                call = lambda a=algo: al.allreduce(send, comm, recvbuf=recv, algo=a)  # noqa
+            call = calls(op, comm, size // 4, algo)
             seconds, sent = timed(world, call, args.iters)
             picked = algo
             if algo == "automatic":
-                picked = selector.select_algorithm("mpi", "allreduce", comm.size, size,
+                picked = selector.select_algorithm("mpi", op, comm.size, size,
                                                    "mpi_passthrough", False, False, layout)
-            predicted = (two_level_model.predict_allreduce(picked, nodes, size, intra, inter)
-                         if picked in two_level_model.ALGORITHMS else None)
+            predicted = (two_level_model.predict(op, picked, nodes, size, intra, inter)
+                         if picked in two_level_model.ALGORITHMS[op] else None)
             rows.append((size, algo, picked, seconds, sent, predicted))
     if comm.rank == 0:
         report(rows, nodes, intra, inter, args, format_size)
         if args.write:
-            write_rule(args.write, rows, nodes, comm.size, inter)
+            write_rule(args.write, op, rows, nodes, comm.size, inter)
     comm.free()
     return 0
+
+
+def calls(op: str, comm, count: int, algo: str):
+    """A callable running ``op`` once on ``count`` float32 with ``algo`` (``"mpi4py"``:
+    mpi4py's blocking call), out of place; rooted ops at rank 0; allgather gathers ``count``
+    in all."""
+    import numpy as np
+
+    import aluminum as al
+
+    world, root = comm.mpi_comm, comm.rank == 0
+    send, recv = np.ones(count, np.float32), np.empty(count, np.float32)
+    mine = send[:count // comm.size]
+    if algo == "mpi4py":
+        return {"allreduce": lambda: world.Allreduce(send, recv),
+                "reduce": lambda: world.Reduce(send, recv if root else None, root=0),
+                "bcast": lambda: world.Bcast(send, root=0),
+                "allgather": lambda: world.Allgather(mine, recv[:mine.size * comm.size])}[op]
+    if op == "allgather":
+        return lambda: al.allgather(mine, comm, recvbuf=recv[:mine.size * comm.size],
+                                    algo=algo)
+    return {"allreduce": lambda: al.allreduce(send, comm, recvbuf=recv, algo=algo),
+            "reduce": lambda: al.reduce(send, comm, recvbuf=recv if root else None,
+                                        algo=algo),
+            "bcast": lambda: al.bcast(send, comm, algo=algo)}[op]
 
 
 def ping_pong(world, a: int, b: int, sizes=(8, 1 << 16, 1 << 20, 4 << 20), repeats=5):
@@ -126,7 +150,7 @@ def ping_pong(world, a: int, b: int, sizes=(8, 1 << 16, 1 << 20, 4 << 20), repea
 
 
 def timed(world, call, iters: int):
-    """Median over ``iters`` of the slowest rank's time, and the median bytes this rank's
+    """Median over ``iters`` of the slowest rank's time, and the median bytes the busiest
     host sent out of its ``eth0`` per call (0 where it cannot be read)."""
     import numpy as np
     from mpi4py import MPI
@@ -143,9 +167,8 @@ def timed(world, call, iters: int):
         sent.append(tx_bytes() - before)
         times.append(world.allreduce(elapsed, op=MPI.MAX))
     leads = _leads_host(world)
-    host_sent = world.allreduce(float(np.median(sent)) if leads else 0.0)
-    hosts = world.allreduce(1 if leads else 0)
-    return float(np.median(times)), host_sent / max(hosts, 1)
+    return float(np.median(times)), world.allreduce(float(np.median(sent)) if leads else 0.0,
+                                                    op=MPI.MAX)
 
 
 def _leads_host(world) -> bool:
@@ -173,7 +196,7 @@ def tx_bytes() -> int:
 def report(rows, nodes, intra, inter, args, format_size) -> None:
     from aluminum.tuning import two_level_model
 
-    print(f"# allreduce on {nodes.count} emulated hosts x {nodes.ranks_per_node} ranks, "
+    print(f"# {args.op} on {nodes.count} emulated hosts x {nodes.ranks_per_node} ranks, "
           f"links {args.link_mbit or 'unshaped'} Mbit/s, float32, out of place, "
           f"median of {args.iters}")
     print(f"# fitted: intra α={intra.alpha * 1e6:.1f} us β={intra.beta * 1e9:.3f} ns/B; "
@@ -182,8 +205,8 @@ def report(rows, nodes, intra, inter, args, format_size) -> None:
     print(f"{'size':>8} {'series':<24} {'ms':>9} {'model ms':>9} {'model/meas':>10} "
           f"{'x bound':>8} {'host MiB sent':>13} {'bound MiB':>9}")
     for size, algo, picked, seconds, sent, predicted in rows:
-        bound = two_level_model.lower_bound(nodes, size, inter)
-        least = 2 * size * (nodes.count - 1) / nodes.count
+        bound = two_level_model.lower_bound(nodes, size, inter, args.op)
+        least = two_level_model.least_bytes(args.op, nodes, size)
         name = f"{algo} ({picked})" if algo == "automatic" else algo
         model = f"{predicted * 1e3:9.2f} {predicted / seconds:10.2f}" if predicted else \
             f"{'-':>9} {'-':>10}"
@@ -194,13 +217,14 @@ def report(rows, nodes, intra, inter, args, format_size) -> None:
     sizes = [4 << i for i in range(0, 26)]
     print(f"# model crossovers at 64 nodes x 8 ranks (fitted α, β): " + ", ".join(
         f"{algo} from {format_size(size)}"
-        for size, algo in two_level_model.crossovers(big, intra, inter, sizes)))
+        for size, algo in two_level_model.crossovers(big, intra, inter, sizes, op=args.op)))
     print(f"# model crossovers at {nodes.count} x {nodes.ranks_per_node}: " + ", ".join(
         f"{algo} from {format_size(size)}"
-        for size, algo in two_level_model.crossovers(nodes, intra, inter, sizes)))
+        for size, algo in two_level_model.crossovers(nodes, intra, inter, sizes,
+                                                     op=args.op)))
 
 
-def write_rule(path, rows, nodes, comm_size, inter) -> None:
+def write_rule(path, op, rows, nodes, comm_size, inter) -> None:
     """Add the measured winners as a rule for this many nodes to the table at ``path``."""
     from pathlib import Path
 
@@ -214,11 +238,11 @@ def write_rule(path, rows, nodes, comm_size, inter) -> None:
         best = min(ours, key=lambda row: row[3])[1]
         if not winners or winners[-1][1] != best:
             winners.append((0 if not winners else size, best))
-    rule = selector.Rule("mpi", "allreduce", comm_size, tuple(winners), nodes=nodes.count)
+    rule = selector.Rule("mpi", op, comm_size, tuple(winners), nodes=nodes.count)
     target = Path(path)
     old = selector.read_table(target) if target.exists() else None
     rules = [r for r in (old.rules if old else ()) if not (
-        r.op == "allreduce" and r.comm_size == comm_size and r.nodes == nodes.count)]
+        r.op == op and r.comm_size == comm_size and r.nodes == nodes.count)]
     table = selector.Table(tuple(rules) + (rule,), old.model if old else None,
                            dict(old.metadata) if old else tune.metadata(
                                nodes.ranks_per_node, "two_level.py"),

@@ -104,11 +104,11 @@ def _comm(size, local_size, shares=True):
 @pytest.mark.parametrize("size, local_size, backend_shares, shared", [
     (2, 2, True, True), (4, 4, True, True),
     (1, 1, True, False),          # one rank: nothing to share
-    (4, 2, True, False),          # two nodes
+    (4, 2, True, True),           # two nodes of two: a segment per node
+    (2, 1, True, False),          # two nodes of one: nothing to share on either
     (2, 2, False, False),         # a backend without shared host memory (NCCL, ...)
 ])
-def test_memory_is_shared_only_by_every_rank_of_one_node(size, local_size, backend_shares,
-                                                         shared):
+def test_memory_is_shared_by_the_ranks_of_a_node(size, local_size, backend_shares, shared):
     assert al.shares_memory(_comm(size, local_size, backend_shares)) is shared
 
 

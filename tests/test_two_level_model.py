@@ -18,7 +18,7 @@ def test_ring_across_two_nodes_of_two_waits_on_the_link_every_step():
     # p = 4: 6 steps of n/4 bytes, each over a node's link
     n = 4 * MIB
     expected = 6 * (50e-6 + n / 4 * 8e-9)
-    assert model.predict_allreduce("ring", model.Nodes(2, 2), n, INTRA, INTER) == \
+    assert model.predict("allreduce", "ring", model.Nodes(2, 2), n, INTRA, INTER) == \
         pytest.approx(expected)
 
 
@@ -26,7 +26,7 @@ def test_hierarchical_is_two_node_rings_and_one_ring_of_shards_across():
     n = 4 * MIB
     inside = 2 * 1 * (1e-6 + n / 2 * 1e-10)          # L = 2: one step each way
     across = 2 * 1 * (50e-6 + n / 2 * 8e-9)          # N = 2: node's link carries n/2 a step
-    assert model.predict_allreduce("hierarchical", model.Nodes(2, 2), n, INTRA, INTER) == \
+    assert model.predict("allreduce", "hierarchical", model.Nodes(2, 2), n, INTRA, INTER) == \
         pytest.approx(inside + across)
 
 
@@ -34,7 +34,7 @@ def test_recursive_doubling_crosses_with_every_rank_of_the_node():
     n = 1000.0
     # Nodes(2, 2): distance 1 inside the node, distance 2 across with both ranks' vectors
     expected = (1e-6 + n * 1e-10) + (50e-6 + 2 * n * 8e-9)
-    assert model.predict_allreduce("recursive_doubling", model.Nodes(2, 2), n, INTRA,
+    assert model.predict("allreduce", "recursive_doubling", model.Nodes(2, 2), n, INTRA,
                                    INTER) == pytest.approx(expected)
 
 
@@ -42,7 +42,7 @@ def test_rabenseifner_halves_across_nodes_first():
     n = 1000.0
     # q = 4: distance 2 (across, both ranks, n/2 each), then distance 1 (inside, n/4); x2
     expected = 2 * ((50e-6 + 2 * n / 2 * 8e-9) + (1e-6 + n / 4 * 1e-10))
-    assert model.predict_allreduce("rabenseifner", model.Nodes(2, 2), n, INTRA, INTER) == \
+    assert model.predict("allreduce", "rabenseifner", model.Nodes(2, 2), n, INTRA, INTER) == \
         pytest.approx(expected)
 
 
@@ -50,7 +50,7 @@ def test_one_node_is_the_one_level_ring_with_intra_parameters():
     n, p = 3 * MIB, 4
     ring = 2 * (p - 1) * 1e-6 + 2 * (p - 1) / p * n * 1e-10
     for algo in ("ring", "hierarchical"):
-        assert model.predict_allreduce(algo, model.Nodes(1, p), n, INTRA, INTER) == \
+        assert model.predict("allreduce", algo, model.Nodes(1, p), n, INTRA, INTER) == \
             pytest.approx(ring)
 
 
@@ -64,11 +64,11 @@ def test_the_bound_is_what_each_node_must_send_at_the_link_rate():
 
 @pytest.mark.parametrize("nodes", [model.Nodes(2, 2), model.Nodes(3, 2), model.Nodes(64, 8)])
 def test_latency_wins_small_and_the_hierarchy_wins_large(nodes):
-    assert model.best_allreduce(nodes, 4, INTRA, INTER) == "recursive_doubling"
-    assert model.best_allreduce(nodes, 256 * MIB, INTRA, INTER) == "hierarchical"
+    assert model.best("allreduce", nodes, 4, INTRA, INTER) == "recursive_doubling"
+    assert model.best("allreduce", nodes, 256 * MIB, INTRA, INTER) == "hierarchical"
     # and hierarchical never predicts more than the link bound plus the node's own work
     for n in (MIB, 16 * MIB):
-        assert model.predict_allreduce("hierarchical", nodes, n, INTRA, INTER) >= \
+        assert model.predict("allreduce", "hierarchical", nodes, n, INTRA, INTER) >= \
             model.lower_bound(nodes, n, INTER)
 
 
@@ -79,10 +79,46 @@ def test_crossovers_list_each_change_once():
     assert all(a != b for a, b in zip(winners, winners[1:]))
 
 
+def test_hierarchical_reduce_is_a_node_ring_a_pipelined_chain_and_a_gather():
+    n = 4 * MIB                                      # shards of 2 MiB: 8 pieces of 256 KiB
+    ring = 1 * (1e-6 + n / 2 * 1e-10)                # L = 2: one step
+    chain = (3 - 2 + 8) * (50e-6 + n / 8 * 8e-9)     # N = 3 nodes; both shards' pieces a hop
+    gather = 1e-6 + n / 2 * 1e-10
+    for op in ("reduce", "bcast"):                   # the broadcast mirrors it
+        assert model.predict(op, "hierarchical", model.Nodes(3, 2), n, INTRA, INTER) == \
+            pytest.approx(ring + chain + gather)
+
+
+def test_mpi_reduce_is_modelled_as_a_binomial_tree_crossing_first():
+    n = 1000.0
+    expected = 2 * (50e-6 + n * 8e-9) + 1 * (1e-6 + n * 1e-10)    # log2 of 3 nodes, 2 ranks
+    assert model.predict("bcast", "mpi_passthrough", model.Nodes(3, 2), n, INTRA, INTER) \
+        == pytest.approx(expected)
+
+
+def test_hierarchical_allgather_crosses_in_node_sized_messages():
+    s = 4 * MIB                                      # gathered
+    assert model.predict("allgather", "ring", model.Nodes(2, 2), s, INTRA, INTER) == \
+        pytest.approx(3 * (50e-6 + s / 4 * 8e-9))
+    assert model.predict("allgather", "hierarchical", model.Nodes(2, 2), s, INTRA, INTER) \
+        == pytest.approx((50e-6 + s / 2 * 8e-9) + (1e-6 + s / 2 * 1e-10))
+
+
+def test_the_least_bytes_per_node_by_operation():
+    nodes = model.Nodes(4, 2)
+    assert model.least_bytes("allreduce", nodes, MIB) == pytest.approx(1.5 * MIB)
+    assert model.least_bytes("reduce", nodes, MIB) == model.least_bytes("bcast", nodes, MIB) \
+        == MIB
+    assert model.least_bytes("allgather", nodes, MIB) == pytest.approx(0.75 * MIB)
+    assert model.lower_bound(nodes, MIB, INTER, "reduce") == pytest.approx(MIB * 8e-9)
+
+
 @pytest.mark.parametrize("call", [
-    lambda: model.predict_allreduce("mpi_passthrough", model.Nodes(2, 2), 8, INTRA, INTER),
-    lambda: model.predict_allreduce("ring", model.Nodes(0, 2), 8, INTRA, INTER),
-    lambda: model.best_allreduce(model.Nodes(2, 2), 8, INTRA, INTER, candidates=["nccl"]),
+    lambda: model.predict("allreduce", "mpi_passthrough", model.Nodes(2, 2), 8, INTRA, INTER),
+    lambda: model.predict("allreduce", "ring", model.Nodes(0, 2), 8, INTRA, INTER),
+    lambda: model.best("allreduce", model.Nodes(2, 2), 8, INTRA, INTER, candidates=["nccl"]),
+    lambda: model.predict("reduce", "hierarchical", model.Nodes(1, 4), 8, INTRA, INTER),
+    lambda: model.predict("alltoall", "ring", model.Nodes(2, 2), 8, INTRA, INTER),
 ])
 def test_bad_arguments_are_argument_errors(call):
     with pytest.raises(ArgumentError):
@@ -157,3 +193,21 @@ def test_node_rules_and_the_inter_model_survive_a_write_and_read(tmp_path):
     again = selector.read_table(path)
     assert again.inter_model == AlphaBeta(5e-5, 8e-9)
     assert again.rules[0].nodes == 2
+
+
+def test_the_model_picks_reduce_bcast_and_allgather_across_nodes(table):
+    table([], model={"alpha": 1e-6, "beta": 1e-10}, inter_model={"alpha": 50e-6,
+                                                                 "beta": 8e-9})
+
+    def pick(op, nbytes, nodes, comm_size):
+        return selector.select_algorithm("mpi", op, comm_size, nbytes, "DEFAULT",
+                                         nodes=nodes)
+    for op in ("reduce", "bcast"):
+        assert pick(op, 4, (4, 8), 32) == "mpi_passthrough"      # latency: the tree
+        assert pick(op, 64 * MIB, (4, 8), 32) == "hierarchical"  # bandwidth: the chain
+        # two nodes: both send the vector over the link once; the tree has fewer hops
+        assert pick(op, 64 * MIB, (2, 2), 4) == "mpi_passthrough"
+        assert pick(op, 64 * MIB, (4, 0), 30) == "mpi_passthrough"   # nodes differ in size
+    assert pick("allgather", 4 * MIB, (2, 2), 4) == "hierarchical"
+    assert pick("allgather", 4 * MIB, (2, 0), 3) == "ring"
+    assert pick("alltoall", 4 * MIB, (2, 2), 4) == "DEFAULT"      # not modelled

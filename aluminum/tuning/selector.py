@@ -462,17 +462,18 @@ def _decide(table: Table, backend: str, op: str, comm_size: int, nbytes: int,
 
 def _decide_across_nodes(table: Table, backend: str, op: str, comm_size: int, nbytes: int,
                          default: str, nodes: tuple[int, int]) -> str:
-    """No rule measured across nodes: the two-level model picks an allreduce (with the
-    table's ``model`` inside nodes and ``inter_model`` between them), among the algorithms
-    that run on nodes of ``nodes[1]`` ranks (0: nodes of different sizes)."""
-    if op != "allreduce" or _known is None:
+    """No rule measured across nodes: the two-level model picks an algorithm for the ops
+    it models (allreduce, reduce, bcast, allgather; with the table's ``model`` inside nodes
+    and ``inter_model`` between them), among those that run on nodes of ``nodes[1]`` ranks
+    (0: nodes of different sizes)."""
+    if op not in two_level_model.ALGORITHMS or _known is None:
         return default
     try:
         known = set(_known(backend, op))
     except Exception:  # noqa: BLE001 - the backend or op is not registered: nothing to model
         return default
     count, local = nodes
-    candidates = [a for a in two_level_model.ALGORITHMS if a in known
+    candidates = [a for a in two_level_model.ALGORITHMS[op] if a in known
                   and (local or a != "hierarchical")]
     if not candidates:
         return default
@@ -481,8 +482,8 @@ def _decide_across_nodes(table: Table, backend: str, op: str, comm_size: int, nb
     # Nodes of different sizes: modelled as nodes of the largest size (what the busiest
     # node's link carries).
     local = local or -(-comm_size // count)
-    return two_level_model.best_allreduce(two_level_model.Nodes(count, local), nbytes,
-                                          intra, inter, candidates)
+    return two_level_model.best(op, two_level_model.Nodes(count, local), nbytes, intra,
+                                inter, candidates)
 
 
 def _select_uncached(backend: str, op: str, comm_size: int, nbytes: int,
@@ -550,10 +551,13 @@ def node_layout(comm) -> tuple[int, int] | None:
 
 def runs_on(comm, cls: type) -> bool:
     """Whether the algorithm ``cls`` can run on ``comm``'s nodes: ``single_node`` classes
-    need every rank on one node, ``uniform_nodes`` ones as many ranks on every node."""
+    need every rank on one node, ``multi_node`` ones ranks on several nodes,
+    ``uniform_nodes`` ones as many ranks on every node."""
     if getattr(cls, "single_node", False) and comm.local_size != comm.size:
         return False
     nodes = getattr(comm, "nodes", None)
+    if getattr(cls, "multi_node", False) and len(nodes or ()) < 2:
+        return False
     if getattr(cls, "uniform_nodes", False) and nodes is not None:
         return len({len(node) for node in nodes}) == 1
     return True

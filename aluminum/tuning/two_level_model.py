@@ -23,15 +23,42 @@ Allreduce of ``n`` bytes:
 Non-power-of-two rank counts add the one-level model's fold step at inter-node cost.  MPI's
 own allreduce is not modelled across nodes (its algorithm there is the library's secret),
 so the selector never picks it by the model.
+
+Reduce and broadcast of ``n`` bytes (the hierarchical ones pass each node's ``L`` shards of
+``n/L`` along a chain of nodes in ``P`` pieces, ``P`` as core/pieces.py cuts the shard;
+the ``L`` chains share each link, so a hop moves ``n/P`` bytes over it):
+
+- ``hierarchical`` reduce: a ring reduce-scatter in the node ``(L − 1)(α_i + (n/L)·β_i)``,
+  the chain ``(N − 2 + P)(α_x + (n/P)·β_x)``, the root's gather ``α_i + ((L − 1)/L)·n·β_i``;
+  the broadcast mirrors it (scatter, chain, ring allgather).
+- ``mpi_passthrough`` reduce and broadcast: modelled as a binomial tree whose first
+  ``⌈log2 N⌉`` rounds cross nodes with the whole vector, one message per node and round,
+  and whose last ``⌈log2 L⌉`` stay inside them (an idealised library; Open MPI's large-message
+  trees are segmented and do better with three or more nodes).
+
+Allgather of ``S`` bytes in all (``S/p`` from each rank):
+
+- ``ring`` (flat): ``p − 1`` steps of ``S/p``, one message per node over its link per step.
+- ``hierarchical``: a ring across nodes among same local ranks, ``(N − 1)(α_x + (S/N)·β_x)``
+  (``L`` messages of ``S/p`` on the link a step), then a ring in the node,
+  ``(L − 1)(α_i + (S/L)·β_i)``.
 """
 from __future__ import annotations
 
+import math
 from typing import NamedTuple
 
-from .costmodel import AlphaBeta, predict
+from .costmodel import AlphaBeta, predict as predict_one_level
 from ..core.errors import ArgumentError
+from ..core.pieces import chain_pieces
 
-ALGORITHMS = ("recursive_doubling", "ring", "rabenseifner", "hierarchical")
+# The algorithms modelled across nodes, by operation; ties go to the earlier.
+ALGORITHMS = {
+    "allreduce": ("recursive_doubling", "ring", "rabenseifner", "hierarchical"),
+    "reduce": ("mpi_passthrough", "hierarchical"),
+    "bcast": ("mpi_passthrough", "hierarchical"),
+    "allgather": ("ring", "hierarchical"),
+}
 # A 1 Gbit/s Ethernet between hosts (α from TCP's round trip here), used until `bench model`
 # on a real or emulated cluster writes measured ones into a tuning table.
 DEFAULT_INTER = AlphaBeta(alpha=50e-6, beta=8e-9)
@@ -44,19 +71,31 @@ class Nodes(NamedTuple):
     ranks_per_node: int
 
 
-def predict_allreduce(algo: str, nodes: Nodes, nbytes: float, intra: AlphaBeta,
-                      inter: AlphaBeta) -> float:
-    """Predicted seconds of an allreduce of ``nbytes`` with ``algo`` on ``nodes``."""
-    if algo not in ALGORITHMS:
-        raise ArgumentError(f"algo: expected one of {list(ALGORITHMS)}, got {algo!r}")
+def predict(op: str, algo: str, nodes: Nodes, nbytes: float, intra: AlphaBeta,
+            inter: AlphaBeta) -> float:
+    """Predicted seconds of ``op`` on ``nbytes`` with ``algo`` on ``nodes`` (for allgather,
+    ``nbytes`` is the gathered result)."""
+    if op not in ALGORITHMS:
+        raise ArgumentError(f"op: expected one of {list(ALGORITHMS)}, got {op!r}")
+    if algo not in ALGORITHMS[op]:
+        raise ArgumentError(f"algo: expected one of {list(ALGORITHMS[op])} for {op}, got "
+                            f"{algo!r}")
     count, local = nodes
     if count < 1 or local < 1:
         raise ArgumentError(f"nodes: expected at least one node of at least one rank, got "
                             f"{count} nodes of {local}")
-    p, n = count * local, float(nbytes)
+    if op == "allreduce":
+        return _allreduce(algo, count, local, float(nbytes), intra, inter)
+    if count == 1:
+        raise ArgumentError(f"nodes: the {op} model is for several nodes, got one of {local}")
+    return _ROOTED_AND_GATHERED[op, algo](count, local, float(nbytes), intra, inter)
+
+
+def _allreduce(algo, count, local, n, intra, inter) -> float:
+    p = count * local
     if count == 1:
         one_level = "ring" if algo == "hierarchical" else algo
-        return predict("allreduce", one_level, p, n, intra.alpha, intra.beta)
+        return predict_one_level("allreduce", one_level, p, n, intra.alpha, intra.beta)
     (ai, bi), (ax, bx) = intra, inter
     if algo == "ring":
         return 2 * (p - 1) * (ax + n / p * bx)
@@ -79,30 +118,88 @@ def predict_allreduce(algo: str, nodes: Nodes, nbytes: float, intra: AlphaBeta,
     return total
 
 
-def best_allreduce(nodes: Nodes, nbytes: float, intra: AlphaBeta, inter: AlphaBeta,
-                   candidates=ALGORITHMS) -> str:
-    """The candidate with the least predicted time (ties: the earlier in ALGORITHMS)."""
-    names = [a for a in ALGORITHMS if a in candidates]
+def _chain(count, local, n, inter) -> float:
+    """The hierarchical reduce's or broadcast's chain of nodes, pipelined."""
+    pieces = chain_pieces(n / local)
+    return (count - 2 + pieces) * (inter.alpha + n / pieces * inter.beta)
+
+
+def _in_node(local, n, intra, ring: bool) -> float:
+    """Inside a node of ``local`` ranks: a ring of ``L − 1`` steps of ``n/L``, or one rank
+    sending to (receiving from) all others, ``((L − 1)/L)·n`` through it."""
+    if local == 1:
+        return 0.0
+    if ring:
+        return (local - 1) * (intra.alpha + n / local * intra.beta)
+    return intra.alpha + (local - 1) / local * n * intra.beta
+
+
+def _binomial(count, local, n, intra, inter) -> float:
+    return math.ceil(math.log2(count)) * (inter.alpha + n * inter.beta) + \
+        math.ceil(math.log2(local)) * (intra.alpha + n * intra.beta)
+
+
+def _hierarchical_rooted(count, local, n, intra, inter) -> float:
+    return _in_node(local, n, intra, ring=True) + _chain(count, local, n, inter) + \
+        _in_node(local, n, intra, ring=False)
+
+
+def _ring_allgather(count, local, n, intra, inter) -> float:
+    p = count * local
+    return (p - 1) * (inter.alpha + n / p * inter.beta)
+
+
+def _hierarchical_allgather(count, local, n, intra, inter) -> float:
+    return (count - 1) * (inter.alpha + n / count * inter.beta) + \
+        _in_node(local, n, intra, ring=True)
+
+
+_ROOTED_AND_GATHERED = {
+    ("reduce", "mpi_passthrough"): _binomial,
+    ("reduce", "hierarchical"): _hierarchical_rooted,
+    ("bcast", "mpi_passthrough"): _binomial,
+    ("bcast", "hierarchical"): _hierarchical_rooted,
+    ("allgather", "ring"): _ring_allgather,
+    ("allgather", "hierarchical"): _hierarchical_allgather,
+}
+
+
+def best(op: str, nodes: Nodes, nbytes: float, intra: AlphaBeta, inter: AlphaBeta,
+         candidates=None) -> str:
+    """The candidate (default: every algorithm modelled for ``op``) with the least predicted
+    time (ties: the earlier in ``ALGORITHMS[op]``)."""
+    known = ALGORITHMS.get(op, ())
+    names = [a for a in known if candidates is None or a in candidates]
     if not names:
-        raise ArgumentError(f"candidates: expected some of {list(ALGORITHMS)}, got "
-                            f"{list(candidates)!r}")
-    return min(names, key=lambda a: (predict_allreduce(a, nodes, nbytes, intra, inter),
-                                     ALGORITHMS.index(a)))
+        raise ArgumentError(f"candidates: expected some of {list(known)} for {op!r}, got "
+                            f"{None if candidates is None else list(candidates)!r}")
+    return min(names, key=lambda a: (predict(op, a, nodes, nbytes, intra, inter),
+                                     known.index(a)))
 
 
-def crossovers(nodes: Nodes, intra: AlphaBeta, inter: AlphaBeta, sizes,
-               candidates=ALGORITHMS) -> list[tuple[int, str]]:
+def crossovers(nodes: Nodes, intra: AlphaBeta, inter: AlphaBeta, sizes, candidates=None,
+               op: str = "allreduce") -> list[tuple[int, str]]:
     """(size, winner) at the first size and wherever the winner changes, over ``sizes``."""
     changes: list[tuple[int, str]] = []
     for size in sorted(sizes):
-        winner = best_allreduce(nodes, size, intra, inter, candidates)
+        winner = best(op, nodes, size, intra, inter, candidates)
         if not changes or changes[-1][1] != winner:
             changes.append((size, winner))
     return changes
 
 
-def lower_bound(nodes: Nodes, nbytes: float, inter: AlphaBeta) -> float:
-    """The least time any allreduce across ``nodes`` can take on its links: each node must
-    send ``2·n·(N − 1)/N`` bytes over its own."""
+def least_bytes(op: str, nodes: Nodes, nbytes: float) -> float:
+    """The bytes the busiest node must send over its link for ``op`` on ``nbytes``:
+    allreduce ``2·n·(N − 1)/N``, reduce and broadcast ``n`` (every node but the root's must
+    send, resp. receive, the vector), allgather ``S·(N − 1)/N``."""
     count = nodes.count
-    return 0.0 if count == 1 else 2 * nbytes * (count - 1) / count * inter.beta
+    if count == 1:
+        return 0.0
+    share = {"allreduce": 2 * (count - 1) / count, "allgather": (count - 1) / count}
+    return nbytes * share.get(op, 1.0)
+
+
+def lower_bound(nodes: Nodes, nbytes: float, inter: AlphaBeta, op: str = "allreduce") -> float:
+    """The least time ``op`` across ``nodes`` can take on its links: ``least_bytes`` at the
+    link's rate."""
+    return least_bytes(op, nodes, nbytes) * inter.beta

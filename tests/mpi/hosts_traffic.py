@@ -12,32 +12,44 @@ import aluminum as al
 from aluminum.tuning import selector
 
 HEADERS = 1.08     # TCP/IP/Ethernet framing of full-size segments, plus MPI's own headers
+BOTH_WAYS = 1.12   # and the acknowledgements of as much coming the other way
 
 
-def sent_by_my_host() -> int:
-    """Bytes this host (network namespace) has sent out of eth0 so far."""
+def my_host_counters() -> tuple[int, int]:
+    """Bytes this host (network namespace) has received and sent through eth0 so far."""
     with open("/proc/net/dev") as table:
         for line in table:
             name, _, fields = line.partition(":")
             if name.strip() == "eth0":
-                return int(fields.split()[8])
+                values = fields.split()
+                return int(values[0]), int(values[8])
     pytest.fail("no eth0 in this network namespace: not on an emulated host")
 
 
-def host_bytes_per_allreduce(comm, algo: str, count: int, repeats: int = 3) -> float:
+def bytes_per_call(comm, call, repeats: int = 3) -> list[tuple[float, float]]:
+    """(received, sent) by each host, node by node, per ``call()`` (after one call that
+    opens the connections)."""
+    call()
+    comm.mpi_comm.Barrier()
+    before = my_host_counters()
+    for _ in range(repeats):
+        call()
+    comm.mpi_comm.Barrier()
+    after = my_host_counters()
+    mine = tuple((a - b) / repeats for a, b in zip(after, before))
+    counts = comm.mpi_comm.allgather(mine if comm.local_rank == 0 else None)
+    return [counts[node[0]] for node in comm.nodes]
+
+
+def host_bytes_per_allreduce(comm, algo: str, count: int) -> float:
     """The most any host sent out per allreduce of ``count`` float32 with ``algo``."""
     data = np.ones(count, np.float32)
-    al.allreduce(data.copy(), comm, algo=algo)           # connections, plans
-    comm.mpi_comm.Barrier()
-    before = sent_by_my_host()
-    for _ in range(repeats):
+
+    def call():
         buf = data.copy()
         al.allreduce(buf, comm, algo=algo)
         np.testing.assert_array_equal(buf, np.full(count, comm.size, np.float32))
-    comm.mpi_comm.Barrier()
-    leader = comm.local_rank == 0
-    sent = (sent_by_my_host() - before) / repeats if leader else 0.0
-    return max(comm.mpi_comm.allgather(sent))
+    return max(sent for _, sent in bytes_per_call(comm, call))
 
 
 @pytest.fixture(scope="module")
@@ -94,3 +106,60 @@ def test_hierarchical_sends_the_least_any_allreduce_can_between_hosts(comm, host
     if comm.local_size > 1:                              # a flat ring crosses more
         ring = host_bytes_per_allreduce(comm, "ring", count)
         assert ring >= 1.3 * hierarchical, (ring, hierarchical)
+
+
+def offers_hierarchical(comm, op):
+    if "hierarchical" not in al.algorithms(op, comm=comm):
+        pytest.skip(f"nodes of different sizes: {comm.nodes}")
+
+
+def test_hierarchical_reduce_sends_each_shard_across_once(comm, hosts):
+    """Every host but the root's sends the vector once; the root's sends none of it."""
+    offers_hierarchical(comm, "reduce")
+    count, root = 1 << 20, comm.size - 1                 # 4 MiB, rooted on the last node
+    data, result = np.ones(count, np.float32), np.zeros(count, np.float32)
+    counts = bytes_per_call(comm, lambda: al.reduce(data, comm, root=root, recvbuf=result,
+                                                    algo="hierarchical"))
+    if comm.rank == root:
+        np.testing.assert_array_equal(result, np.full(count, comm.size, np.float32))
+    nbytes = 4 * count
+    for k, (_, sent) in enumerate(counts[:-1]):
+        assert nbytes <= sent <= HEADERS * nbytes, (k, sent, nbytes)
+    assert counts[-1][1] <= 0.1 * nbytes, counts        # TCP's acknowledgements only
+
+
+def test_hierarchical_bcast_brings_the_vector_into_each_host_once(comm, hosts):
+    offers_hierarchical(comm, "bcast")
+    count, root = 1 << 20, comm.size - 1
+    data = np.full(count, 3.0, np.float32) if comm.rank == root else np.zeros(count,
+                                                                               np.float32)
+    counts = bytes_per_call(comm, lambda: al.bcast(data, comm, root=root,
+                                                   algo="hierarchical"))
+    np.testing.assert_array_equal(data, np.full(count, 3.0, np.float32))
+    nbytes = 4 * count
+    for k, (received, sent) in enumerate(counts[:-1]):
+        assert nbytes <= received <= BOTH_WAYS * nbytes, (k, received, nbytes)
+    assert counts[-1][0] <= 0.1 * nbytes, counts        # the root's host gets nothing back
+    assert max(sent for _, sent in counts) <= HEADERS * nbytes, counts
+
+
+def test_hierarchical_allgather_sends_each_hosts_share_once(comm, hosts):
+    """Each host sends and receives the other hosts' shares once: S(H−1)/H each way."""
+    offers_hierarchical(comm, "allgather")
+    count = (1 << 20) // comm.size                       # 4 MiB gathered
+    mine = np.full(count, comm.rank, np.float32)
+    expected = np.repeat(np.arange(comm.size, dtype=np.float32), count)
+    result = np.zeros(count * comm.size, np.float32)
+
+    def gather(algo):
+        result[:] = 0
+        al.allgather(mine, comm, recvbuf=result, algo=algo)
+        np.testing.assert_array_equal(result, expected)
+    counts = bytes_per_call(comm, lambda: gather("hierarchical"))
+    bound = 4 * count * comm.size * (hosts - 1) / hosts
+    for k, (received, sent) in enumerate(counts):
+        assert bound <= sent <= BOTH_WAYS * bound and bound <= received <= BOTH_WAYS * bound, \
+            (k, received, sent, bound)
+    if comm.local_size > 1:                              # a flat ring crosses more
+        ring = max(sent for _, sent in bytes_per_call(comm, lambda: gather("ring")))
+        assert ring >= 1.3 * max(sent for _, sent in counts), (ring, counts)

@@ -274,3 +274,171 @@ def test_copy_vector_is_exact(dtype, count):
     target = np.zeros(count + 3, dtype)[3:]
     copy_vector(target, source)
     assert target.tobytes() == source.tobytes()
+
+
+# -- hierarchical reduce, bcast and allgather (several nodes only) --------------------------
+
+TWO_LEVEL_OPS = ("reduce", "bcast", "allgather")
+MODES = ("blocking", "nonblocking", "persistent")
+TWO_LEVEL_CASES = [(np.float32, al.SUM), (np.float64, al.AVG), (np.int32, al.PROD)]
+
+
+def run_in_mode(mode, name, *args, **kwargs):
+    """``al.<name>`` blocking, nonblocking (waited for) or as a persistent plan run twice."""
+    if mode == "blocking":
+        getattr(al, name)(*args, **kwargs)
+    elif mode == "nonblocking":
+        getattr(al, f"nonblocking_{name}")(*args, **kwargs).wait()
+    else:
+        plan = getattr(al, f"{name}_init")(*args, **kwargs)
+        plan.run()
+        plan.start().wait()             # a second run: the same buffers, the same result
+        plan.free()
+
+
+def hierarchical_reduce_case(comm, mode, dtype, op, count, root, seed):
+    mine = rank_data(count, dtype, comm.rank, seed)
+    original = mine.copy()
+    result = np.full(count, 9, dtype) if comm.rank == root else None
+    run_in_mode(mode, "reduce", mine, comm, root=root, op=op, recvbuf=result,
+                algo="hierarchical")
+    np.testing.assert_array_equal(mine, original)          # only read, on every rank
+    if comm.rank == root:
+        np.testing.assert_array_equal(result, reference(count, dtype, op, comm.size, seed),
+                                      err_msg=f"reduce {mode} {np.dtype(dtype)} root {root}")
+
+
+def hierarchical_bcast_case(comm, mode, dtype, count, root, seed):
+    expected = rank_data(count, dtype, root, seed)
+    buf = expected.copy() if comm.rank == root else np.full(count, 9, dtype)
+    run_in_mode(mode, "bcast", buf, comm, root=root, algo="hierarchical")
+    np.testing.assert_array_equal(buf, expected, err_msg=f"bcast {mode} root {root}")
+
+
+def hierarchical_allgather_case(comm, mode, dtype, count, inplace, seed):
+    blocks = [rank_data(count, dtype, r, seed) for r in range(comm.size)]
+    result = np.full(count * comm.size, 9, dtype)
+    if inplace:
+        result[comm.rank * count:][:count] = blocks[comm.rank]
+        run_in_mode(mode, "allgather", result, comm, algo="hierarchical")
+    else:
+        run_in_mode(mode, "allgather", blocks[comm.rank], comm, recvbuf=result,
+                    algo="hierarchical")
+    np.testing.assert_array_equal(result, np.concatenate(blocks),
+                                  err_msg=f"allgather {mode} inplace={inplace}")
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_hierarchical_reduce_bcast_allgather_match_numpy(comm, mode):
+    """Uneven counts (not a multiple of the ranks or nodes), every root but one on rank 0's
+    node, float32/float64/int32; a count over a mebibyte crosses in pipelined pieces."""
+    if "hierarchical" not in al.algorithms("reduce", comm=comm):
+        pytest.skip(f"hierarchical reduce needs several equal nodes, not {comm.nodes}")
+    roots = sorted({0, comm.size - 1, comm.size // 2})
+    for i, (dtype, op) in enumerate(TWO_LEVEL_CASES):
+        for count in (0, 1, 4 * comm.size + 3, 1001):
+            seed = 31 * count + i
+            for root in roots:
+                hierarchical_reduce_case(comm, mode, dtype, op, count, root, seed)
+                hierarchical_bcast_case(comm, mode, dtype, count, root, seed)
+            hierarchical_allgather_case(comm, mode, dtype, count, count % 2 == 0, seed)
+    if mode == "nonblocking":       # shards of 1 MiB cross in 4 pipelined pieces
+        count = (1 << 17) * comm.local_size + 5
+        hierarchical_reduce_case(comm, mode, np.float64, al.SUM, count, comm.size - 1, 3)
+        hierarchical_bcast_case(comm, mode, np.float64, count, comm.size - 1, 3)
+
+
+def test_hierarchical_reduce_same_bits_in_every_mode(comm):
+    """On sums that round, the root gets the same bits blocking, nonblocking and persistent,
+    also in deterministic mode (where the bits are rank order's)."""
+    if "hierarchical" not in al.algorithms("reduce", comm=comm):
+        pytest.skip(f"hierarchical reduce needs several equal nodes, not {comm.nodes}")
+    root = comm.size - 1
+    for deterministic in (False, True):
+        al.set_deterministic(deterministic)
+        try:
+            results = []
+            for mode in MODES:
+                result = np.zeros(2001, np.float32) if comm.rank == root else None
+                run_in_mode(mode, "reduce", inexact_data(2001, np.float32, al.SUM,
+                                                         comm.rank, 5),
+                            comm, root=root, recvbuf=result, algo="hierarchical")
+                results.append(result)
+        finally:
+            al.set_deterministic(False)
+        if comm.rank == root:
+            assert results[0].tobytes() == results[1].tobytes() == results[2].tobytes()
+
+
+@pytest.mark.parametrize("op", TWO_LEVEL_OPS)
+def test_hierarchical_needs_several_equal_nodes(comm, op):
+    """On one node (or nodes of different sizes) the two-level algorithms are not offered and
+    an explicit ``algo="hierarchical"`` is refused before anything is sent."""
+    if comm.node_count > 1:
+        pytest.skip("runs on one node")
+    assert "hierarchical" not in al.algorithms(op, comm=comm)
+    buf = np.arange(4 * comm.size, dtype=np.float32)
+    call = {"reduce": lambda c: al.reduce(buf, c, algo="hierarchical"),
+            "bcast": lambda c: al.bcast(buf, c, algo="hierarchical"),
+            "allgather": lambda c: al.allgather(buf[:4].copy(), c, recvbuf=buf,
+                                                algo="hierarchical")}[op]
+    with pytest.raises(al.UnsupportedError, match="algo: hierarchical .*several nodes"):
+        call(comm)
+    if comm.size == 3:
+        with al.MPICommunicator() as uneven:
+            uneven.nodes = ((0,), (1, 2))       # as if ranks 1 and 2 shared another node
+            assert "hierarchical" not in al.algorithms(op, comm=uneven)
+            with pytest.raises(al.UnsupportedError, match="same number of ranks"):
+                call(uneven)
+    np.testing.assert_array_equal(buf, np.arange(4 * comm.size, dtype=np.float32))
+
+
+# -- hierarchical allreduce on buffers the node shares (al.shared_empty, buckets) -----------
+
+def check_shared_hierarchical(comm):
+    """Shared arrays and buckets against private arrays (same bits) and numpy."""
+    cases = [(4099, np.float32, al.SUM, True, False), ((1 << 19) + 3, np.float32, al.AVG,
+                                                      False, True),
+             (1000, np.int32, al.PROD, False, False)]
+    for count, dtype, op, inplace, nonblocking in cases:
+        if dtype == np.int32:
+            mine = rank_data(count, dtype, comm.rank, 7)
+        else:
+            mine = inexact_data(count, dtype, op, comm.rank, 7)
+        send = al.shared_empty(count, dtype, comm)
+        send[:] = mine
+        recv = send if inplace else al.shared_empty(count, dtype, comm)
+        call = al.nonblocking_allreduce if nonblocking else al.allreduce
+        request = call(send, comm, op=op, recvbuf=None if inplace else recv,
+                       algo="hierarchical")
+        if nonblocking:
+            request.wait()
+        private = mine.copy()
+        al.allreduce(private, comm, op=op, algo="hierarchical")
+        assert recv.tobytes() == private.tobytes(), f"{np.dtype(dtype)} {op.name} {count}"
+        if not inplace:
+            np.testing.assert_array_equal(send, mine)
+        if dtype == np.int32:
+            np.testing.assert_array_equal(recv, reference(count, dtype, op, comm.size, 7))
+        else:
+            data = np.array([inexact_data(count, dtype, op, r, 7) for r in range(comm.size)],
+                            np.float64)
+            exact = data.mean(0) if op is al.AVG else data.sum(0)
+            np.testing.assert_allclose(recv, exact, rtol=1e-4, atol=1e-3)
+    bucket = al.GradientBucket([(3, 5), (7,)], np.float32, comm, op=al.AVG)
+    assert not bucket.memory.flags.owndata              # in the node's shared segment
+    for step in range(2):
+        values = rank_data(22, np.float32, comm.rank, step)
+        bucket.memory[:] = values
+        bucket.start()
+        bucket.wait()
+        np.testing.assert_array_equal(bucket.memory,
+                                      reference(22, np.float32, al.AVG, comm.size, step))
+
+
+def test_hierarchical_allreduce_reads_and_writes_shared_buffers_in_place(comm):
+    skip_unless_offered(comm, "hierarchical")
+    if comm.local_size == 1:
+        pytest.skip("no other rank on this node to share memory with")
+    with al.MPICommunicator() as fresh:                 # its segments go with it
+        check_shared_hierarchical(fresh)

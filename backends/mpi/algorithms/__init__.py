@@ -6,6 +6,9 @@ blocking and the nonblocking call run the same code.
 """
 from ....core.names import Algorithm
 from .hierarchical import HierarchicalAllreduce
+from .hierarchical_allgather import HierarchicalAllgather
+from .hierarchical_bcast import HierarchicalBcast
+from .hierarchical_reduce import HierarchicalReduce
 from .rabenseifner import RabenseifnerAllreduce
 from .recursive_doubling import RecursiveDoublingAllreduce
 from .ring_allgather import RingAllgather
@@ -22,5 +25,7 @@ CUSTOM_ALGORITHMS: dict[str, dict[Algorithm, type]] = {
         Algorithm.HIERARCHICAL: HierarchicalAllreduce,
     },
     "reduce_scatter": {Algorithm.RING: RingReduceScatter},
-    "allgather": {Algorithm.RING: RingAllgather},
+    "allgather": {Algorithm.RING: RingAllgather, Algorithm.HIERARCHICAL: HierarchicalAllgather},
+    "reduce": {Algorithm.HIERARCHICAL: HierarchicalReduce},
+    "bcast": {Algorithm.HIERARCHICAL: HierarchicalBcast},
 }

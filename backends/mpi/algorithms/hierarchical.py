@@ -13,18 +13,15 @@ from collections import deque
 
 import numpy as np
 
-from ....core.errors import UnsupportedError
 from ....core.reduction import sums_in_rank_order
-from .program import (ProgramState, partition, rank_order_allreduce, result_buffer,
-                      ring_allgather, ring_reduce_scatter)
+from .hierarchical_shared import node_barrier, reduce_my_block, shared_arrays
+from .node_layout import node_position, require_uniform_nodes
+from .program import (ProgramState, partition, pipeline_chunks, rank_order_allreduce,
+                      result_buffer, ring_allgather, ring_reduce_scatter)
+from .shared_buffers import SharedBuffers
+from .vector_copy import copy_vector
 
-
-# Chunks across nodes: no smaller than this (each costs a link latency per ring step), at
-# most this many, two in flight (one crossing between nodes while the next is reduced in
-# them).  Chunking changes no bit: every element is reduced by the same rings in the same
-# order as in one piece.
-PIPELINE_CHUNK_BYTES = 1 << 20
-PIPELINE_CHUNKS = 8
+# Chunks in flight at once: one crossing between nodes while the next is reduced in them.
 IN_FLIGHT = 2
 
 
@@ -37,7 +34,7 @@ class HierarchicalAllreduce(ProgramState):
        node (one per node), so block ``r`` holds the sum over all ranks.
     3. Allgather of the ``L`` blocks round the node.
 
-    Across nodes the vector is cut into chunks (``PIPELINE_CHUNKS``) run two at a time, so
+    Across nodes the vector is cut into chunks (``pipeline_chunks``) run two at a time, so
     the link carries one chunk while the ranks reduce the next inside the node.
 
     Every element is reduced by exactly one rank per level and then copied, so every rank
@@ -45,6 +42,12 @@ class HierarchicalAllreduce(ProgramState):
     same for the blocking and the nonblocking call; in deterministic mode it is rank order,
     as in every algorithm (and no longer two-level).  Messages go between the ranks of this
     communicator (no sub-communicators): the ranks of a node from ``comm.nodes``.
+
+    Where every rank of a node passes ``al.shared_empty`` arrays (a ``GradientBucket`` on
+    a multi-node communicator, say), the node's phases read and write the node's shared
+    segments directly (hierarchical_shared.py), with the same bits; private buffers on a
+    communicator that has shared ones pay one small exchange inside the node per call to
+    find that out.
 
     Needs the same number of ranks on every node (``UnsupportedError`` otherwise; the
     selector never picks it there).  On one node it is the node's ring.
@@ -54,50 +57,63 @@ class HierarchicalAllreduce(ProgramState):
     uniform_nodes = True   # the selector never picks it where nodes differ in size
 
     def __init__(self, comm, stream, sendbuf, recvbuf, op):
-        sizes = {len(node) for node in comm.nodes}
-        if len(sizes) != 1:
-            raise UnsupportedError(
-                f"algo: hierarchical needs the same number of ranks on every node; this "
-                f"communicator's {len(comm.nodes)} nodes have "
-                f"{', '.join(str(len(node)) for node in comm.nodes)} ranks (use ring, "
-                f"rabenseifner or mpi_passthrough)")
+        require_uniform_nodes(comm, "hierarchical", "ring, rabenseifner or mpi_passthrough",
+                              several=False)
         super().__init__(comm)
         self.sendbuf, self.recvbuf, self.op = sendbuf, recvbuf, op
         self.rank_order = sums_in_rank_order(op, recvbuf.dtype, comm.size)
         # Across nodes the vector goes in chunks, each with a tag of its own (taken here,
         # in issue order, so alike on every rank): chunks in flight never match each
         # other's messages.
-        chunks = 1 if len(comm.nodes) == 1 else \
-            max(1, min(PIPELINE_CHUNKS, recvbuf.array.nbytes // PIPELINE_CHUNK_BYTES))
+        chunks = 1 if len(comm.nodes) == 1 else pipeline_chunks(recvbuf.array.nbytes)
         self.tags = [self.tag] + [comm.next_tag() for _ in range(chunks - 1)]
 
     def program(self):
-        result = result_buffer(self.sendbuf, self.recvbuf)
         if self.rank_order:                # deterministic mode: one order for every algorithm
-            yield from rank_order_allreduce(self, result)
+            yield from rank_order_allreduce(self, result_buffer(self.sendbuf, self.recvbuf))
             return
-        nodes = self.comm.nodes
-        node = next(ranks for ranks in nodes if self.comm.rank in ranks)
-        local = node.index(self.comm.rank)
-        across = [ranks[local] for ranks in nodes]      # this local rank on every node
+        node, local, across = node_position(self.comm, self.comm.rank)
+        shared = None
+        if len(node) > 1 and SharedBuffers.find(self.comm) is not None:
+            shared = yield from shared_arrays(self, node, self.sendbuf.array,
+                                              self.recvbuf.array)
+        result = result_buffer(self.sendbuf, self.recvbuf) if shared is None else \
+            self.recvbuf.array             # (filled block by block from the shared arrays)
         bounds = partition(result.size, len(self.tags))
         yield from self.interleave(deque(
-            self.three_rings(result[bounds[c]:bounds[c + 1]], node, local, across, tag)
+            self.three_rings(result, bounds[c], bounds[c + 1], node, local, across, tag,
+                             shared)
             for c, tag in enumerate(self.tags)))
+        if shared is not None:             # nobody overwrites a buffer another still reads
+            yield from node_barrier(self, node)
         self.op.finish(result, self.comm.size)
 
-    def three_rings(self, part, node, local, across, tag):
-        """The whole algorithm on ``part`` of the vector, its messages tagged ``tag``."""
+    def three_rings(self, result, low, high, node, local, across, tag, shared):
+        """The whole algorithm on ``result[low:high]``, its messages tagged ``tag``;
+        ``shared``: every local rank's (send, recv) arrays, read and written directly
+        inside the node instead of the node's rings (None: private buffers)."""
+        part = result[low:high]
         offsets = partition(part.size, len(node))
         blocks = [part[offsets[b]:offsets[b + 1]] for b in range(len(node))]
         scratch = np.empty(offsets[1], part.dtype)
-        yield from ring_reduce_scatter(self, blocks, node, scratch, tag)
+        if shared is None:
+            yield from ring_reduce_scatter(self, blocks, node, scratch, tag)
+        else:
+            reduce_my_block(self.op, [send[low:high] for send in shared[0]],
+                            slice(offsets[local], offsets[local + 1]), local, blocks[local],
+                            scratch)
         mine = blocks[local]
         pieces = partition(mine.size, len(across))
         shards = [mine[pieces[b]:pieces[b + 1]] for b in range(len(across))]
         yield from ring_reduce_scatter(self, shards, across, scratch, tag)
         yield from ring_allgather(self, shards, across, tag)
-        yield from ring_allgather(self, blocks, node, tag)
+        if shared is None:
+            yield from ring_allgather(self, blocks, node, tag)
+            return
+        yield from node_barrier(self, node, tag)        # every block of this chunk is final
+        for b, theirs in enumerate(shared[1]):
+            if b != local:
+                copy_vector(blocks[b], theirs[low:high][offsets[b]:offsets[b + 1]])
 
     def interleave(self, waiting: deque):
         """Run the chunks' programs ``IN_FLIGHT`` at a time, each to its next wait in turn,

@@ -18,6 +18,7 @@ from typing import Iterator
 import numpy as np
 from mpi4py import MPI
 
+from ....core.pieces import chain_pieces
 from ....core.reduction import reduce_in_rank_order
 from ....engine.state import Action, State
 from ..passthrough.mpi_errors import operation_error
@@ -176,3 +177,58 @@ def ring_allgather(state: ProgramState, blocks: list, ring: list[int],
     for s in range(size - 1):
         yield from state.exchange(blocks[(me - s) % size], right,
                                   blocks[(me - s - 1) % size], left, tag)
+
+
+# The hierarchical allreduce's vector crosses between nodes in chunks: no smaller than this
+# (each costs a link latency per ring step), at most this many, so that one crosses while
+# the next is reduced in the node.  Cutting changes no bit: every element meets the same
+# operands in the same order.
+PIPELINE_CHUNK_BYTES = 1 << 20
+PIPELINE_CHUNKS = 8
+
+
+def pipeline_chunks(nbytes: int) -> int:
+    """How many chunks the hierarchical allreduce's vector of ``nbytes`` crosses in."""
+    return max(1, min(PIPELINE_CHUNKS, nbytes // PIPELINE_CHUNK_BYTES))
+
+
+def chain_reduce(state: ProgramState, block: np.ndarray, chain: list[int],
+                 scratch: np.ndarray, tag: int | None = None):
+    """Reduce ``block`` along ``chain`` (ranks, this rank among them) into ``chain[0]``'s:
+    each member folds the running partial arriving from the member after it into its own
+    block, ``mine (op) theirs``, and passes the result to the member before it.  Each member
+    sends its block's bytes once; long blocks go in pieces (core/pieces.py), so every link
+    of the chain carries a piece at once.  ``scratch``: at least ``block.size`` elements."""
+    me = chain.index(state.comm.rank)
+    bounds = partition(block.size, chain_pieces(block.nbytes))
+    pieces = [block[bounds[c]:bounds[c + 1]] for c in range(len(bounds) - 1)]
+    receives = []
+    if me + 1 < len(chain):                  # every piece's partial posted at once
+        partials = [scratch[bounds[c]:bounds[c + 1]] for c in range(len(pieces))]
+        receives = [state.irecv(partial, chain[me + 1], tag) for partial in partials]
+    sends = []
+    for c, piece in enumerate(pieces):
+        if receives:
+            yield from state.wait([receives[c]])
+            state.op.reduce_into(piece, partials[c])
+        if me > 0:
+            sends.append(state.isend(piece, chain[me - 1], tag))
+    yield from state.wait(sends)
+
+
+def chain_bcast(state: ProgramState, block: np.ndarray, chain: list[int],
+                tag: int | None = None):
+    """Copy ``chain[0]``'s ``block`` to every member of ``chain``: each member receives it
+    from the member before it and forwards it to the one after, in pieces (core/pieces.py),
+    so each member receives the bytes once and every link carries a piece at once."""
+    me = chain.index(state.comm.rank)
+    bounds = partition(block.size, chain_pieces(block.nbytes))
+    pieces = [block[bounds[c]:bounds[c + 1]] for c in range(len(bounds) - 1)]
+    receives = [state.irecv(piece, chain[me - 1], tag) for piece in pieces] if me else []
+    sends = []
+    for c, piece in enumerate(pieces):
+        if receives:
+            yield from state.wait([receives[c]])
+        if me + 1 < len(chain):
+            sends.append(state.isend(piece, chain[me + 1], tag))
+    yield from state.wait(sends)
