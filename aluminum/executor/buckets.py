@@ -8,8 +8,9 @@ samples under ``gradient_scale="samples"``, and 1 for a rank that takes part in 
 to it, made once and reused every step.  So every reduced bucket knows how many samples and
 how many ranks its sums came from, at the cost of two elements, not of a collective:
 ``weigh`` turns the sums into the average the build strategy asked for.  The memory is
-shared by the node's ranks by ``al.bucket_memory``'s rule (an MPI communicator of more than
-one rank, all on this node), so the shared-memory allreduce reads and writes it in place.
+shared by the node's ranks by ``al.bucket_memory``'s rule (an MPI communicator with more
+than one rank on this node), so the shared-memory allreduce (one node) or the hierarchical
+allreduce's node phases (several) read and write it in place.
 Each gradient has a view in it (``views``), which the op returns as its output, so the
 optimizer reads the reduced gradient where it was reduced.
 

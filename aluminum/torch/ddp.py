@@ -19,8 +19,9 @@ How an iteration goes:
 
 Buckets are ``al.GradientBucket``s (aluminum/buckets.py, shared with the executor's data
 parallelism): ``al.assign_buckets`` groups the parameters, and ``al.bucket_memory`` gives
-them memory shared by the node's ranks when every rank is on one node (the zero-copy
-shared-memory allreduce then reads and writes them in place), else private tensors; the
+them memory shared by the node's ranks when this node holds several of the group's ranks
+(the zero-copy shared-memory allreduce on one node, the hierarchical allreduce's node phases
+across nodes, then read and write them in place), else private tensors; the
 first iteration's buckets are private either way (provisional: they are rebuilt after it,
 and shared memory is returned only when the communicator is freed).
 
@@ -302,7 +303,7 @@ class DistributedDataParallel(torch.nn.Module, Joinable):
 
     def _rebuild(self) -> None:
         """Buckets in the order gradients arrived on rank 0 (broadcast, all follow), in
-        shared memory when every rank is on this node; current gradients move along."""
+        shared memory where ``al.shares_memory`` says so; current gradients move along."""
         order = torch.tensor(self._ready_order, dtype=torch.int64)
         al.bcast(order, self.comm, root=0)
         old = self._buckets
