@@ -5,6 +5,7 @@ class lives in its own file and writes its algorithm as one generator (program.p
 blocking and the nonblocking call run the same code.
 """
 from ....core.names import Algorithm
+from .direct_reduce import DirectReduce
 from .hierarchical import HierarchicalAllreduce
 from .rabenseifner import RabenseifnerAllreduce
 from .recursive_doubling import RecursiveDoublingAllreduce
@@ -23,4 +24,5 @@ CUSTOM_ALGORITHMS: dict[str, dict[Algorithm, type]] = {
     },
     "reduce_scatter": {Algorithm.RING: RingReduceScatter},
     "allgather": {Algorithm.RING: RingAllgather},
+    "reduce": {Algorithm.DIRECT: DirectReduce},
 }
