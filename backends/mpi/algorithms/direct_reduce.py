@@ -6,7 +6,9 @@ from __future__ import annotations
 import threading
 
 import numpy as np
+from mpi4py import MPI
 
+from ..passthrough.mpi_errors import operation_error
 from .program import ProgramState
 
 SETS_KEPT = 4   # (dtype, count) kinds whose receive buffers a communicator keeps between calls
@@ -55,6 +57,19 @@ class DirectReduce(ProgramState):
         reduce_at_root(self.op, operands, self.root, out)
         sets.give(own.dtype, own.size, scratch)
         self.op.finish(out, size)
+
+    @classmethod
+    def array_call(cls, comm, stream, sendbuf, recvbuf, op, root):
+        """Off the root, repeated calls on new arrays: the one message, a blocking
+        ``MPI_Send`` of the array under this call's tag (what ``program`` sends)."""
+        if comm.rank == root:
+            return None
+        send, next_tag = comm.mpi_comm.Send, comm.next_tag
+        return lambda array: send(array.view(np.uint8), root, next_tag())
+
+    @classmethod
+    def call_error(cls, exc: Exception) -> Exception | None:
+        return operation_error(cls.name, exc) if isinstance(exc, MPI.Exception) else None
 
 
 def reduce_at_root(op, operands: list, root: int, out: np.ndarray) -> None:
