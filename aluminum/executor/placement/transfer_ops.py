@@ -188,8 +188,9 @@ class ReduceVar(_Transfer):
     @staticmethod
     def plan(channel):
         """At the root: the reduce of a zero operand (``buffers[0]``, never written) into
-        ``buffers[1]``."""
-        zero, total = channel.buffers
-        zero.fill(0)
+        ``buffers[1]``.  The zero is ``np.zeros``'s: a large one is untouched pages the
+        kernel maps to its one zero page, so reading it costs no memory traffic."""
+        total = channel.buffers[1]
+        zero = channel.buffers[0] = np.zeros_like(total)
         return al.reduce_init(zero, channel.comm, root=channel.root, recvbuf=total,
                               algo=al.Algorithm.DIRECT)
