@@ -31,6 +31,7 @@ class Algorithm(_Name):
     RABENSEIFNER = "rabenseifner"
     SHARED_MEMORY = "shared_memory"          # node-shared buffers (al.shared_empty)
     HIERARCHICAL = "hierarchical"            # inside nodes, then across them
+    DIRECT = "direct"                        # every rank straight to the root (reduce)
     HOST_TRANSFER = "host_transfer"          # the host-transfer backend's staging
     NCCL = "nccl"
 

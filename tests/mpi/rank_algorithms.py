@@ -1,7 +1,9 @@
 """Every custom MPI algorithm against a numpy reference, on every rank (run on 1-4 ranks).
 
 Allreduce algorithms go through ``al.allreduce(..., algo=name)``; the ring reduce-scatter and
-allgather through ``al.reduce_scatter``/``al.allgather(..., algo="ring")``.  Besides values,
+allgather through ``al.reduce_scatter``/``al.allgather(..., algo="ring")``; the direct reduce
+through ``al.reduce(..., algo="direct")`` in every form, each rank also in a form of its own
+(the rank-order bits: against a numpy sum left to right in rank order).  Besides values,
 allreduce results must be bit-identical on every rank, checked on data whose floating-point
 sums are inexact (so a rank that reduced in another order would show).
 """
@@ -251,6 +253,76 @@ def test_ring_allgather(comm, count, dtype, inplace, seed):
         result = np.zeros(count * size, dtype)
         al.allgather(blocks[comm.rank], comm, recvbuf=result, algo="ring")
     np.testing.assert_array_equal(result, np.concatenate(blocks))
+
+
+REDUCE_FORMS = ["blocking", "nonblocking", "persistent", "mixed"]
+
+
+def direct_reduce(comm, mine, form, root, op, recvbuf=None):
+    """``al.reduce(..., algo="direct")`` of ``mine`` in ``form`` ("mixed": rank ``r`` uses
+    the ``r % 3``-th of the others: their messages must match)."""
+    if form == "mixed":
+        form = REDUCE_FORMS[comm.rank % 3]
+    options = dict(root=root, op=op, algo="direct")
+    if recvbuf is not None and comm.rank == root:
+        options["recvbuf"] = recvbuf
+    if form == "blocking":
+        al.reduce(mine, comm, **options)
+    elif form == "nonblocking":
+        al.nonblocking_reduce(mine, comm, **options).wait(timeout=20)
+    else:
+        with al.reduce_init(mine, comm, **options) as plan:
+            plan.run()
+
+
+@settings(max_examples=40)
+@given(count=SIZES, case=CASES, inplace=st.booleans(), root=st.integers(0, 3),
+       form=st.sampled_from(REDUCE_FORMS), seed=st.integers(0, 999))
+def test_direct_reduce_matches_numpy(comm, count, case, inplace, root, form, seed):
+    dtype, op = case
+    root %= comm.size
+    mine = rank_data(count, dtype, comm.rank, seed)
+    original = mine.copy()
+    result = mine if inplace else np.full(count, 3, dtype)
+    direct_reduce(comm, mine, form, root, op, None if inplace else result)
+    if comm.rank == root:
+        np.testing.assert_array_equal(result, reference(count, dtype, op, comm.size, seed),
+                                      err_msg=f"{np.dtype(dtype)} {op.name} {form}")
+    if comm.rank != root or not inplace:
+        np.testing.assert_array_equal(mine, original)
+
+
+def rank_order(values, op, size):
+    """``((x0 (op) x1) (op) x2) ...`` left to right in rank order, with numpy (AVG: the
+    sum, then divided by ``size`` in the element type)."""
+    ufunc = np.multiply if op is al.PROD else np.add
+    total = values[0].copy()
+    for value in values[1:]:
+        total = ufunc(total, value)
+    if op is al.AVG and size > 1:
+        total = total / total.dtype.type(size)
+    return total
+
+
+@pytest.mark.parametrize("dtype, op", [(np.float32, al.SUM), (np.float16, al.SUM),
+                                       (al.bfloat16, al.AVG), (np.float64, al.PROD)])
+def test_direct_reduce_bits_are_the_rank_order_sum_in_every_form(comm, dtype, op):
+    """Every root, in place and out of place, every form and the forms mixed across ranks,
+    repeated on new arrays: the bits of the left-to-right rank-order reduction."""
+    count = 2000
+    values = [inexact_data(count, dtype, op, r, 5) for r in range(comm.size)]
+    expected = rank_order(values, op, comm.size)
+    wrong = []
+    for root in range(comm.size):
+        for inplace in (True, False):
+            for form in REDUCE_FORMS:
+                for _ in range(2):
+                    mine = values[comm.rank].copy()
+                    result = mine if inplace else np.zeros(count, dtype)
+                    direct_reduce(comm, mine, form, root, op, None if inplace else result)
+                    if comm.rank == root and result.tobytes() != expected.tobytes():
+                        wrong.append((root, inplace, form))
+    assert not wrong, f"not the rank-order bits at (root, inplace, form): {wrong}"
 
 
 def test_states_drive_directly(comm):

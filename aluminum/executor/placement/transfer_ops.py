@@ -10,12 +10,15 @@ What each moves, with the fewest passes over the data (as raw MPI would):
 - a sender hands the producer's array itself to the call (``al.send``, ``al.bcast`` at the
   root: no copy into a buffer of the transfer's; a row slice is a view);
 - a receiver of a fixed shape runs a persistent plan (``al.recv_init``, ``bcast_init``,
-  ``multisendrecv_init``) bound once to private buffers made on its first run; its output
-  is that buffer, valid until the same transfer runs in the next step;
-- ``reduce_var``: each replica sends its value to the owner, which receives them all at
-  once (one buffer per replica) and sums them in the replicas' rank order into the first
-  buffer, then scales that in place: one fixed order of the sum on every run, with no zero
-  fill and no scaling pass elsewhere.
+  ``reduce_init``) bound once to private buffers made on its first run; its output is that
+  buffer, valid until the same transfer runs in the next step;
+- ``reduce_var`` is ``al.reduce(..., algo="direct")`` over the group: each replica's call
+  sends its value to the owner, whose persistent plan receives them all at once and sums
+  them in rank order into its buffer (adding its own operand, a constant zero, at its
+  rank's place), which the owner then scales in place: one fixed order of the sum on every
+  run, and no scaling pass on the replicas.  The replicas' blocking calls and the owner's
+  plan exchange the same messages (the algorithm's, tagged per call in the one order every
+  rank of the group calls in).
 
 A variable whose declared shape has a batch dimension (-1) travels after a small header
 with its shape; a receiver keeps a buffer and plan per step shape (the last few).  A peer
@@ -167,27 +170,27 @@ class BcastVar(_Transfer):
 @register
 class ReduceVar(_Transfer):
     """The sum of the senders' ``X`` (rows ``rows``) at ``root`` as ``Out``, times
-    ``scale``: every other rank of ``group`` sends its value to the root, which adds them
-    in rank order (see the module docstring)."""
+    ``scale``: ``al.reduce`` with ``algo="direct"`` over ``group``, in rank order (see the
+    module docstring)."""
 
     type = "reduce_var"
 
     def move(self, runtime, ins, attrs):
         if "X" in ins:
             channel = runtime.channel(attrs) or runtime.open_channel(attrs)
-            al.send(_outgoing(ins, attrs), channel.root, channel.comm)
+            al.reduce(_outgoing(ins, attrs).reshape(-1), channel.comm, root=channel.root,
+                      algo=al.Algorithm.DIRECT)   # flat: repeated calls take the fast path
             return {}
-        channel = runtime.channel(attrs) or runtime.open_channel(
-            attrs, len(attrs["group"]) - 1, self.plan)
+        channel = runtime.channel(attrs) or runtime.open_channel(attrs, 2, self.plan)
         channel.plan.run()
-        parts = channel.buffers
-        total = parts[0]
-        for index in range(1, len(parts)):      # in rank order, into the first
-            np.add(total, parts[index], out=total)
-        return _received(total, attrs)
+        return _received(channel.buffers[1], attrs)
 
     @staticmethod
     def plan(channel):
-        """At the root: one receive per other rank of the group, in rank order."""
-        senders = [r for r in range(channel.comm.size) if r != channel.root]
-        return al.multisendrecv_init([], list(zip(channel.buffers, senders)), channel.comm)
+        """At the root: the reduce of a zero operand (``buffers[0]``, never written) into
+        ``buffers[1]``.  The zero is ``np.zeros``'s: a large one is untouched pages the
+        kernel maps to its one zero page, so reading it costs no memory traffic."""
+        total = channel.buffers[1]
+        zero = channel.buffers[0] = np.zeros_like(total)
+        return al.reduce_init(zero, channel.comm, root=channel.root, recvbuf=total,
+                              algo=al.Algorithm.DIRECT)

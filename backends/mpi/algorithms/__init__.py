@@ -1,10 +1,12 @@
-"""Custom MPI algorithms (ring, recursive doubling, Rabenseifner, shared memory, hierarchical).
+"""Custom MPI algorithms (ring, recursive doubling, Rabenseifner, shared memory, hierarchical,
+direct reduce).
 
 ``CUSTOM_ALGORITHMS[op][name]`` is the State class of algorithm ``name`` for ``op``.  Each
 class lives in its own file and writes its algorithm as one generator (program.py), so the
 blocking and the nonblocking call run the same code.
 """
 from ....core.names import Algorithm
+from .direct_reduce import DirectReduce
 from .hierarchical import HierarchicalAllreduce
 from .hierarchical_allgather import HierarchicalAllgather
 from .hierarchical_bcast import HierarchicalBcast
@@ -26,6 +28,6 @@ CUSTOM_ALGORITHMS: dict[str, dict[Algorithm, type]] = {
     },
     "reduce_scatter": {Algorithm.RING: RingReduceScatter},
     "allgather": {Algorithm.RING: RingAllgather, Algorithm.HIERARCHICAL: HierarchicalAllgather},
-    "reduce": {Algorithm.HIERARCHICAL: HierarchicalReduce},
+    "reduce": {Algorithm.DIRECT: DirectReduce, Algorithm.HIERARCHICAL: HierarchicalReduce},
     "bcast": {Algorithm.HIERARCHICAL: HierarchicalBcast},
 }
