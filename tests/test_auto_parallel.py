@@ -134,7 +134,7 @@ def test_the_calibration_is_cached(tmp_path, monkeypatch):
     calls = []
     monkeypatch.setattr(calibrate, "measure", lambda *a, **k: calls.append(1) or
                         {"flops": 1e9, "bandwidth": 2e9, "op": 3e-6, "call": 0.0,
-                         "activation": 1e-8})
+                         "activation": 1e-8, "compute_scale": 1.0})
     first = calibrate.machine_model()
     assert calibrate.machine_model() == first and len(calls) == 1
     assert json.loads(path.read_text())["ranks=1,itemsize=8"]["flops"] == 1e9
@@ -147,7 +147,7 @@ def test_the_calibration_is_cached(tmp_path, monkeypatch):
 def test_measure_gives_rates_of_this_machine():
     rates = calibrate.measure()
     assert 1e7 < rates["flops"] < 1e14 and 1e7 < rates["bandwidth"] < 1e13
-    assert 0 < rates["op"] < 1e-2 and rates["call"] == 0.0
+    assert 0 < rates["op"] < 1e-2 and rates["call"] == 0.0 and rates["compute_scale"] == 1.0
     assert 0 < rates["activation"] < 1e-5
 
 

@@ -6,14 +6,20 @@
   aluminum.bench tune`` fits them to a ping-pong; ``python -m aluminum.bench model`` prints
   what they predict), else the selector's defaults -- read each time, never cached here;
 - ``flops`` (a 256 × 256 by 256 × 128 matmul), ``bandwidth`` (a 16 MiB element-wise add:
-  three arrays' bytes), ``activation`` (tanh, per element), ``op`` (the ParallelExecutor's time per op, from a chain of tiny ops) and
-  ``call`` (a tiny Partial -> Replicate redistribution over ``comm``, less α) come from a
-  calibration run of about a second, measured on every rank at once (so under the load the
-  job itself makes) and averaged over the ranks; rank 0 keeps them in
-  ``$AL_AUTO_PARALLEL_FILE``, else ``auto_parallel.json`` next to the tuner's table
-  (``$XDG_CACHE_HOME/aluminum/``), one entry per rank count and item size.  Rank 0
-  decides whether the cache is used and broadcasts the rates, so every rank searches with
-  the same numbers and picks the same strategies.
+  three arrays' bytes), ``activation`` (tanh, per element) and ``op`` (the
+  ParallelExecutor's time per op, from a chain of tiny ops) are measured alone;
+- ``steps``: each redistribution step kind's α and β on lines of every length
+  (``profile.step_times``);
+- ``compute_scale`` and ``call`` are fitted to whole training steps of three small MLPs
+  (``fit_training_steps``): how much slower kernels run inside a step, and what each
+  collective costs beyond its α there;
+
+all in two to four seconds on every rank at once (so under the load the job itself makes)
+and averaged over the ranks; rank 0 keeps them in ``$AL_AUTO_PARALLEL_FILE``, else
+``auto_parallel.json`` next to the tuner's table (``$XDG_CACHE_HOME/aluminum/``), one entry
+per rank count and item size.  Rank 0 decides whether the cache is used and broadcasts the
+rates, so every rank searches with the same numbers and picks the same strategies.
+``program_model(program, comm)`` adds the program's own layer and loss kernels.
 """
 from __future__ import annotations
 
@@ -31,7 +37,7 @@ import aluminum as al
 from . import profile
 from .search import CostModel
 
-RATES = ("flops", "bandwidth", "op", "call", "activation")
+RATES = ("flops", "bandwidth", "op", "call", "activation", "compute_scale")
 
 
 def cache_path() -> Path:
@@ -97,15 +103,8 @@ def measure(comm=None, itemsize: int = 8, alpha: float = 0.0) -> dict:
         op = _median(lambda: pe.run([h.name], feed), 15) / 64
         pe.close()
 
-    call = 0.0
-    if comm is not None and comm.size > 1:
-        from ..layouts import DeviceMesh, Layout, Partial, Replicate, redistribute
-        mesh = DeviceMesh((comm.size,))
-        src, dst = Layout(mesh, (Partial(),)), Layout(mesh, (Replicate(),))
-        one = np.ones(1)
-        call = max(_median(lambda: redistribute(one, src, dst, (1,), comm), 30) - alpha, 0.0)
-    return {"flops": flops, "bandwidth": bandwidth, "op": op, "call": call,
-            "activation": activation}
+    return {"flops": flops, "bandwidth": bandwidth, "op": op, "call": 0.0,
+            "activation": activation, "compute_scale": 1.0}
 
 
 def _read_cache(key: str, steps: int) -> dict | None:
@@ -156,9 +155,17 @@ def machine_model(comm=None, itemsize: int = 8, refresh: bool = False) -> CostMo
         if size > 1:
             al.allreduce(values, comm, op=al.SUM)
             values /= size
+        # (the same on every rank: measured as the slowest rank's, estimated alike)
+        scale, call = fit_training_steps(comm, _model(ab, itemsize, values, steps))
+        values[1 + RATES.index("compute_scale")] = scale
+        values[1 + RATES.index("call")] = call
         if rank == 0:
             _write_cache(key, {**dict(zip(RATES, values[1:1 + len(RATES)].tolist())),
                                "steps": values[1 + len(RATES):].reshape(-1, 2).tolist()})
+    return _model(ab, itemsize, values, steps)
+
+
+def _model(ab, itemsize: int, values, steps) -> CostModel:
     rates = dict(zip(RATES, values[1:1 + len(RATES)].tolist()))
     fitted = values[1 + len(RATES):].reshape(-1, 2).tolist()
     return CostModel(alpha=ab.alpha, beta=ab.beta, itemsize=itemsize, **rates,
@@ -166,18 +173,114 @@ def machine_model(comm=None, itemsize: int = 8, refresh: bool = False) -> CostMo
                                  in zip(steps, fitted)))
 
 
+# (batch, widths, strategy per layer of a 1-D mesh of n ranks): a step of communication
+# (data parallel, narrow), of computation (unsharded, wide) and between (Megatron).
+_FIT_PROGRAMS = (
+    (256, (64,) * 5, lambda n: ((n, 1), (1, 1))),
+    (64, (256,) * 3, lambda n: ((1, 1), (1, 1))),
+    (64, (256,) * 3, None),
+)
+
+
+def fit_training_steps(comm, model: CostModel, steps: int = 7) -> tuple[float, float]:
+    """``(compute_scale, call)`` fitted by least squares to whole training steps of three
+    small MLPs (``_FIT_PROGRAMS``) run by the ParallelExecutor on ``comm``'s ranks: each
+    measured step (the slowest rank's median) against ``model``'s estimate of it, split
+    into computation, communication and its number of collective steps.  Kernels run
+    slower inside a step than alone where ranks share cores with each other and with their
+    communication, and each collective costs the executor's path besides its α; without
+    communication (one rank) ``call`` is 0.  Collective over ``comm``."""
+    from ..executor import Executor
+    from ..parallel_context import ParallelMode, set_parallel_context, swapped_context
+    from ..parallel_executor import ParallelExecutor
+    from ..scope import Scope
+    from .auto import fc_chain
+    from .search import estimate, model_parallel
+
+    size = 1 if comm is None else comm.size
+    silent = dataclasses.replace(model, alpha=0.0, beta=0.0, call=0.0,
+                                 steps=tuple((k, g, 0.0, 0.0) for k, g, _, _ in model.steps))
+    compute, talk, collectives, measured = [], [], [], []
+    for batch, widths, strategy in _FIT_PROGRAMS:
+        depth = len(widths) - 1
+        shards = model_parallel(depth, size) if strategy is None else [strategy(size)] * depth
+        main, startup, loss = _mlp(batch, widths, shards if size > 1 else None)
+        chain, _ = fc_chain(main)
+        with swapped_context():
+            if size > 1:
+                set_parallel_context(parallel_mode=ParallelMode.SEMI_AUTO_PARALLEL, comm=comm)
+            scope = Scope()
+            Executor().run(startup, scope=scope)
+            pe = ParallelExecutor(main, loss_name=loss, scope=scope)
+            rng = np.random.default_rng(0)
+            feed = {"fit_x": rng.random((batch, widths[0])),
+                    "fit_t": rng.random((batch, widths[-1]))}
+            pe.run([loss], feed)
+            times = np.zeros(steps)
+            for i in range(steps):
+                if size > 1:
+                    al.barrier(comm)
+                start = time.perf_counter()
+                pe.run([loss], feed)
+                times[i] = time.perf_counter() - start
+            pe.close()
+        if size > 1:
+            al.allreduce(times, comm, op=al.MAX)
+        profiled = _with_kernels(model, main, comm, size)
+        quiet = _with_kernels(silent, main, comm, size)
+        full, alone = estimate(chain, size, shards, profiled), estimate(chain, size, shards,
+                                                                       quiet)
+        compute.append(alone.time)
+        talk.append(full.time - alone.time)
+        collectives.append(full.collectives)
+        measured.append(float(np.median(times)))
+    compute, talk = np.array(compute), np.array(talk)
+    rest = np.array(measured) - talk
+    if size > 1:
+        (scale, call), *_ = np.linalg.lstsq(np.column_stack([compute, collectives]), rest,
+                                            rcond=None)
+        if call >= 0:
+            return max(float(scale), 0.1), float(call)
+    return max(float(compute @ rest / (compute @ compute)), 0.1), 0.0
+
+
+def _mlp(batch: int, widths, shards):
+    """A tanh MLP of ``widths`` on ``batch`` rows with a squared-error loss and SGD (a
+    strategy per layer where ``shards``), named apart from the user's programs."""
+    from .. import ir, layers
+    from ..optimizer import SGD
+    names, ir._names = ir._names, itertools.count()   # leave the user's names as they were
+    try:
+        main, startup = ir.Program(), ir.Program()
+        with ir.program_guard(main, startup):
+            h = layers.data("fit_x", (batch, widths[0]), "float64", append_batch_size=False)
+            t = layers.data("fit_t", (batch, widths[-1]), "float64", append_batch_size=False)
+            for i, width in enumerate(widths[1:]):
+                h = layers.fc(h, width, act="tanh", shard=None if shards is None else shards[i])
+            loss = layers.mean(layers.square_error_cost(h, t))
+            SGD(0.001).minimize(loss)
+    finally:
+        ir._names = names
+    return main, startup, loss.name
+
+
+def _with_kernels(model: CostModel, program, comm, size: int) -> CostModel:
+    """``model`` with ``program``'s layer and loss kernels measured (profile.py)."""
+    from .auto import fc_chain
+    from .search import candidates
+    layers, _ = fc_chain(program)
+    strategies = candidates(size) + [layer.fixed for layer in layers if layer.fixed]
+    return dataclasses.replace(
+        model, kernels=profile.layer_times(layers, strategies, comm, model.itemsize),
+        tail=profile.tail_times(program, layers, strategies, comm))
+
+
 def program_model(program, comm=None, refresh: bool = False) -> CostModel:
     """``machine_model`` with the kernels of ``program``'s fc chain and of its loss
     measured at the local shapes of every candidate strategy (profile.py); collective over
     ``comm``."""
     from .auto import ITEMSIZE, fc_chain
-    from .search import candidates
-    layers, matmuls = fc_chain(program)
+    _, matmuls = fc_chain(program)
     dtype = program.global_block().var(matmuls[0].inputs["X"][0]).dtype
-    itemsize = ITEMSIZE.get(dtype, 8)
-    model = machine_model(comm, itemsize, refresh)
-    size = 1 if comm is None else comm.size
-    strategies = candidates(size) + [layer.fixed for layer in layers if layer.fixed]
-    kernels = profile.layer_times(layers, strategies, comm, itemsize)
-    tail = profile.tail_times(program, layers, strategies, comm)
-    return dataclasses.replace(model, kernels=kernels, tail=tail)
+    model = machine_model(comm, ITEMSIZE.get(dtype, 8), refresh)
+    return _with_kernels(model, program, comm, 1 if comm is None else comm.size)

@@ -53,6 +53,11 @@ def _part(length: int, parts: int) -> int:
     return -(-length // parts)
 
 
+def _together(comm) -> None:
+    if comm is not None and comm.size > 1:
+        al.barrier(comm)
+
+
 def layer_key(layer, strategy) -> tuple:
     """(rows, inner, columns, activation, optimizer arrays) of the largest local matmul."""
     (m, k), (_, n) = strategy
@@ -115,6 +120,7 @@ def layer_times(layers, strategies, comm=None, itemsize: int = 8) -> tuple:
     for row, key in zip(seconds, keys):
         forward, backward = _layer_kernels(key, dtype)
         forward()
+        _together(comm)     # every rank runs the same kernels at once, as in a step
         row[:] = _median(forward), _median(backward)
     if comm is not None and comm.size > 1:
         al.allreduce(seconds, comm, op=al.SUM)
@@ -179,6 +185,7 @@ def tail_times(program, layers, strategies, comm=None) -> tuple:
     seconds = np.zeros(len(keys))
     failed = np.zeros(1)
     for i, key in enumerate(keys):
+        _together(comm)
         try:
             forward, backward = _tail_kernels(ops, block, output, last.batch, key)
             seconds[i] = _median(lambda: (forward(), backward()))

@@ -54,8 +54,10 @@ class CostModel:
     ops (inf: not counted); ``op``: seconds per op the executor runs; ``call``: seconds
     per collective step beyond α (Python, the planner, the sub-communicator);
     ``activation``: seconds per element of tanh (transcendental: not bandwidth-bound);
-    ``itemsize``: bytes per element.  The defaults are guesses of this machine's order;
-    ``calibrate.machine_model`` measures them.
+    ``itemsize``: bytes per element; ``compute_scale``: how much slower kernels run inside
+    a training step than measured alone (ranks and their communication sharing cores).
+    The defaults are guesses of this machine's order; ``calibrate.machine_model`` measures
+    them (``call`` and ``compute_scale`` fitted to whole training steps).
 
     Measured costs replace the rates where present (profile.py): ``steps``, ``((kind,
     group, alpha, beta), ...)`` per collective step kind and line length; ``kernels``,
@@ -70,6 +72,7 @@ class CostModel:
     op: float = 0.0
     call: float = 0.0
     activation: float = 0.0
+    compute_scale: float = 1.0
     steps: tuple = ()
     kernels: tuple = ()
     tail: tuple = ()
@@ -103,7 +106,7 @@ class CostModel:
         if measured is None:
             return self.alpha + self.call + self.beta * busiest
         alpha, beta = measured
-        return alpha + beta * busiest
+        return alpha + self.call + beta * busiest
 
     def tail_time(self, key: tuple) -> tuple[float, int] | None:
         """The measured seconds of the loss's kernels on a part of the last layer's output
@@ -235,9 +238,10 @@ class ChainCost:
             compute = flops / model.flops + elementwise * model.itemsize / \
                 model.bandwidth + layer.act * part * model.activation
             measured = (compute / 3, compute * 2 / 3)
-        forward, backward = measured
-        backward += (ops - 2 - layer.act) * model.op
-        estimate = Estimate(forward + (2 + layer.act) * model.op + backward,
+        scale = model.compute_scale
+        forward = scale * (measured[0] + (2 + layer.act) * model.op)
+        backward = scale * (measured[1] + (ops - 2 - layer.act) * model.op)
+        estimate = Estimate(forward + backward,
                             ((2 + layer.state) * (weight + bias) + activations) * model.itemsize,
                             backward=backward)
         estimate += _redistribution(out, whole, shape_out, model)     # a Partial output
@@ -274,10 +278,11 @@ class ChainCost:
             return Estimate()
         seconds, ops = measured
         (m, _), (_, n) = self.strategies[s]
+        loss = Estimate(self.model.compute_scale * (seconds + ops * self.model.op))
         if m * n > 1:
-            seconds += self.model.op + self.model.collective_time(
-                "allreduce", m * n, self.model.itemsize)
-        return Estimate(seconds + ops * self.model.op)
+            loss += Estimate(self.model.op + self.model.collective_time(
+                "allreduce", m * n, self.model.itemsize), collectives=1)
+        return loss
 
     def estimate(self, choice) -> Estimate:
         """Time, memory and bytes of one strategy index per layer."""
