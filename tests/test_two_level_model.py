@@ -202,12 +202,14 @@ def test_the_model_picks_reduce_bcast_and_allgather_across_nodes(table):
     def pick(op, nbytes, nodes, comm_size):
         return selector.select_algorithm("mpi", op, comm_size, nbytes, "DEFAULT",
                                          nodes=nodes)
+    # MPI's reduce and bcast are priced (the bench prints them) but never picked by the
+    # model across nodes: measured between emulated hosts, its blocking calls lost to the
+    # hierarchical ones at every size (bcast by 14x), as its allreduce is never picked
     for op in ("reduce", "bcast"):
-        assert pick(op, 4, (4, 8), 32) == "mpi_passthrough"      # latency: the tree
-        assert pick(op, 64 * MIB, (4, 8), 32) == "hierarchical"  # bandwidth: the chain
-        # two nodes: both send the vector over the link once; the tree has fewer hops
-        assert pick(op, 64 * MIB, (2, 2), 4) == "mpi_passthrough"
-        assert pick(op, 64 * MIB, (4, 0), 30) == "mpi_passthrough"   # nodes differ in size
+        for nbytes, nodes, size in ((4, (4, 8), 32), (64 * MIB, (4, 8), 32),
+                                    (64 * MIB, (2, 2), 4)):
+            assert pick(op, nbytes, nodes, size) == "hierarchical"
+        assert pick(op, 64 * MIB, (4, 0), 30) == "DEFAULT"   # nodes differ: none runs
     assert pick("allgather", 4 * MIB, (2, 2), 4) == "hierarchical"
     assert pick("allgather", 4 * MIB, (2, 0), 3) == "ring"
     assert pick("alltoall", 4 * MIB, (2, 2), 4) == "DEFAULT"      # not modelled
