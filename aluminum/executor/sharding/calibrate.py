@@ -182,7 +182,7 @@ _FIT_PROGRAMS = (
 )
 
 
-def fit_training_steps(comm, model: CostModel, steps: int = 7) -> tuple[float, float]:
+def fit_training_steps(comm, model: CostModel, steps: int = 15) -> tuple[float, float]:
     """``(compute_scale, call)`` fitted by least squares to whole training steps of three
     small MLPs (``_FIT_PROGRAMS``) run by the ParallelExecutor on ``comm``'s ranks: each
     measured step (the slowest rank's median) against ``model``'s estimate of it, split
@@ -215,7 +215,8 @@ def fit_training_steps(comm, model: CostModel, steps: int = 7) -> tuple[float, f
             rng = np.random.default_rng(0)
             feed = {"fit_x": rng.random((batch, widths[0])),
                     "fit_t": rng.random((batch, widths[-1]))}
-            pe.run([loss], feed)
+            for _ in range(3):
+                pe.run([loss], feed)
             times = np.zeros(steps)
             for i in range(steps):
                 if size > 1:
