@@ -51,23 +51,12 @@ def alpha_beta() -> "al.tuning.AlphaBeta":
                                                                   al.tuning.DEFAULT_BETA)
 
 
-def _times(fn, repeats: int) -> list[float]:
-    """Seconds of ``repeats`` runs of ``fn`` after one untimed run."""
-    fn()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return times
-
-
 def _best(fn, repeats: int) -> float:
-    return min(_times(fn, repeats))
+    return min(profile.run_times(fn, repeats))
 
 
 def _median(fn, repeats: int) -> float:
-    return float(np.median(_times(fn, repeats)))
+    return float(np.median(profile.run_times(fn, repeats)))
 
 
 def measure(comm=None, itemsize: int = 8, alpha: float = 0.0) -> dict:

@@ -38,14 +38,19 @@ STEP_KINDS = ("allreduce", "reduce_scatter", "allgather", "alltoall")
 _REPEATS = 5
 
 
-def _median(fn, repeats: int = _REPEATS) -> float:
+def run_times(fn, repeats: int) -> list[float]:
+    """Seconds of ``repeats`` runs of ``fn`` after one untimed run."""
     fn()
     times = []
     for _ in range(repeats):
         start = time.perf_counter()
         fn()
         times.append(time.perf_counter() - start)
-    return float(np.median(times))
+    return times
+
+
+def _median(fn, repeats: int = _REPEATS) -> float:
+    return float(np.median(run_times(fn, repeats)))
 
 
 def _part(length: int, parts: int) -> int:
