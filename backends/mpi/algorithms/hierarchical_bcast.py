@@ -20,8 +20,8 @@ class HierarchicalBcast(ProgramState):
     2. Block ``r`` travels along a chain of the ranks with local rank ``r`` on every node,
        starting at the root's node and following node order (wrapping), in pipelined
        pieces: each node receives each block once.
-    3. Allgather of the ``L`` blocks round each node (on the root's node too, where it
-       rewrites the root's buffer with the same bytes).
+    3. Allgather of the ``L`` blocks round each node (on the root's node the root takes
+       part with a copy of its buffer, which it only reads: it may be read-only).
 
     A chain is the bandwidth-optimal shape for long vectors; for short ones on many nodes
     its ``N − 1`` hops in a row cost more latency than a tree's ``log2 N``.  Needs at least
@@ -40,6 +40,8 @@ class HierarchicalBcast(ProgramState):
 
     def program(self):
         comm, data = self.comm, self.buf.array
+        if comm.rank == self.root:
+            data = data.copy()   # the allgather writes the blocks it receives
         node, local, across = node_position(comm, comm.rank)
         root_node = next(k for k, ranks in enumerate(comm.nodes) if self.root in ranks)
         offsets = partition(data.size, len(node))
