@@ -473,11 +473,8 @@ def _decide_across_nodes(table: Table, backend: str, op: str, comm_size: int, nb
     except Exception:  # noqa: BLE001 - the backend or op is not registered: nothing to model
         return default
     count, local = nodes
-    # MPI's own collectives are priced for the bench's table, never picked by the model:
-    # its blocking calls between emulated hosts took 14x the link bound (bcast) and lost to
-    # the hierarchical reduce at every size measured (docs/hosts.md).
     candidates = [a for a in two_level_model.ALGORITHMS[op] if a in known
-                  and a != "mpi_passthrough" and (local or a != "hierarchical")]
+                  and (local or a != "hierarchical")]
     if not candidates:
         return default
     intra = table.model or costmodel.AlphaBeta(DEFAULT_ALPHA, DEFAULT_BETA)

@@ -31,10 +31,9 @@ the ``L`` chains share each link, so a hop moves ``n/P`` bytes over it):
 - ``hierarchical`` reduce: a ring reduce-scatter in the node ``(L − 1)(α_i + (n/L)·β_i)``,
   the chain ``(N − 2 + P)(α_x + (n/P)·β_x)``, the root's gather ``α_i + ((L − 1)/L)·n·β_i``;
   the broadcast mirrors it (scatter, chain, ring allgather).
-- ``mpi_passthrough`` reduce and broadcast: modelled as a binomial tree whose first
-  ``⌈log2 N⌉`` rounds cross nodes with the whole vector, one message per node and round,
-  and whose last ``⌈log2 L⌉`` stay inside them (an idealised library; Open MPI's large-message
-  trees are segmented and do better with three or more nodes).
+- MPI's own reduce and broadcast are not modelled, as its allreduce is not: measured between
+  emulated hosts its blocking calls lost to the hierarchical ones at every size (bcast by
+  14×, docs/hosts.md), so the selector never picks them by the model.
 
 Allgather of ``S`` bytes in all (``S/p`` from each rank):
 
@@ -45,7 +44,6 @@ Allgather of ``S`` bytes in all (``S/p`` from each rank):
 """
 from __future__ import annotations
 
-import math
 from typing import NamedTuple
 
 from .costmodel import AlphaBeta, predict as predict_one_level
@@ -55,8 +53,8 @@ from ..core.pieces import chain_pieces
 # The algorithms modelled across nodes, by operation; ties go to the earlier.
 ALGORITHMS = {
     "allreduce": ("recursive_doubling", "ring", "rabenseifner", "hierarchical"),
-    "reduce": ("mpi_passthrough", "hierarchical"),
-    "bcast": ("mpi_passthrough", "hierarchical"),
+    "reduce": ("hierarchical",),
+    "bcast": ("hierarchical",),
     "allgather": ("ring", "hierarchical"),
 }
 # A 1 Gbit/s Ethernet between hosts (α from TCP's round trip here), used until `bench model`
@@ -134,11 +132,6 @@ def _in_node(local, n, intra, ring: bool) -> float:
     return intra.alpha + (local - 1) / local * n * intra.beta
 
 
-def _binomial(count, local, n, intra, inter) -> float:
-    return math.ceil(math.log2(count)) * (inter.alpha + n * inter.beta) + \
-        math.ceil(math.log2(local)) * (intra.alpha + n * intra.beta)
-
-
 def _hierarchical_rooted(count, local, n, intra, inter) -> float:
     return _in_node(local, n, intra, ring=True) + _chain(count, local, n, inter) + \
         _in_node(local, n, intra, ring=False)
@@ -155,9 +148,7 @@ def _hierarchical_allgather(count, local, n, intra, inter) -> float:
 
 
 _ROOTED_AND_GATHERED = {
-    ("reduce", "mpi_passthrough"): _binomial,
     ("reduce", "hierarchical"): _hierarchical_rooted,
-    ("bcast", "mpi_passthrough"): _binomial,
     ("bcast", "hierarchical"): _hierarchical_rooted,
     ("allgather", "ring"): _ring_allgather,
     ("allgather", "hierarchical"): _hierarchical_allgather,
