@@ -185,20 +185,16 @@ def test_a_reduction_hides_under_the_previous_layers_gradients():
 
 
 def test_program_model_measures_every_candidate_layer():
-    """The kernels measured for a program cover every local shape the search may try,
-    so it never falls back to the rates."""
-    from aluminum.executor.sharding.profile import layer_key, tail_key
-    from aluminum.executor.sharding.search import candidates
-    main = program(widths=(6, 5, 3))
-    model = calibrate.program_model(main)
-    chain, _ = fc_chain(main)
-    keys = {key for key, forward, backward in model.kernels}
-    assert keys == {layer_key(layer, s) for layer in chain for s in candidates(1)}
+    """The kernels measured for a program are those of its layers at the local shapes the
+    search may try (one rank: the whole ones), and its loss at the last layer's output,
+    so the search never falls back to the rates."""
+    model = calibrate.program_model(program(widths=(6, 5, 3)))
+    # batch 8: 6 -> 5 with tanh, 5 -> 3 without; SGD keeps no optimizer arrays
+    assert {key for key, _, _ in model.kernels} == {(8, 6, 5, True, 0), (8, 5, 3, False, 0)}
     assert all(0 < f < 1 and 0 < b < 1 for _, f, b in model.kernels)
-    assert {key for key, _, _ in model.tail} == \
-        {tail_key(chain[-1], s) for s in candidates(1)}
     # square_error_cost and mean, their gradients and the loss gradient's fill_constant
-    assert all(0 < seconds < 1 and ops == 5 for _, seconds, ops in model.tail)
+    assert [(key, ops) for key, _, ops in model.tail] == [((8, 3), 5)]
+    assert 0 < model.tail[0][1] < 1
 
 
 def test_the_loss_after_the_chain_is_costed_and_searched():

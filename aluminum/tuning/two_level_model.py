@@ -32,8 +32,8 @@ the ``L`` chains share each link, so a hop moves ``n/P`` bytes over it):
   the chain ``(N − 2 + P)(α_x + (n/P)·β_x)``, the root's gather ``α_i + ((L − 1)/L)·n·β_i``;
   the broadcast mirrors it (scatter, chain, ring allgather).
 - MPI's own reduce and broadcast are not modelled, as its allreduce is not: measured between
-  emulated hosts its blocking calls lost to the hierarchical ones at every size (bcast by
-  14×, docs/hosts.md), so the selector never picks them by the model.
+  emulated hosts its blocking calls lost to the hierarchical ones at every size
+  (docs/hosts.md), so the selector never picks them by the model.
 
 Allgather of ``S`` bytes in all (``S/p`` from each rank):
 
