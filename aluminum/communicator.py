@@ -15,6 +15,7 @@ import weakref
 
 from . import runtime, watchdog
 from .backends import get_backend, get_services
+from .backends.ht.host_transfer import BLOCKING_KEY, BLOCKING_MODES
 from .core.errors import ArgumentError, CommunicatorError, TimeoutError
 from .engine import progress
 from .engine.scheduler import describe
@@ -257,6 +258,23 @@ class HostTransferCommunicator(Communicator):
     through host memory and reduced by MPI, every step ordered on ``stream``."""
 
     backend_name = "ht"
+
+    @property
+    def blocking_mode(self) -> str:
+        """How blocking calls wait: ``"stream"`` (Aluminum's: the call returns at once and
+        the stream waits for MPI) or ``"host"`` (the calling thread waits for the stream to
+        reach the call and for MPI, then enqueues the copies back: no stream waits on a
+        host flag, much faster where ranks share a GPU; gloo's way with CUDA tensors).
+        Nonblocking calls and plans are not affected.  Default: ``AL_HT_BLOCKING``, else
+        ``"stream"``."""
+        return self.scratch(BLOCKING_KEY)
+
+    @blocking_mode.setter
+    def blocking_mode(self, mode: str) -> None:
+        if mode not in BLOCKING_MODES:
+            raise ArgumentError(f"blocking_mode: expected one of "
+                                f"{', '.join(map(repr, BLOCKING_MODES))}, got {mode!r}")
+        self._scratch[BLOCKING_KEY] = mode
 
 
 class NCCLCommunicator(Communicator):

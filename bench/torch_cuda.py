@@ -1,6 +1,7 @@
 """``dist.all_reduce`` on CUDA tensors over the "aluminum" backend, against its peers.
 
-    python bench/torch_cuda.py [--sizes 4:64MiB] [--step 4] [--rounds 7] [--json PATH]
+    python bench/torch_cuda.py [--sizes 4:64MiB] [--step 4] [--rounds 7] [--ranks 1,2]
+                               [--json PATH]
 
 Two tables, each peer measured in the same run, interleaved round by round:
 
@@ -11,7 +12,9 @@ Two tables, each peer measured in the same run, interleaved round by round:
 2. two ranks sharing the GPU (``python -m aluminum.run -n 2``): "aluminum" (the host-transfer
    path, as the ranks share a GPU) against a host-staged MPI allreduce of the same bytes
    (copy to pinned host memory, mpi4py ``Allreduce`` in place, copy back), each call followed
-   by ``torch.cuda.synchronize()``; the median over rounds, the maximum over ranks.
+   by ``torch.cuda.synchronize()``; the median over rounds, the maximum over ranks.  The
+   host-transfer twin's synchronous calls wait on the host unless ``AL_HT_BLOCKING=stream``
+   (aluminum/torch/devices.py); the table's title says which ran.
 
 Without a GPU it says so and exits 0.
 """
@@ -164,6 +167,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--step", type=int, default=4, help="factor between sizes (default 4)")
     parser.add_argument("--rounds", type=int, default=7, help="interleaved rounds per size")
     parser.add_argument("--timeout", type=float, default=300, help="seconds for the 2-rank job")
+    parser.add_argument("--ranks", default="1,2", help="which tables: 1, 2 or 1,2 (default)")
     parser.add_argument("--json", help="write both tables' figures here")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--out", help=argparse.SUPPRESS)
@@ -181,19 +185,24 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     device = torch.cuda.get_device_name(0)
-    single = one_rank(sizes, args.rounds)
-    shared = two_ranks(args)
-    print(table(f"\n# dist.all_reduce, CUDA float32 in place, 1 rank, {device}: per call "
-                f"(batch + synchronize), median of {args.rounds} rounds",
-                single, "aluminum", "nccl"))
+    tables = {int(part) for part in args.ranks.split(",")}
+    single = one_rank(sizes, args.rounds) if 1 in tables else {}
+    shared = two_ranks(args) if 2 in tables else {}
+    mode = os.environ.get("AL_HT_BLOCKING", "host")
+    if single:
+        print(table(f"\n# dist.all_reduce, CUDA float32 in place, 1 rank, {device}: per call "
+                    f"(batch + synchronize), median of {args.rounds} rounds",
+                    single, "aluminum", "nccl"))
     if shared:
-        print(table(f"\n# dist.all_reduce, CUDA float32, 2 ranks sharing one {device}: per "
-                    f"call + synchronize, median of {args.rounds} rounds, max over ranks",
+        print(table(f"\n# dist.all_reduce, CUDA float32, 2 ranks sharing one {device} "
+                    f"(HT blocking_mode={mode}): per call + synchronize, median of "
+                    f"{args.rounds} rounds, max over ranks",
                     shared, "aluminum (ht)", "host-staged MPI"))
     if args.json:
         Path(args.json).write_text(json.dumps({"device": device, "one_rank": single,
-                                               "two_ranks_shared_gpu": shared}, indent=1))
-    return 0 if shared else 1
+                                               "two_ranks_shared_gpu": shared,
+                                               "ht_blocking_mode": mode}, indent=1))
+    return 0 if shared or 2 not in tables else 1
 
 
 if __name__ == "__main__":

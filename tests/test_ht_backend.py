@@ -191,3 +191,20 @@ def test_stage_host_environment_variable_is_read_per_communicator(monkeypatch, v
         al.nonblocking_allreduce(buf, communicator).wait(timeout=10)
         assert (staging_pool(communicator).allocated > 0) == staged
         np.testing.assert_array_equal(buf, np.arange(5.0))
+
+
+def test_blocking_mode_is_checked_and_read_from_the_environment(monkeypatch, comm):
+    assert comm.blocking_mode == "stream"
+    with pytest.raises(al.ArgumentError, match="blocking_mode.*'stream', 'host'.*'later'"):
+        comm.blocking_mode = "later"
+    assert comm.blocking_mode == "stream"
+    monkeypatch.setenv("AL_HT_BLOCKING", "host")
+    with al.HostTransferCommunicator(stream=host.HostStream()) as other:
+        assert other.blocking_mode == "host"
+        buf = np.arange(5, dtype=np.float64)
+        al.allreduce(buf, other)          # one rank: the call itself leaves the data as is
+        np.testing.assert_array_equal(buf, np.arange(5))
+        other.stream.close(timeout=10)
+    monkeypatch.setenv("AL_HT_BLOCKING", "sometimes")
+    with pytest.raises(al.ArgumentError, match="AL_HT_BLOCKING.*sometimes"):
+        al.HostTransferCommunicator(stream=host.HostStream())

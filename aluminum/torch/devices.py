@@ -8,14 +8,17 @@ torch requires of collectives):
 - ``al.NCCLCommunicator`` when every rank of the group has a GPU of its own;
 - ``al.HostTransferCommunicator`` when ranks share a GPU (NCCL refuses two ranks on one
   device): the data is staged through host memory and reduced by MPI, every step ordered on
-  the stream.
+  the stream.  Its synchronous calls wait on the host, as gloo's CUDA path does
+  (``blocking_mode="host"``: the thread waits for the stream to reach the call and for MPI,
+  then enqueues the copy back), unless ``AL_HT_BLOCKING`` says otherwise; a stream parked
+  on a host flag costs far more than that wait where ranks time-slice one GPU.
 
 ``AL_TORCH_CUDA_BACKEND=nccl`` or ``=ht`` forces one (``auto``, the default, chooses as
 above; ranks agree, since they decide from the same gathered device list).
 
 Every CUDA call is ordered on torch's *current* stream of the tensor's device, as torch's
 ``nccl`` backend orders its work after that stream: a synchronous call is enqueued on it
-(the host never waits); an asynchronous one runs on the communicator's internal stream after
+(on NCCL the host never waits; on host transfer see above); an asynchronous one runs on the communicator's internal stream after
 an event of the current stream, and ``Work.wait()`` makes the then-current stream wait for it.
 """
 from __future__ import annotations
@@ -81,7 +84,10 @@ def _make_twin(host: al.Communicator, index: int) -> al.Communicator:
     kind = {"nccl": al.NCCLCommunicator,
             "ht": al.HostTransferCommunicator}[backend_for(gpus, chosen_backend())]
     with cupy.cuda.Device(index):
-        return host.copy(stream=current_stream(torch.device("cuda", index)), kind=kind)
+        twin = host.copy(stream=current_stream(torch.device("cuda", index)), kind=kind)
+    if kind is al.HostTransferCommunicator and "AL_HT_BLOCKING" not in os.environ:
+        twin.blocking_mode = "host"
+    return twin
 
 
 def _node_of(comm: al.Communicator) -> int:

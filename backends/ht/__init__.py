@@ -16,6 +16,10 @@ Host buffers go to MPI unstaged (see ``host_transfer.py``).  ``AL_HT_STAGE_HOST=
 environment when a communicator is built makes it stage host buffers through host staging
 memory exactly as device buffers are staged, so the GPU path's copies run on CPU-only machines
 (the test suite does this).
+
+``AL_HT_BLOCKING=host`` (or ``comm.blocking_mode = "host"``) makes a communicator's blocking
+calls wait on the calling thread for their stream and MPI instead of parking the stream on a
+host flag (``host_transfer.py``); ``stream``, the default, is Aluminum's semantics.
 """
 from __future__ import annotations
 
@@ -33,7 +37,8 @@ from .barrier import HostTransferBarrier
 from .bcast import HostTransferBcast
 from .gather import HostTransferGather
 from .gatherv import HostTransferGatherv
-from .host_transfer import STAGE_HOST_KEY
+from ...core.errors import ArgumentError
+from .host_transfer import BLOCKING_KEY, BLOCKING_MODES, STAGE_HOST_KEY
 from .multisendrecv import HostTransferMultiSendRecv
 from .recv import HostTransferRecv
 from .reduce import HostTransferReduce
@@ -69,8 +74,13 @@ HOST_TRANSFER_OPS = {
 
 
 def setup(comm) -> None:
-    """Read ``AL_HT_STAGE_HOST`` for a new communicator."""
+    """Read ``AL_HT_STAGE_HOST`` and ``AL_HT_BLOCKING`` for a new communicator."""
     comm.scratch(STAGE_HOST_KEY, lambda: os.environ.get("AL_HT_STAGE_HOST", "0") == "1")
+    mode = os.environ.get("AL_HT_BLOCKING", "stream").strip().lower() or "stream"
+    if mode not in BLOCKING_MODES:
+        raise ArgumentError(f"AL_HT_BLOCKING: expected one of {', '.join(BLOCKING_MODES)}, "
+                            f"got {mode!r}")
+    comm.scratch(BLOCKING_KEY, lambda: mode)
 
 
 def default_stream():

@@ -41,7 +41,12 @@ run (and are tested) on machines without a GPU.
 
 Blocking calls are stream-ordered: ``run_blocking`` builds the state (enqueuing the stream
 work) and submits it to the engine without waiting; ``stream.synchronize()`` makes the result
-visible.  A nonblocking call's ``Request.wait()`` blocks the host until *done*;
+visible.  A communicator whose ``blocking_mode`` is ``"host"`` (``AL_HT_BLOCKING=host``) runs
+its blocking calls on the calling thread instead, as gloo runs CUDA tensors: it waits for
+the stream to reach the call (the *ready* event), runs MPI as a blocking MPI call would, and
+only then enqueues the copies back.  No stream ever parks on a flag and no thread hands the
+operation over, which costs several times the copies when ranks share a GPU; the price is a
+host that waits for its stream at every blocking call.  A nonblocking call's ``Request.wait()`` blocks the host until *done*;
 ``Request.wait_on_stream(s)`` makes ``s`` wait on *done* (or, for operations that never hold
 their stream, on *ready*: the stream may reuse the buffers once they were copied out).
 
@@ -60,6 +65,7 @@ do not stay parked.
 from __future__ import annotations
 
 import itertools
+import os
 import warnings
 
 import numpy as np
@@ -72,11 +78,15 @@ from .. import get_backend
 from ..runtime import drive_while_waiting, host, runtime_for
 from .staging import region, staging_pool
 
-__all__ = ["HostTransferState", "PostingOrder", "STAGE_HOST_KEY", "layout_blocks"]
+__all__ = ["BLOCKING_KEY", "BLOCKING_MODES", "HostTransferState", "PostingOrder",
+           "STAGE_HOST_KEY", "layout_blocks"]
 
 _CONTINUE, _COMPLETE = Action.CONTINUE, Action.COMPLETE
+_yield = os.sched_yield
 _HOST_RUNTIME = host.RUNTIME
 STAGE_HOST_KEY = "ht_stage_host"   # comm.scratch: stage host buffers too (AL_HT_STAGE_HOST)
+BLOCKING_KEY = "ht_blocking"        # comm.scratch: "stream" or "host" (AL_HT_BLOCKING)
+BLOCKING_MODES = ("stream", "host")
 
 # A thread synchronizing a stream that waits on an HT flag drives the MPI step itself.
 drive_while_waiting(drive_until)
@@ -103,6 +113,10 @@ class PostingOrder:
 class HostTransferState(State):
     """Base of the host-transfer states: subclasses stage their buffers with ``staged`` and
     ``staged_pair``, then ``launch`` the MPI backend's State over the staged copies."""
+
+    # Set (before __init__) by run_blocking on a communicator whose blocking_mode is "host":
+    # launch then enqueues only what precedes MPI, and run_on_caller does the rest.
+    on_caller = False
 
     def __init__(self, comm, stream) -> None:
         self.comm = comm
@@ -201,6 +215,8 @@ class HostTransferState(State):
         copy = self.runtime.copy_async
         for staging, user in self._d2h:
             copy(staging, user, stream)
+        if self.on_caller:   # the caller waits for the stream itself, whatever it reads
+            wait_for_stream, hold_stream = True, False
         # On an idle host stream there is nothing for MPI to wait for (a CUDA stream is
         # never asked: the event is what orders the device).
         if wait_for_stream and not (self.runtime is _HOST_RUNTIME and stream.query()):
@@ -223,13 +239,53 @@ class HostTransferState(State):
     @classmethod
     def run_blocking(cls, *args) -> None:
         """Stream-ordered blocking call: enqueue the stream work, hand the MPI part to the
-        progress engine, return without waiting (``stream.synchronize()`` waits).
+        progress engine, return without waiting (``stream.synchronize()`` waits).  On a
+        communicator whose ``blocking_mode`` is ``"host"``: ``run_on_caller``.
 
         Nobody waits for the request: on a CUDA stream the engine thread must run it (it is
         woken for it); a host stream's ``synchronize()`` drives it itself."""
+        comm = args[0]
+        if comm.scratch(BLOCKING_KEY) == "host":
+            state = cls.__new__(cls)
+            state.on_caller = True
+            state.__init__(*args)
+            state.run_on_caller()
+            return
         state = cls(*args)
         state.blocking = True
         submit(state, background=state.runtime is not _HOST_RUNTIME)
+
+    def run_on_caller(self) -> None:
+        """The blocking call of ``blocking_mode="host"``, on this thread: wait until the
+        stream has staged the inputs, post MPI in the communicator's posting order, wait for
+        it (through the engine, so ``AL_TIMEOUT`` ends a stuck one), then enqueue the copies
+        back.  A failure raises here, before anything is copied into the user's buffers."""
+        order = self._order
+        try:
+            if self.ready is not None:
+                self.ready.synchronize()
+            while order.posted != self._ticket:   # earlier operations post first
+                drive_until(lambda: order.posted == self._ticket, None)
+                _yield()
+        except BaseException as exc:
+            self._fail(exc)
+            raise
+        self._posted = True
+        order.posted += 1
+        try:
+            submit(self.mpi).wait()
+        except BaseException:
+            if self._raws:   # the stream has passed its copies out (ready)
+                self.pool.give_back(self._raws, self.runtime)
+            raise
+        copy, stream = self.runtime.copy_async, self.compute_stream
+        for user, staging in self._h2d:
+            copy(user, staging, stream)
+        if self._raws:
+            if self._h2d:
+                self.pool.give_back_after(stream.record_event(), self._raws, self.runtime)
+            else:
+                self.pool.give_back(self._raws, self.runtime)
 
     def completion_event(self):
         """*done* when the stream waits for MPI, else *ready* (its buffers were copied out)."""

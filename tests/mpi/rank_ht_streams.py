@@ -223,6 +223,37 @@ def test_slow_stream_orders_every_step(ht, stream, op, blocking):
         np.testing.assert_array_equal(new, expected, err_msg="wrong or late result")
 
 
+@pytest.mark.parametrize("op", OPS)
+def test_host_blocking_mode_waits_for_the_stream_then_enqueues_results(ht, stream, op):
+    """``blocking_mode="host"``: the call returns once the stream has produced the inputs and
+    MPI is done; earlier stream work still saw the old outputs, later work sees results."""
+    case = build(op, ht, stream)
+    replica = build(op, ht, stream)
+    for array, values in replica.inputs:
+        np.copyto(array, values)
+    old_contents = [array.copy() for array, _ in replica.outputs]
+    stream.enqueue_sleep(0.02)
+    for array, values in case.inputs:     # the producer writes the inputs late
+        stream.enqueue(np.copyto, array, values)
+    before, after = [], []
+    for array, _ in case.outputs:
+        stream.enqueue(lambda a=array: before.append(a.copy()))
+    ht.blocking_mode = "host"
+    try:
+        case.calls(True)
+    finally:
+        ht.blocking_mode = "stream"
+    assert len(before) == len(case.outputs), "the call returned before the stream reached it"
+    for array, _ in case.outputs:
+        stream.enqueue(lambda a=array: after.append(a.copy()))
+    for array, _ in case.inputs:
+        stream.enqueue(array.fill, 99)
+    stream.synchronize()
+    for (array, expected), old, new, was in zip(case.outputs, before, after, old_contents):
+        np.testing.assert_array_equal(old, was)
+        np.testing.assert_array_equal(new, expected, err_msg="wrong or late result")
+
+
 @pytest.mark.parametrize("blocking", [True, False], ids=["blocking", "nonblocking"])
 def test_large_input_produced_late(ht, stream, blocking):
     count = (1 << 18) + 5
