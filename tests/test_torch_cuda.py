@@ -30,11 +30,9 @@ REASON = _why_skip()
 pytestmark = pytest.mark.skipif(REASON is not None, reason=REASON or "")
 
 import aluminum.torch as altorch  # noqa: E402
-from torch_groups import init_one_rank_group  # noqa: E402
+from torch_groups import PREMUL_READABLE, init_one_rank_group  # noqa: E402
 
 SLOW = int(2e8)        # torch.cuda._sleep cycles: ~0.1 s of one busy kernel ahead of a call
-# torch before 2.13 does not show PREMUL_SUM's factor to Python process groups
-PREMUL_READABLE = hasattr(dist._make_nccl_premul_sum(2.0), "factor")
 
 
 @pytest.fixture(scope="module")

@@ -3,6 +3,9 @@ import socket
 
 import torch.distributed as dist
 
+# torch before 2.13 does not show PREMUL_SUM's factor to Python process groups
+PREMUL_READABLE = hasattr(dist._make_nccl_premul_sum(2.0), "factor")
+
 
 def init_one_rank_group() -> None:
     """``dist.init_process_group("aluminum")`` as rank 0 of 1, no launcher: a TCP store on

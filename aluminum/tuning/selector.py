@@ -59,6 +59,8 @@ from pathlib import Path
 from typing import Any, Callable, Collection
 
 from . import costmodel, two_level_model
+from ..backends import get_backend
+from ..backends.ht.host_transfer import choose_mpi_algorithm_with
 from ..core.errors import AluminumError, ArgumentError
 from ..core.names import Algorithm, Mode, Placement
 from ..core.ops import OPS
@@ -522,14 +524,15 @@ def select_algorithm(backend: str, op: str, comm_size: int, nbytes: int, default
 
 
 def choose(comm, op: str, algo: str, nbytes: int, inplace: bool | None = None,
-           nonblocking: bool | None = None) -> type:
-    """The State class that runs ``op`` on ``comm``'s backend with ``algo``; "automatic"
-    asks ``select_algorithm`` with the call's placement and mode when known.
+           nonblocking: bool | None = None, backend=None) -> type:
+    """The State class that runs ``op`` on ``backend`` (default ``comm``'s) with ``algo``;
+    "automatic" asks ``select_algorithm`` with the call's placement and mode when known.
 
     An automatic choice of an algorithm that cannot run on ``comm``'s nodes (``runs_on``)
     falls back to the default: a table measured on one node must not break a multi-node
     job."""
-    backend = comm.backend
+    if backend is None:
+        backend = comm.backend
     if algo != Algorithm.AUTOMATIC:
         return backend.state_class(op, algo)
     default = backend.default_for(op)
@@ -537,6 +540,15 @@ def choose(comm, op: str, algo: str, nbytes: int, inplace: bool | None = None,
                               nonblocking, node_layout(comm))
     cls = backend.state_class(op, chosen)
     return cls if runs_on(comm, cls) else backend.state_class(op, default)
+
+
+def _staged_mpi_algorithm(comm, op: str, nbytes: int, inplace: bool) -> type:
+    """The MPI backend's State class for a host-transfer operation's MPI step on staged
+    host buffers: what a nonblocking MPI call of that size and placement would run."""
+    return choose(comm, op, Algorithm.AUTOMATIC, nbytes, inplace, True, get_backend("mpi"))
+
+
+choose_mpi_algorithm_with(_staged_mpi_algorithm)
 
 
 def node_layout(comm) -> tuple[int, int] | None:

@@ -12,8 +12,10 @@ the calling thread and enqueues on its stream:
 The progress engine then steps it: poll *ready* → post the MPI operation on the staging
 buffers → poll it → set the flag (the stream resumes and copies the results back) → poll
 *done* → complete.  The MPI operation is the MPI backend's State for the same op, built over
-the staging buffers with the algorithm the MPI backend's selector picks for that size (its
-passthrough, or e.g. ``shared_memory`` for a large allreduce on one node), so datatypes,
+the staging buffers with the algorithm the MPI backend's selector picks for that size and
+placement (its passthrough, or e.g. ``shared_memory`` for a large allreduce on one node: the
+API installs the selector with ``choose_mpi_algorithm_with``; without it, the MPI backend's
+default), so datatypes,
 half-precision reductions, AVG and the 0/1 of logical ops are exactly the MPI backend's
 (``op.finish`` runs on the host staging buffer, before the H2D copy).
 
@@ -79,7 +81,7 @@ from ..runtime import drive_while_waiting, host, runtime_for
 from .staging import region, staging_pool
 
 __all__ = ["BLOCKING_KEY", "BLOCKING_MODES", "HostTransferState", "PostingOrder",
-           "STAGE_HOST_KEY", "layout_blocks"]
+           "STAGE_HOST_KEY", "choose_mpi_algorithm_with", "layout_blocks"]
 
 _CONTINUE, _COMPLETE = Action.CONTINUE, Action.COMPLETE
 _yield = os.sched_yield
@@ -90,6 +92,17 @@ BLOCKING_MODES = ("stream", "host")
 
 # A thread synchronizing a stream that waits on an HT flag drives the MPI step itself.
 drive_while_waiting(drive_until)
+
+# choose(comm, op, nbytes, inplace) -> the MPI backend's State class for the staged op;
+# installed by the API layer (its selector), which this layer may not import.
+_choose_mpi_algorithm = None
+
+
+def choose_mpi_algorithm_with(choose) -> None:
+    """Install the selector of the staged MPI operations' algorithms (see the module
+    docstring); None restores the MPI backend's default algorithm."""
+    global _choose_mpi_algorithm
+    _choose_mpi_algorithm = choose
 
 
 class PostingOrder:
@@ -195,8 +208,8 @@ class HostTransferState(State):
                hold_stream: bool | None = None) -> None:
         """Enqueue the stream side of the operation; in between, the engine runs ``op`` on
         the staged buffers (``mpi_args``: the MPI backend's State arguments after ``stream``)
-        with the MPI backend's default algorithm (the MPI library's own, as Aluminum's HT
-        backend calls it).
+        with the algorithm the MPI backend's selector picks for the largest staged buffer
+        and the call's placement (Aluminum's HT backend always calls the MPI library's own).
 
         By default the engine waits for the stream (the *ready* event) when something is
         copied in, and the stream waits for MPI (the flag) when something is copied back; an
@@ -205,8 +218,13 @@ class HostTransferState(State):
         stream = self.compute_stream
         if getattr(stream, "closed", False):
             raise ArgumentError(f"stream: {stream!r} is closed")
-        mpi_backend = get_backend("mpi")
-        algorithm = mpi_backend.default_state(op)
+        if _choose_mpi_algorithm is None:
+            algorithm = get_backend("mpi").default_state(op)
+        else:
+            staged = [arg for arg in mpi_args if type(arg) is Buffer]
+            nbytes = max((buf.count * buf.dtype.itemsize for buf in staged), default=0)
+            inplace = len(staged) > 1 and staged[0] is staged[1]
+            algorithm = _choose_mpi_algorithm(self.comm, op, nbytes, inplace)
         self.mpi = algorithm(self.comm, None, *mpi_args)
         if self._direct:   # MPI will touch the user's memory: not before the stream gets here
             wait_for_stream = True

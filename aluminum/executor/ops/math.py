@@ -241,11 +241,11 @@ class Mean(OpKind):
 
     def compute(self, ins, attrs, ctx, out):
         x = ins["X"][0]
-        return {"Out": [np.asarray(x.mean(), dtype=x.dtype).reshape(1)]}
+        return {"Out": [x.mean().astype(x.dtype).reshape(1)]}   # (numpy or cupy alike)
 
     def backward(self, ins, outs, douts, attrs, out):
         x = ins["X"][0]
-        return {"X": [np.full(x.shape, douts["Out"][0][0] / x.size, dtype=x.dtype)]}
+        return {"X": [np.full_like(x, douts["Out"][0][0] / x.size)]}
 
 
 @register
@@ -260,11 +260,11 @@ class ReduceSum(OpKind):
 
     def compute(self, ins, attrs, ctx, out):
         x = ins["X"][0]
-        return {"Out": [np.asarray(x.sum(), dtype=x.dtype).reshape(1)]}
+        return {"Out": [x.sum().astype(x.dtype).reshape(1)]}   # (numpy or cupy alike)
 
     def backward(self, ins, outs, douts, attrs, out):
         x = ins["X"][0]
-        return {"X": [np.full(x.shape, douts["Out"][0][0], dtype=x.dtype)]}
+        return {"X": [np.full_like(x, douts["Out"][0][0])]}
 
 
 @register
