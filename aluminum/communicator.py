@@ -14,8 +14,7 @@ import itertools
 import weakref
 
 from . import runtime, watchdog
-from .backends import get_backend, get_services
-from .backends.ht.host_transfer import BLOCKING_KEY, BLOCKING_MODES
+from .backends import BLOCKING_MODE_KEY, BLOCKING_MODES, get_backend, get_services
 from .core.errors import ArgumentError, CommunicatorError, TimeoutError
 from .engine import progress
 from .engine.scheduler import describe
@@ -267,14 +266,14 @@ class HostTransferCommunicator(Communicator):
         host flag, much faster where ranks share a GPU; gloo's way with CUDA tensors).
         Nonblocking calls and plans are not affected.  Default: ``AL_HT_BLOCKING``, else
         ``"stream"``."""
-        return self.scratch(BLOCKING_KEY)
+        return self.scratch(BLOCKING_MODE_KEY)
 
     @blocking_mode.setter
     def blocking_mode(self, mode: str) -> None:
         if mode not in BLOCKING_MODES:
             raise ArgumentError(f"blocking_mode: expected one of "
                                 f"{', '.join(map(repr, BLOCKING_MODES))}, got {mode!r}")
-        self._scratch[BLOCKING_KEY] = mode
+        self._scratch[BLOCKING_MODE_KEY] = mode
 
 
 class NCCLCommunicator(Communicator):

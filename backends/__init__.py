@@ -27,6 +27,33 @@ _SERVICE_MODULES = {"mpi": ".mpi.services"}
 _SERVICES: dict[str, Services] = {}
 DEFAULT_SERVICES = "mpi"   # what al.init makes the default group with
 
+# How blocking calls of a stream-ordered backend that offers the choice (host transfer) wait:
+# "stream" (return at once, the stream waits) or "host" (the caller waits); comm.scratch key.
+BLOCKING_MODE_KEY = "blocking_mode"
+BLOCKING_MODES = ("stream", "host")
+
+# select(comm, backend, op, nbytes, inplace) -> the State class the API's selector picks for
+# ``op`` on ``backend`` (a Backend) over ``comm``'s ranks, nonblocking: for backends that run
+# another backend's operations (the host-transfer one runs MPI's on staged buffers).
+# Installed by the API layer, which this layer may not import.
+_select = None
+
+
+def select_algorithms_with(select) -> None:
+    """Install the API's algorithm selector (see ``_select``); None: backends' defaults."""
+    global _select
+    _select = select
+
+
+def selected_state(comm, backend_name: str, op: str, nbytes: int, inplace: bool) -> type:
+    """The State class that runs ``op`` on backend ``backend_name`` for ``comm``, as the
+    installed selector picks it for ``nbytes`` and the placement; the backend's default
+    algorithm where none is installed."""
+    backend = get_backend(backend_name)
+    if _select is None:
+        return backend.default_state(op)
+    return _select(comm, backend, op, nbytes, inplace)
+
 
 @dataclass(eq=False)
 class Backend:

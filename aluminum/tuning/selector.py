@@ -59,8 +59,7 @@ from pathlib import Path
 from typing import Any, Callable, Collection
 
 from . import costmodel, two_level_model
-from ..backends import get_backend
-from ..backends.ht.host_transfer import choose_mpi_algorithm_with
+from ..backends import select_algorithms_with
 from ..core.errors import AluminumError, ArgumentError
 from ..core.names import Algorithm, Mode, Placement
 from ..core.ops import OPS
@@ -542,13 +541,13 @@ def choose(comm, op: str, algo: str, nbytes: int, inplace: bool | None = None,
     return cls if runs_on(comm, cls) else backend.state_class(op, default)
 
 
-def _staged_mpi_algorithm(comm, op: str, nbytes: int, inplace: bool) -> type:
-    """The MPI backend's State class for a host-transfer operation's MPI step on staged
-    host buffers: what a nonblocking MPI call of that size and placement would run."""
-    return choose(comm, op, Algorithm.AUTOMATIC, nbytes, inplace, True, get_backend("mpi"))
+def _select_for_backends(comm, backend, op: str, nbytes: int, inplace: bool) -> type:
+    """What a nonblocking call of ``op`` on ``backend`` over ``comm`` would run (for a
+    backend running another's operations: the host-transfer one's staged MPI steps)."""
+    return choose(comm, op, Algorithm.AUTOMATIC, nbytes, inplace, True, backend)
 
 
-choose_mpi_algorithm_with(_staged_mpi_algorithm)
+select_algorithms_with(_select_for_backends)
 
 
 def node_layout(comm) -> tuple[int, int] | None:

@@ -26,7 +26,7 @@ from __future__ import annotations
 import os
 
 from ...core.names import Algorithm, Device
-from .. import Backend, register_backend
+from .. import BLOCKING_MODE_KEY, BLOCKING_MODES, Backend, register_backend
 from ..runtime import cuda_runtime, host_runtime
 from .allgather import HostTransferAllgather
 from .allgatherv import HostTransferAllgatherv
@@ -38,7 +38,7 @@ from .bcast import HostTransferBcast
 from .gather import HostTransferGather
 from .gatherv import HostTransferGatherv
 from ...core.errors import ArgumentError
-from .host_transfer import BLOCKING_KEY, BLOCKING_MODES, STAGE_HOST_KEY
+from .host_transfer import STAGE_HOST_KEY
 from .multisendrecv import HostTransferMultiSendRecv
 from .recv import HostTransferRecv
 from .reduce import HostTransferReduce
@@ -80,7 +80,7 @@ def setup(comm) -> None:
     if mode not in BLOCKING_MODES:
         raise ArgumentError(f"AL_HT_BLOCKING: expected one of {', '.join(BLOCKING_MODES)}, "
                             f"got {mode!r}")
-    comm.scratch(BLOCKING_KEY, lambda: mode)
+    comm.scratch(BLOCKING_MODE_KEY, lambda: mode)
 
 
 def default_stream():

@@ -13,9 +13,8 @@ The progress engine then steps it: poll *ready* → post the MPI operation on th
 buffers → poll it → set the flag (the stream resumes and copies the results back) → poll
 *done* → complete.  The MPI operation is the MPI backend's State for the same op, built over
 the staging buffers with the algorithm the MPI backend's selector picks for that size and
-placement (its passthrough, or e.g. ``shared_memory`` for a large allreduce on one node: the
-API installs the selector with ``choose_mpi_algorithm_with``; without it, the MPI backend's
-default), so datatypes,
+placement (its passthrough, or e.g. ``shared_memory`` for a large allreduce on one node:
+``backends.selected_state``, the API's selector), so datatypes,
 half-precision reductions, AVG and the 0/1 of logical ops are exactly the MPI backend's
 (``op.finish`` runs on the host staging buffer, before the H2D copy).
 
@@ -76,33 +75,20 @@ from ...core.buffers import CUDA, HOST, Buffer
 from ...engine.progress import drive_until, submit
 from ...engine.state import Action, State
 from ...core.errors import ArgumentError, BufferError
-from .. import get_backend
+from .. import BLOCKING_MODE_KEY, selected_state
 from ..runtime import drive_while_waiting, host, runtime_for
 from .staging import region, staging_pool
 
-__all__ = ["BLOCKING_KEY", "BLOCKING_MODES", "HostTransferState", "PostingOrder",
-           "STAGE_HOST_KEY", "choose_mpi_algorithm_with", "layout_blocks"]
+__all__ = ["HostTransferState", "PostingOrder", "STAGE_HOST_KEY", "layout_blocks"]
 
 _CONTINUE, _COMPLETE = Action.CONTINUE, Action.COMPLETE
 _yield = os.sched_yield
 _HOST_RUNTIME = host.RUNTIME
 STAGE_HOST_KEY = "ht_stage_host"   # comm.scratch: stage host buffers too (AL_HT_STAGE_HOST)
-BLOCKING_KEY = "ht_blocking"        # comm.scratch: "stream" or "host" (AL_HT_BLOCKING)
-BLOCKING_MODES = ("stream", "host")
 
 # A thread synchronizing a stream that waits on an HT flag drives the MPI step itself.
 drive_while_waiting(drive_until)
 
-# choose(comm, op, nbytes, inplace) -> the MPI backend's State class for the staged op;
-# installed by the API layer (its selector), which this layer may not import.
-_choose_mpi_algorithm = None
-
-
-def choose_mpi_algorithm_with(choose) -> None:
-    """Install the selector of the staged MPI operations' algorithms (see the module
-    docstring); None restores the MPI backend's default algorithm."""
-    global _choose_mpi_algorithm
-    _choose_mpi_algorithm = choose
 
 
 class PostingOrder:
@@ -218,13 +204,10 @@ class HostTransferState(State):
         stream = self.compute_stream
         if getattr(stream, "closed", False):
             raise ArgumentError(f"stream: {stream!r} is closed")
-        if _choose_mpi_algorithm is None:
-            algorithm = get_backend("mpi").default_state(op)
-        else:
-            staged = [arg for arg in mpi_args if type(arg) is Buffer]
-            nbytes = max((buf.count * buf.dtype.itemsize for buf in staged), default=0)
-            inplace = len(staged) > 1 and staged[0] is staged[1]
-            algorithm = _choose_mpi_algorithm(self.comm, op, nbytes, inplace)
+        staged = [arg for arg in mpi_args if type(arg) is Buffer]
+        nbytes = max((buf.count * buf.dtype.itemsize for buf in staged), default=0)
+        inplace = len(staged) > 1 and staged[0] is staged[1]
+        algorithm = selected_state(self.comm, "mpi", op, nbytes, inplace)
         self.mpi = algorithm(self.comm, None, *mpi_args)
         if self._direct:   # MPI will touch the user's memory: not before the stream gets here
             wait_for_stream = True
@@ -263,7 +246,7 @@ class HostTransferState(State):
         Nobody waits for the request: on a CUDA stream the engine thread must run it (it is
         woken for it); a host stream's ``synchronize()`` drives it itself."""
         comm = args[0]
-        if comm.scratch(BLOCKING_KEY) == "host":
+        if comm.scratch(BLOCKING_MODE_KEY) == "host":
             state = cls.__new__(cls)
             state.on_caller = True
             state.__init__(*args)
