@@ -3,6 +3,7 @@ all at once and reduces them in rank order; (p−1)α + (p−1)nβ into the root
 rank, and a reduction whose bits are those of ``((x0 (op) x1) (op) x2) ...`` in every form."""
 from __future__ import annotations
 
+import functools
 import threading
 
 import numpy as np
@@ -74,6 +75,15 @@ class DirectReduce(ProgramState):
         reduce_at_root(self.op, operands, self.root, out)
         sets.give(own.dtype, own.size, scratch)
         self.op.finish(out, size)
+
+    @classmethod
+    def blocking_call(cls, comm, stream, sendbuf, recvbuf, op, root):
+        """Off the root, the one message bound once: a blocking ``MPI_Send`` of ``sendbuf``
+        (what ``program`` sends); at the root, ``program`` run to its end."""
+        if comm.rank == root:
+            return super().blocking_call(comm, stream, sendbuf, recvbuf, op, root)
+        return functools.partial(comm.mpi_comm.Send, sendbuf.array.view(np.uint8), root,
+                                 DIRECT_REDUCE_TAG)
 
     @classmethod
     def array_call(cls, comm, stream, sendbuf, recvbuf, op, root):
