@@ -37,13 +37,16 @@ class DirectReduce(ProgramState):
     non-overtaking rule), and every rank posts its direct reduces on a communicator in the
     order it issued them (blocking calls and plan runs after the nonblocking operations
     before them have started, the engine in submission order), which is the same on every
-    rank.  The surprise: unlike ``al.<op>_init``'s plans elsewhere, whose ``start()``
+    rank.  The surprises: unlike ``al.<op>_init``'s plans elsewhere, whose ``start()``
     matches only the same plan's starts on the other ranks, a direct reduce plan's runs and
-    starts match any form of the call.
+    starts match any form of the call; and after a direct reduce was abandoned
+    (``al.TimeoutError``, a rank that skipped one), a receive it left posted takes the next
+    call's message: the communicator's later direct reduces are out of step.
 
     Memory: the root receives into ``p - 1`` buffers of the message size (``p - 2`` out of
     place, where the first arriving operand lands in ``recvbuf``), kept per communicator for
-    the last ``SETS_KEPT`` kinds of message (``ReceiveSets``); only the root holds them.
+    the last ``SETS_KEPT`` kinds of message (``ReceiveSets``), and a plan's persistent
+    form holds a set of its own, bound to its requests; only the root holds them.
     Bandwidth: the root takes ``(p - 1) n`` bytes in at once, so MPI's tree or pipelined
     reduce wins on many ranks or large messages; this one wins where few ranks make
     ``MPI_Ireduce`` (what an order-sensitive ``mpi_passthrough`` reduce runs in every form)
