@@ -6,7 +6,8 @@ mixes with the user's, twice (the second carries only ``split``/``copy``, never 
 in flight), and splits a node-local one for ``local_rank``/``local_size``.  Custom
 algorithms tag their messages with a per-communicator sequence number (``next_tag``): every
 rank issues collectives in the same order, so concurrent operations never match each other's
-messages.
+messages.  (The direct reduce sends under one fixed tag instead, above these: its messages
+match by their order alone, so that a plan can bind them once.)
 """
 from __future__ import annotations
 

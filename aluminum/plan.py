@@ -8,7 +8,9 @@ more (MPI's own persistent requests, views, scratch) do it in their ``persistent
 
 What surprises people: a collective's ``run()`` is the blocking call, as ``al.<op>`` is, and
 matches ``al.<op>`` on other ranks; its ``start()`` uses MPI's persistent request, which
-(as in MPI) matches only the other ranks' starts of the same plan.
+(as in MPI) matches only the other ranks' starts of the same plan.  Algorithms whose
+persistent form sends the very messages of their calls (the direct reduce) run it in both,
+and match every form.
 """
 from __future__ import annotations
 
@@ -174,8 +176,10 @@ class Plan:
             # A collective's blocking run is the blocking call on every rank: MPI never
             # matches it with a persistent start elsewhere, and making the persistent
             # request (a collective, taking a tag in Open MPI) on some ranks only would
-            # mismatch the nonblocking collectives after it.  Messages may run persistent.
-            persistent = self._persistent_form(state_class) if self.op in POINT_TO_POINT \
+            # mismatch the nonblocking collectives after it.  Messages may run persistent,
+            # and so may collectives whose persistent form is made of the same messages.
+            persistent = self._persistent_form(state_class) \
+                if self.op in POINT_TO_POINT or state_class.persistent_matches_calls \
                 else None
             self._run_error = state_class.call_error
             self._run = dispatch.runner(self.comm, state_class, self.args, persistent)

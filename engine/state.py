@@ -124,6 +124,11 @@ class State:
     # persistent request) with ``run()`` (a blocking run; raises as ``blocking_call``'s
     # callable), ``state()`` (a State making one nonblocking run) and ``free()``.
     persistent = None
+    # True where the persistent form exchanges exactly the messages of the blocking and
+    # nonblocking forms (point-to-point messages under a fixed tag, not an MPI-4 persistent
+    # collective), so that it matches any form on the other ranks: a plan's blocking runs
+    # then use it too, as a message's do.
+    persistent_matches_calls = False
 
     @classmethod
     def call_error(cls, exc: Exception) -> Exception | None:

@@ -255,14 +255,15 @@ def test_ring_allgather(comm, count, dtype, inplace, seed):
     np.testing.assert_array_equal(result, np.concatenate(blocks))
 
 
-REDUCE_FORMS = ["blocking", "nonblocking", "persistent", "mixed"]
+REDUCE_FORMS = ["blocking", "nonblocking", "plan_run", "plan_start", "mixed"]
 
 
-def direct_reduce(comm, mine, form, root, op, recvbuf=None):
+def direct_reduce(comm, mine, form, root, op, recvbuf=None, plan=None):
     """``al.reduce(..., algo="direct")`` of ``mine`` in ``form`` ("mixed": rank ``r`` uses
-    the ``r % 3``-th of the others: their messages must match)."""
+    the ``r % 4``-th of the others: their messages must match).  The plan forms run
+    ``plan`` (bound to ``mine`` and ``recvbuf``) where given, else a new one."""
     if form == "mixed":
-        form = REDUCE_FORMS[comm.rank % 3]
+        form = REDUCE_FORMS[comm.rank % 4]
     options = dict(root=root, op=op, algo="direct")
     if recvbuf is not None and comm.rank == root:
         options["recvbuf"] = recvbuf
@@ -270,9 +271,18 @@ def direct_reduce(comm, mine, form, root, op, recvbuf=None):
         al.reduce(mine, comm, **options)
     elif form == "nonblocking":
         al.nonblocking_reduce(mine, comm, **options).wait(timeout=20)
+    elif plan is not None:
+        run_plan(plan, form)
     else:
-        with al.reduce_init(mine, comm, **options) as plan:
-            plan.run()
+        with al.reduce_init(mine, comm, **options) as new:
+            run_plan(new, form)
+
+
+def run_plan(plan, form):
+    if form == "plan_run":
+        plan.run()
+    else:
+        plan.start().wait(timeout=20)
 
 
 @settings(max_examples=40)
@@ -308,21 +318,60 @@ def rank_order(values, op, size):
                                        (al.bfloat16, al.AVG), (np.float64, al.PROD)])
 def test_direct_reduce_bits_are_the_rank_order_sum_in_every_form(comm, dtype, op):
     """Every root, in place and out of place, every form and the forms mixed across ranks,
-    repeated on new arrays: the bits of the left-to-right rank-order reduction."""
+    twice on new values (the plan forms: one plan, its bound buffers rewritten): the bits
+    of the left-to-right rank-order reduction, computed here with numpy."""
     count = 2000
-    values = [inexact_data(count, dtype, op, r, 5) for r in range(comm.size)]
-    expected = rank_order(values, op, comm.size)
     wrong = []
     for root in range(comm.size):
         for inplace in (True, False):
-            for form in REDUCE_FORMS:
-                for _ in range(2):
-                    mine = values[comm.rank].copy()
-                    result = mine if inplace else np.zeros(count, dtype)
-                    direct_reduce(comm, mine, form, root, op, None if inplace else result)
-                    if comm.rank == root and result.tobytes() != expected.tobytes():
-                        wrong.append((root, inplace, form))
-    assert not wrong, f"not the rank-order bits at (root, inplace, form): {wrong}"
+            mine = np.empty(count, dtype)
+            result = mine if inplace else np.zeros(count, dtype)
+            options = {} if inplace or comm.rank != root else {"recvbuf": result}
+            with al.reduce_init(mine, comm, root=root, op=op, algo="direct",
+                                **options) as plan:
+                for repeat in range(2):
+                    values = [inexact_data(count, dtype, op, r, 5 + repeat)
+                              for r in range(comm.size)]
+                    expected = rank_order(values, op, comm.size)
+                    for form in REDUCE_FORMS:
+                        if not inplace:
+                            result[...] = 0
+                        mine[...] = values[comm.rank]
+                        direct_reduce(comm, mine, form, root, op,
+                                      None if inplace else result, plan)
+                        if comm.rank == root and result.tobytes() != expected.tobytes():
+                            wrong.append((root, inplace, form, repeat))
+    assert not wrong, f"not the rank-order bits at (root, inplace, form, repeat): {wrong}"
+
+
+def test_direct_reduces_in_flight_together_keep_their_messages(comm):
+    """Direct reduces to one root in flight together on one communicator, in every
+    nonblocking form, between allreduces of per-call tags: each gets its own operands
+    (the direct reduce's messages share one tag, matched in the order they were posted)."""
+    root, count = comm.size - 1, 300
+    operands = [rank_data(count, np.int64, comm.rank, seed) for seed in range(4)]
+    results = [np.zeros(count, np.int64) for _ in operands]
+    extra = rank_data(count, np.int64, comm.rank, 9)
+    into = {"recvbuf": results[1]} if comm.rank == root else {}
+    with al.reduce_init(operands[1], comm, root=root, algo="direct", **into) as plan:
+        for _ in range(2):
+            into = [{"recvbuf": r} if comm.rank == root else {} for r in results]
+            requests = [al.nonblocking_reduce(operands[0], comm, root=root, algo="direct",
+                                              **into[0]),
+                        plan.start(),
+                        al.nonblocking_allreduce(extra, comm, algo="ring"),
+                        al.nonblocking_reduce(operands[2], comm, root=root, algo="direct",
+                                              **into[2])]
+            al.reduce(operands[3], comm, root=root, algo="direct", **into[3])
+            al.wait_all(requests)
+            np.testing.assert_array_equal(extra, reference(count, np.int64, al.SUM,
+                                                           comm.size, 9))
+            if comm.rank == root:
+                for seed, result in enumerate(results):
+                    np.testing.assert_array_equal(
+                        result, reference(count, np.int64, al.SUM, comm.size, seed),
+                        err_msg=f"operands of seed {seed}")
+            extra[...] = rank_data(count, np.int64, comm.rank, 9)
 
 
 def test_states_drive_directly(comm):

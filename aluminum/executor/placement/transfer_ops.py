@@ -13,12 +13,13 @@ What each moves, with the fewest passes over the data (as raw MPI would):
   ``reduce_init``) bound once to private buffers made on its first run; its output is that
   buffer, valid until the same transfer runs in the next step;
 - ``reduce_var`` is ``al.reduce(..., algo="direct")`` over the group: each replica's call
-  sends its value to the owner, whose persistent plan receives them all at once and sums
-  them in rank order into its buffer (adding its own operand, a constant zero, at its
-  rank's place), which the owner then scales in place: one fixed order of the sum on every
-  run, and no scaling pass on the replicas.  The replicas' blocking calls and the owner's
-  plan exchange the same messages (the algorithm's, tagged per call in the one order every
-  rank of the group calls in).
+  sends its value to the owner (one ``MPI_Send`` of the producer's array), whose persistent
+  plan receives them all at once (``MPI_Recv_init`` requests bound to its buffers once,
+  started each step) and sums them in rank order into its buffer (adding its own operand,
+  a constant zero, at its rank's place), which the owner then scales in place: one fixed
+  order of the sum on every run, and no scaling pass on the replicas.  The replicas'
+  blocking calls and the owner's plan exchange the same messages (the algorithm's, under
+  its one tag, matched in the one order every rank of the group calls in).
 
 A variable whose declared shape has a batch dimension (-1) travels after a small header
 with its shape; a receiver keeps a buffer and plan per step shape (the last few).  A peer

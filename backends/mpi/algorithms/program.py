@@ -7,7 +7,8 @@ blocking call (driven on the caller's thread) and the nonblocking one (driven by
 
 Each operation takes its tag from ``comm.next_tag()`` in ``__init__``, i.e. in issue order,
 which is the same on every rank; messages travel on the communicator's private duplicate, so
-concurrent operations never match each other's messages.  Messages carry raw bytes: every
+concurrent operations never match each other's messages.  An algorithm whose messages need
+no tag of their own (``fixed_tag``: the direct reduce) takes none from the counter.  Messages carry raw bytes: every
 dtype (bfloat16, long double, ...) moves the same way and only numpy interprets them.
 """
 from __future__ import annotations
@@ -37,12 +38,16 @@ class ProgramState(State):
     # False for algorithms that exchange no messages (shared memory): they take no tag and
     # no MPI communicator (every rank runs the same algorithms, so tags still agree).
     sends_messages = True
+    # The tag of every operation of the algorithm, where the messages of its operations on
+    # one communicator cannot be told apart by anything but their order: None, a tag per
+    # operation from ``comm.next_tag()``.
+    fixed_tag: int | None = None
 
     def __init__(self, comm):
         self.comm = comm
         if self.sends_messages:
             self.mpi = comm.mpi_comm
-            self.tag = comm.next_tag()
+            self.tag = comm.next_tag() if self.fixed_tag is None else self.fixed_tag
 
     def program(self) -> Iterator[None]:
         raise NotImplementedError
