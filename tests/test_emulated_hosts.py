@@ -88,6 +88,56 @@ def test_nothing_is_left_after_a_failing_job():
     assert not left_behind(before)
 
 
+FAILING_RANK = """
+import numpy as np
+import aluminum as al
+comm = al.MPICommunicator()
+buf = np.ones(1000)
+al.allreduce(buf, comm)
+if comm.rank == 1:
+    raise RuntimeError("rank 1 fails on purpose")
+al.allreduce(buf, comm)      # the others wait here for rank 1, which never comes
+"""
+FAILED_QUICKLY_S = 20.0      # start-up, the abort, Open MPI's teardown; not the job's timeout
+
+
+@needs_namespaces
+def test_a_rank_that_raises_ends_the_job_across_hosts_within_seconds(tmp_path):
+    """Without the abort, rank 1 would wait at exit in al.finalize() for peers that wait
+    in their next allreduce for it, until the launcher's timeout."""
+    program = tmp_path / "failing_rank.py"
+    program.write_text(FAILING_RANK)
+    before = leftovers()
+    began = time.monotonic()
+    done = subprocess.run([sys.executable, "-m", "aluminum.run", "--hosts", "2", "-n", "4",
+                           "--timeout", "120", str(program)], capture_output=True,
+                          text=True, timeout=150)
+    took = time.monotonic() - began
+    assert done.returncode != 0, done.stdout + done.stderr
+    assert took < FAILED_QUICKLY_S, f"took {took:.1f} s:\n{done.stderr}"
+    assert 'failing_rank.py", line 8' in done.stderr, done.stderr
+    assert "RuntimeError: rank 1 fails on purpose" in done.stderr
+    assert not left_behind(before)
+
+
+# Every rank stops its host's Open MPI daemon (SIGSTOP) and exits: the job's ranks are all
+# gone but the daemons never report it, as when they fail to conclude an aborted job.  (The
+# ranks first live long enough for the launcher, which looks twice a second, to see them.)
+DAEMONS_NEVER_CONCLUDE = ("import os, signal, time; time.sleep(1); "
+                          "os.kill(os.getppid(), signal.SIGSTOP); os._exit(0)")
+
+
+@needs_namespaces
+def test_a_job_whose_daemons_never_conclude_is_stopped_once_its_ranks_are_gone():
+    before = leftovers()
+    began = time.monotonic()
+    result = launch(4, [sys.executable, "-c", DAEMONS_NEVER_CONCLUDE], hosts=2, capture=True,
+                    timeout=60)
+    assert result.returncode != 0, result.stdout
+    assert time.monotonic() - began < FAILED_QUICKLY_S
+    assert not left_behind(before)
+
+
 @needs_namespaces
 def test_nothing_is_left_after_a_job_killed_for_its_timeout():
     before = leftovers()

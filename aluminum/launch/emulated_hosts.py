@@ -91,6 +91,23 @@ class EmulatedHosts:
                 "--mca", "btl_tcp_if_include", self.subnet]
 
 
+    def stop_processes(self) -> None:
+        """Kill every process running on the hosts now (ranks and daemons)."""
+        _stop_processes(self.names)
+
+    def rank_pids(self) -> list[int]:
+        """The job's ranks running now: the processes on the hosts that a host's Open MPI
+        daemon (``prted``, which forks itself once) started."""
+        running = []
+        for name in self.names:
+            for pid in _processes(name):
+                state, parent = _state_and_parent(pid)
+                if (state not in (None, "Z") and _name(pid) != "prted"
+                        and _name(parent) == "prted"):
+                    running.append(pid)
+        return running
+
+
 @contextmanager
 def emulated_hosts(hosts: int, nprocs: int, link_mbit: float | None = None):
     """Make ``hosts`` emulated hosts with room for ``nprocs`` ranks (filled host by host,
@@ -208,13 +225,36 @@ def _stop_processes(names: list[str]) -> None:
     mpiexec's session, so the launcher's kill misses it; it would keep the namespace
     alive after ``ip netns del``."""
     for name in names:
-        listing = subprocess.run(["ip", "netns", "pids", name], capture_output=True,
-                                 text=True).stdout
-        for pid in listing.split():
+        for pid in _processes(name):
             try:
-                os.kill(int(pid), signal.SIGKILL)
-            except (OSError, ValueError):
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
                 pass
+
+
+def _processes(name: str) -> list[int]:
+    """The processes in namespace ``name`` now."""
+    listing = subprocess.run(["ip", "netns", "pids", name], capture_output=True,
+                             text=True).stdout
+    return [int(pid) for pid in listing.split() if pid.isdigit()]
+
+
+def _state_and_parent(pid: int) -> tuple[str | None, int | None]:
+    """A process's state letter (``Z``: ended, not yet reaped) and its parent's pid."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            fields = stat.read().rsplit(")", 1)[1].split()
+        return fields[0], int(fields[1])
+    except (OSError, ValueError, IndexError):
+        return None, None
+
+
+def _name(pid: int | None) -> str | None:
+    try:
+        with open(f"/proc/{pid}/comm") as comm:
+            return comm.read().strip()
+    except (OSError, TypeError):
+        return None
 
 
 def reap_orphans() -> list[str]:

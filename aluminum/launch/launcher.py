@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 from ..core.errors import AluminumError
-from .emulated_hosts import emulated_hosts
+from .emulated_hosts import EmulatedHosts, emulated_hosts
 
 LAUNCH_ENV = {
     "OMPI_ALLOW_RUN_AS_ROOT": "1",
@@ -25,6 +25,10 @@ LAUNCH_ENV = {
     "OMPI_MCA_osc": "^ucx",            # silences a harmless shared-window warning
     "OMPI_MCA_op": "^avx",             # it saturates 8/16-bit integer sums; we wrap around
 }
+
+
+# How ``command`` runs a Python program: a failure on one rank ends the job.
+ABORT_ON_ERROR = [sys.executable, "-m", "aluminum.launch.abort_on_error"]
 
 
 def mpiexec_path() -> str:
@@ -48,13 +52,19 @@ def launch_env(base: dict | None = None) -> dict:
 
 
 def command(nprocs: int, argv: list[str], mpiexec_args: list[str] = ()) -> list[str]:
-    """The full mpiexec command line; a leading ``*.py`` runs with this Python."""
+    """The full mpiexec command line.  A leading ``*.py``, or ``python``/``python3`` and a
+    script, ``-c`` or ``-m``, runs with this Python and aborts the whole job if it fails
+    on any rank (abort_on_error.py); other commands run as given."""
     if nprocs < 1:
         raise AluminumError(f"-n: expected at least 1 process, got {nprocs}")
     if argv and argv[0].endswith(".py"):
-        argv = [sys.executable, *argv]
+        argv = [*ABORT_ON_ERROR, *argv]
     elif argv and argv[0] in ("python", "python3"):
-        argv = [sys.executable, *argv[1:]]
+        program = argv[1:]
+        if program and (program[0] in ("-c", "-m") or program[0].endswith(".py")):
+            argv = [*ABORT_ON_ERROR, *program]
+        else:   # python's own options (-u, -X ...): run it as asked
+            argv = [sys.executable, *program]
     return [mpiexec_path(), "-n", str(nprocs), *mpiexec_args, *argv]
 
 
@@ -82,13 +92,13 @@ def launch(nprocs: int, argv: list[str], *, timeout: float | None = None,
         return _launch(command(nprocs, argv), launch_env(env), timeout, capture)
     with emulated_hosts(hosts, nprocs, link_mbit) as cluster:
         return _launch(command(nprocs, argv, cluster.mpiexec_args()), launch_env(env),
-                       timeout, capture)
+                       timeout, capture, cluster)
 
 
-def _launch(cmd: list[str], env: dict, timeout: float | None,
-            capture: bool) -> subprocess.CompletedProcess:
+def _launch(cmd: list[str], env: dict, timeout: float | None, capture: bool,
+            cluster: EmulatedHosts | None = None) -> subprocess.CompletedProcess:
     for attempt in range(1, STARTUP_ATTEMPTS + 1):
-        result, startup_failed = _launch_once(cmd, env, timeout, capture)
+        result, startup_failed = _launch_once(cmd, env, timeout, capture, cluster)
         if not startup_failed or attempt == STARTUP_ATTEMPTS:
             return result
         print(f"[aluminum] mpiexec failed to start (attempt {attempt} of "
@@ -97,10 +107,14 @@ def _launch(cmd: list[str], env: dict, timeout: float | None,
     raise AssertionError("unreachable")
 
 
-def _launch_once(cmd: list[str], env: dict, timeout: float | None,
-                 capture: bool) -> tuple[subprocess.CompletedProcess, bool]:
+def _launch_once(cmd: list[str], env: dict, timeout: float | None, capture: bool,
+                 cluster: EmulatedHosts | None = None
+                 ) -> tuple[subprocess.CompletedProcess, bool]:
     """One mpiexec run; also whether it failed before starting any rank.  Without
-    ``capture`` stderr is forwarded line by line (and watched for ``STARTUP_FAILURE``)."""
+    ``capture`` stderr is forwarded line by line (and watched for ``STARTUP_FAILURE``).
+    ``cluster``: the emulated hosts it runs on; a job whose mpiexec still runs
+    ``LINGER_S`` after its ranks have all ended is stopped (``_stop_lingering``), and a
+    job stopped for any reason takes the hosts' daemons with it."""
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE if capture else None,
                             stderr=subprocess.STDOUT if capture else subprocess.PIPE,
                             text=True, start_new_session=True)
@@ -109,25 +123,63 @@ def _launch_once(cmd: list[str], env: dict, timeout: float | None,
     if not capture:
         forwarder = threading.Thread(target=_forward, args=(proc.stderr, seen), daemon=True)
         forwarder.start()
+    lingered: list[bool] = []
+    if cluster is not None:
+        threading.Thread(target=_stop_lingering, args=(proc, cluster, lingered),
+                         daemon=True).start()
     try:
         stdout, _ = proc.communicate(timeout=timeout) if capture else (None, proc.wait(timeout))
     except subprocess.TimeoutExpired:
-        stop_job(proc)
+        stop_job(proc, cluster)
         stdout = proc.communicate()[0] if capture else None
         raise subprocess.TimeoutExpired(proc.args, timeout, output=stdout) from None
     except BaseException:   # Ctrl-C: the job has its own session, so stop it explicitly
-        stop_job(proc)
+        stop_job(proc, cluster)
         raise
     finally:
         if forwarder is not None:
             forwarder.join(5.0)
     failed = proc.returncode != 0 and (
         STARTUP_FAILURE in (stdout or "") if capture else bool(seen))
-    return subprocess.CompletedProcess(proc.args, proc.returncode, stdout, None), failed
+    # A job whose mpiexec had to be stopped did not end as it should, whatever it returned.
+    returncode = proc.returncode or 1 if lingered else proc.returncode
+    return subprocess.CompletedProcess(proc.args, returncode, stdout, None), failed
 
 
-def stop_job(proc: subprocess.Popen, grace: float = 3.0) -> None:
-    """Stop an mpiexec started in its own session, ranks included.
+# Open MPI's daemons on emulated hosts sometimes never conclude a job that a rank aborted
+# while its peers, cut off from it, abort too (seen with Open MPI 5.0.11: the ranks are
+# gone, mpiexec and the daemons wait on, so the job would end only at its timeout).  A
+# job ending normally has mpiexec exit within a second of its last rank.
+LINGER_S = 3.0
+POLL_S = 0.5
+
+
+def _stop_lingering(proc: subprocess.Popen, cluster: EmulatedHosts,
+                    lingered: list[bool]) -> None:
+    """Stop ``proc`` (and mark ``lingered``) once no rank has run on ``cluster`` for
+    ``LINGER_S``, after some did; return when ``proc`` ends."""
+    started = False
+    gone_since = None
+    while proc.poll() is None:
+        if cluster.rank_pids():
+            started, gone_since = True, None
+        elif started:
+            gone_since = gone_since or time.monotonic()
+            if time.monotonic() - gone_since >= LINGER_S and proc.poll() is None:
+                lingered.append(True)
+                print(f"[aluminum] every rank has ended but mpiexec has not, {LINGER_S:g} s "
+                      f"later; stopping it", file=sys.stderr, flush=True)
+                cluster.stop_processes()   # the daemons first: mpiexec then ends at once
+                stop_job(proc, cluster)
+                return
+        time.sleep(POLL_S)
+
+
+def stop_job(proc: subprocess.Popen, cluster: EmulatedHosts | None = None,
+             grace: float = 3.0) -> None:
+    """Stop an mpiexec started in its own session, ranks included, and with ``cluster``
+    every process left on its emulated hosts (their daemons are in sessions of their own,
+    and one that never hears mpiexec's order to end keeps the job's output open).
 
     mpiexec puts every rank in a process group of its own, so killing its group would
     orphan them.  It is asked to end the job first (SIGTERM, which it passes on to the
@@ -144,6 +196,8 @@ def stop_job(proc: subprocess.Popen, grace: float = 3.0) -> None:
             os.kill(pid, signal.SIGKILL)
         except OSError:
             pass
+    if cluster is not None:
+        cluster.stop_processes()
     proc.wait()
 
 
