@@ -5,7 +5,7 @@ import functools
 
 from . import debug, watchdog
 from .core import trace
-from .engine.progress import submit, wait_started
+from .engine.progress import submit, submit_made, wait_started
 
 
 def run(comm, op: str, state_class: type, nbytes: int, blocking: bool, args: tuple,
@@ -67,11 +67,7 @@ def starter(comm, state_class: type, args: tuple, persistent=None):
     ``State.fresh``."""
     if persistent is not None:
         return functools.partial(submit, persistent.state())
-    return functools.partial(_submit_new, state_class.fresh(comm, *args))
-
-
-def _submit_new(fresh):
-    return submit(fresh())
+    return functools.partial(submit_made, state_class.fresh(comm, *args))
 
 
 def array_runner(comm, state_class: type, args: tuple):

@@ -114,9 +114,8 @@ class Plan:
         if arrivals is None:
             request = self._request = start()
             return request
-        number = arrivals.arrive()
-        request = self._request = start()
-        request.detail = (arrivals.missing, number)
+        request = self._request = start()   # (posted first: counting can follow)
+        request.detail = (arrivals.missing, arrivals.arrive())
         return request
 
     def _checked_start(self):

@@ -48,7 +48,7 @@ from .state import State
 
 __all__ = ["EngineConfig", "ProgressEngine", "abandoned_any", "abandoned_owner", "default_core", "drain",
            "drive_until", "finalize_timeout", "get_engine", "node_local_rank", "shutdown",
-           "submit"]
+           "submit", "submit_made"]
 
 DEFAULT_FINALIZE_TIMEOUT_S = 30.0
 WAIT_YIELD_S = 2e-3   # a waiter driving a stalled operation yields this long, then backs off
@@ -96,7 +96,7 @@ class ProgressEngine(Scheduler):
         """Queue ``state`` for the engine and return its ``Request``; thread-safe, lock-free.
 
         When nothing else is in flight and no thread drives, the state is admitted and
-        started right here (see ``_start_now``); otherwise it goes to the inbox.
+        started right here, on this thread; otherwise it goes to the inbox.
         ``background``: no thread will wait for the request (a stream-ordered blocking call
         on a device stream), so the engine thread is woken for it even while callers drive.
         """
@@ -108,9 +108,32 @@ class ProgressEngine(Scheduler):
             key = getattr(state, "comm", None)
         if not self._queued and self._thread is not None and not self._inbox \
                 and self._driver.acquire(False):
+            # Nothing else in flight and no thread drives: start it here (like
+            # ``MPI_Iallreduce``, posted before the call returns; ``wait`` only polls it) as
+            # the one request in flight, ``_solo``, which the queues never see unless a
+            # pass runs meanwhile (``Scheduler._attach``).  Kept to the minimum, and the
+            # ``Request`` made after the post: in a loop of short operations every
+            # microsecond before the post is one the peer waits too.
             try:
                 if not (self._queued or self._inbox or self._finished):
-                    request = self._start_now(state, key)
+                    try:
+                        hash(key)
+                    except TypeError:
+                        check_hashable(key, state)   # (raises, naming the state)
+                    seq = self._last_seq = next(self._seq)
+                    if trace.ENABLED:
+                        trace.engine_event("submit", state.name, seq, state.compute_stream)
+                        trace.engine_event("admit", state.name, seq, state.compute_stream)
+                    self._queued = 1
+                    try:
+                        state.start()
+                    except BaseException as exc:  # noqa: BLE001 - fails only this request
+                        request = Request(state, self, seq, key)
+                        self._retire(request, exc)
+                        return request
+                    request = self._solo = Request(state, self, seq, key)
+                    if trace.ENABLED:
+                        trace.engine_event("start", state.name, seq, state.compute_stream)
                     if background:
                         self._wake_for_background()
                     elif self._sleeping and not state.progresses_alone:
@@ -549,6 +572,11 @@ def submit(state: State, background: bool = False) -> Request:
     """Queue ``state`` on the process's engine; return its ``Request`` (see
     ``ProgressEngine.submit``)."""
     return (_engine or get_engine()).submit(state, background)
+
+
+def submit_made(make: Callable[[], State]) -> Request:
+    """``submit(make())``, a frame shorter: what a plan's repeated nonblocking starts call."""
+    return (_engine or get_engine()).submit(make())
 
 
 def drive_until(predicate: Callable[[], bool], timeout: float | None) -> None:

@@ -162,7 +162,8 @@ class Request:
         """
         if self._done:
             return False
-        self._error = error
+        if error is not None:   # (None is the class default: no store on the common path)
+            self._error = error
         mark_done(self)
         if self._callbacks is not None:
             self._run_callbacks()

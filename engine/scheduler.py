@@ -17,8 +17,8 @@ The rules (../shared/DESIGN.md §2, after Aluminum's ``progress.cpp``):
   the head of its stage; a state behind the head is parked (not stepped) until it is the head.
 - A state whose ``start``/``step`` raises fails only its own request.
 - An operation submitted while nothing else is in flight is started by ``submit`` itself
-  (``_start_now``, like ``MPI_Iallreduce`` posting at the call) and polled alone by its
-  waiter (``_step_alone``): the queues are only walked once two operations overlap.
+  (``ProgressEngine.submit``, like ``MPI_Iallreduce`` posting at the call) and polled alone
+  by its waiter (``_step_alone``): the queues are only walked once two operations overlap.
 
 Everything here except ``_inbox`` (appended to by any thread) is touched only by the thread
 holding the engine's driver token (``progress.py`` says who that is).
@@ -151,32 +151,6 @@ class Scheduler:
         for key in [key for key, queue in streams.items()
                     if not queue.running and not queue.waiting]:
             del streams[key]
-
-    def _start_now(self, state: State, key) -> Request:
-        """Start ``state`` on the submitting thread, which holds the token, while nothing
-        else is queued or running (so admission rules hold trivially); it becomes ``_solo``.
-
-        Like ``MPI_Iallreduce``, the operation is posted before the call returns, and a later
-        ``wait`` only polls it.  The bookkeeping is kept to a minimum: in a loop of short
-        operations every microsecond here is one the peer waits too.
-        """
-        check_hashable(key, state)
-        seq = next(self._seq)
-        if trace.ENABLED:
-            trace.engine_event("submit", state.name, seq, state.compute_stream)
-            trace.engine_event("admit", state.name, seq, state.compute_stream)
-        request = Request(state, self, seq, key)
-        self._last_seq = seq
-        self._queued = 1
-        try:
-            state.start()
-        except BaseException as exc:  # noqa: BLE001 - fails only this request
-            self._retire(request, exc)
-            return request
-        if trace.ENABLED:
-            trace.engine_event("start", state.name, seq, state.compute_stream)
-        self._solo = request
-        return request
 
     def _attach(self, request: Request) -> None:
         """Put the solo request, started by ``submit``, in its stream queue."""

@@ -176,17 +176,13 @@ class MPICall(MPIState):
 
     @classmethod
     def posting(cls, comm, *args):
-        """``fresh``'s factory: States that call ``I<op>`` on arguments made here."""
+        """``fresh``'s factory: States that call ``I<op>`` on arguments made here.  They
+        are of a subclass of ``cls`` that runs ``MPICall``'s own ``start`` and ``step``
+        (``_posted_class``): what ``cls`` overrides serves States built its own way."""
         posted = functools.partial(getattr(comm.mpi_comm, cls.calls.nonblocking),
                                    *cls.arguments(comm, *args))
-        return functools.partial(cls._posting, comm, args, posted,
+        return functools.partial(_new_posted, _posted_class(cls), comm, args, posted,
                                  cls.finish_step(comm, *args))
-
-    @classmethod
-    def _posting(cls, comm, args, posted, finish):
-        state = cls.__new__(cls)
-        state.comm, state.args, state.posted, state.finish = comm, args, posted, finish
-        return state
 
     def start(self) -> None:
         posted = self.posted
@@ -204,6 +200,27 @@ class MPICall(MPIState):
         if self.finish is not None:
             self.finish()
         return _COMPLETE
+
+
+_POSTED: dict = {}   # class -> its subclass for posted States
+
+
+def _posted_class(cls) -> type:
+    """``cls`` with ``MPICall.start`` and ``MPICall.step`` (made once per class, same name):
+    a State that ``posting`` made only posts its call and polls it, and on every small
+    nonblocking call a subclass's ``super()`` hop would cost a frame per start and poll."""
+    found = _POSTED.get(cls)
+    if found is None:
+        found = _POSTED[cls] = type(cls.__name__, (cls,), {
+            "start": MPICall.start, "step": MPICall.step, "__module__": cls.__module__,
+            "__qualname__": cls.__qualname__, "__doc__": cls.__doc__})
+    return found
+
+
+def _new_posted(cls, comm, args, posted, finish):
+    state = cls.__new__(cls)
+    state.comm, state.args, state.posted, state.finish = comm, args, posted, finish
+    return state
 
 
 def _wait(nonblocking, *arguments) -> None:

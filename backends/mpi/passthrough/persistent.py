@@ -106,15 +106,15 @@ class PersistentRequests(PersistentRequest):
 
 
 class PersistentStart(State):
-    """One run of a ``PersistentRequest`` on the engine."""
+    """One run of a persistent object (``start()``, ``test() -> bool``) on the engine.  Its
+    ``start`` is the object's own, bound once (on a plan's every start a frame fewer);
+    holding the object keeps it alive while a run is in flight."""
 
-    __slots__ = ("comm", "name", "persistent")
+    __slots__ = ("comm", "name", "persistent", "start", "_test")
 
     def __init__(self, persistent: PersistentRequest) -> None:
         self.comm, self.name, self.persistent = persistent.comm, persistent.name, persistent
-
-    def start(self) -> None:
-        self.persistent.start()
+        self.start, self._test = persistent.start, persistent.test
 
     def step(self) -> Action:
-        return _COMPLETE if self.persistent.test() else _CONTINUE
+        return _COMPLETE if self._test() else _CONTINUE
