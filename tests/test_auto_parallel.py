@@ -261,7 +261,8 @@ def test_the_fit_recovers_the_critical_path_and_reduction_costs(truth):
     programs = _fit_programs(2)
     measured = np.array([estimate(chain, 2, shards, dataclasses.replace(
         model, **dict(zip(calibrate.FITTED, truth)))).time for chain, shards, model in programs])
-    assert calibrate._fit(programs, measured, 2) == pytest.approx(truth, rel=1e-6, abs=1e-9)
+    assert calibrate.fit_step_costs(programs, measured, 2) == pytest.approx(truth, rel=1e-6,
+                                                                           abs=1e-9)
 
 
 def test_the_fit_holds_a_call_at_zero_and_one_rank_fits_only_the_scale():
@@ -271,9 +272,10 @@ def test_the_fit_holds_a_call_at_zero_and_one_rank_fits_only_the_scale():
     truth = dict(compute_scale=2.0, call=-1e-3, reduction_call=1e-4)
     measured = np.array([estimate(c, 2, s, dataclasses.replace(m, **truth)).time
                          for c, s, m in programs])
-    scale, call, reduction_call = calibrate._fit(programs, measured, 2)
+    scale, call, reduction_call = calibrate.fit_step_costs(programs, measured, 2)
     assert call == 0.0 and scale > 0.1 and reduction_call >= 0.0
     one = [(c, [((1, 1), (1, 1))] * len(c), m) for c, _, m in programs]
     measured = np.array([estimate(c, 1, s, dataclasses.replace(m, compute_scale=3.0)).time
                          for c, s, m in one])
-    assert calibrate._fit(one, measured, 1) == pytest.approx((3.0, 0.0, 0.0), rel=1e-9)
+    assert calibrate.fit_step_costs(one, measured, 1) == pytest.approx((3.0, 0.0, 0.0),
+                                                                       rel=1e-9)

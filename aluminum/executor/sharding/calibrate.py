@@ -15,7 +15,7 @@
   each collective on the critical path costs beyond its α there, and what each
   parameter-gradient reduction (run on the communication stream, overlapped) does;
 
-all in two to four seconds on every rank at once (so under the load the job itself makes)
+all in a few seconds on every rank at once (so under the load the job itself makes)
 and averaged over the ranks; rank 0 keeps them in ``$AL_AUTO_PARALLEL_FILE``, else
 ``auto_parallel.json`` next to the tuner's table (``$XDG_CACHE_HOME/aluminum/``), one entry
 per rank count and item size.  Rank 0 decides whether the cache is used and broadcasts the
@@ -188,8 +188,8 @@ def fit_training_steps(comm, model: CostModel, steps: int = 15) -> tuple[float, 
     sum); a parameter-gradient reduction runs on the communication stream under later
     gradients (``reduction_call``: data parallelism's).  Four equations for three unknowns;
     the estimate is linear in them but for the overlap credit (a min), so the fit is
-    Gauss-Newton (``_fit``), each within its bound (scale ≥ 0.1, calls ≥ 0).  Without
-    communication (one rank) both calls are 0.  Collective over ``comm``."""
+    Gauss-Newton (``fit_step_costs``), each within its bound (scale ≥ 0.1, calls ≥ 0).
+    Without communication (one rank) both calls are 0.  Collective over ``comm``."""
     from ..executor import Executor
     from ..parallel_context import ParallelMode, set_parallel_context, swapped_context
     from ..parallel_executor import ParallelExecutor
@@ -227,10 +227,10 @@ def fit_training_steps(comm, model: CostModel, steps: int = 15) -> tuple[float, 
             al.allreduce(times, comm, op=al.MAX)
         programs.append((chain, shards, _with_kernels(model, main, comm, size)))
         measured.append(float(np.median(times)))
-    return _fit(programs, np.array(measured), size)
+    return fit_step_costs(programs, np.array(measured), size)
 
 
-def _fit(programs, measured, size: int) -> tuple[float, float, float]:
+def fit_step_costs(programs, measured, size: int) -> tuple[float, float, float]:
     """``FITTED`` minimizing the squared error of the estimates of ``programs`` ((chain,
     strategies, model) each) against ``measured`` seconds.  The estimate is piecewise
     linear in them (linear but for the overlap credit's min), so Gauss-Newton with a
