@@ -260,7 +260,8 @@ def test_the_fit_recovers_the_critical_path_and_reduction_costs(truth):
     reduction_call) give those three back: four programs determine them apart."""
     programs = _fit_programs(2)
     measured = np.array([estimate(chain, 2, shards, dataclasses.replace(
-        model, **dict(zip(calibrate.FITTED, truth)))).time for chain, shards, model in programs])
+        model, **dict(zip(calibrate.FITTED, truth)))).time
+        for chain, shards, model in programs])
     assert calibrate.fit_step_costs(programs, measured, 2) == pytest.approx(truth, rel=1e-6,
                                                                            abs=1e-9)
 

@@ -247,8 +247,8 @@ def fit_step_costs(programs, measured, size: int) -> tuple[float, float, float]:
     steps = np.array([1e-2, 1e-5, 1e-5])
     for _ in range(8):
         base = predict(theta)
-        jacobian = np.column_stack([(predict(theta + np.eye(3)[j] * steps[j]) - base) / steps[j]
-                                    for j in range(3)])
+        jacobian = np.column_stack([(predict(theta + step) - base) / step[j]
+                                    for j, step in enumerate(np.diag(steps))])
         free = np.ones(3, bool) if size > 1 else np.array([True, False, False])
         target = measured - base + jacobian @ theta
         while free.any():
