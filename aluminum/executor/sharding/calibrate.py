@@ -225,7 +225,7 @@ def fit_training_steps(comm, model: CostModel, steps: int = 15) -> tuple[float, 
             pe.close()
         if size > 1:
             al.allreduce(times, comm, op=al.MAX)
-        programs.append((chain, shards, _with_kernels(model, main, comm, size)))
+        programs.append((chain, shards, _with_kernels(model, main, comm, size, False)))
         measured.append(float(np.median(times)))
     return fit_step_costs(programs, np.array(measured), size)
 
@@ -289,12 +289,15 @@ def _mlp(batch: int, widths, shards):
     return main, startup, loss.name
 
 
-def _with_kernels(model: CostModel, program, comm, size: int) -> CostModel:
-    """``model`` with ``program``'s layer and loss kernels measured (profile.py)."""
+def _with_kernels(model: CostModel, program, comm, size: int,
+                  searched: bool = True) -> CostModel:
+    """``model`` with ``program``'s layer and loss kernels measured (profile.py) at every
+    candidate strategy (``searched``), else only at the strategies its layers were given."""
     from .auto import fc_chain
     from .search import candidates
     layers, _ = fc_chain(program)
-    strategies = candidates(size) + [layer.fixed for layer in layers if layer.fixed]
+    given = [layer.fixed or ((1, 1), (1, 1)) for layer in layers]
+    strategies = candidates(size) + given if searched else sorted(set(given))
     return dataclasses.replace(
         model, kernels=profile.layer_times(layers, strategies, comm, model.itemsize),
         tail=profile.tail_times(program, layers, strategies, comm))
