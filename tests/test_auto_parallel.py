@@ -7,8 +7,10 @@ calibrated model agreed and cached).  Below, one process: the memory bound in th
 layer's missing input gradient, the fc-chain reader and its errors, the calibration cache,
 the measured kernel and step costs and the overlap of gradient reductions.
 """
+import dataclasses
 import json
 
+import numpy as np
 import pytest
 
 import aluminum.executor as ex
@@ -134,7 +136,7 @@ def test_the_calibration_is_cached(tmp_path, monkeypatch):
     calls = []
     monkeypatch.setattr(calibrate, "measure", lambda *a, **k: calls.append(1) or
                         {"flops": 1e9, "bandwidth": 2e9, "op": 3e-6, "call": 0.0,
-                         "activation": 1e-8, "compute_scale": 1.0})
+                         "reduction_call": 0.0, "activation": 1e-8, "compute_scale": 1.0})
     first = calibrate.machine_model()
     assert calibrate.machine_model() == first and len(calls) == 1
     assert json.loads(path.read_text())["ranks=1,itemsize=8"]["flops"] == 1e9
@@ -213,3 +215,68 @@ def test_the_loss_after_the_chain_is_costed_and_searched():
     model = CostModel(op=1e-6, steps=steps, tail=tail)
     assert search(chain, 2, model)[1] == pytest.approx(brute_force(chain, 2, model)[1],
                                                        rel=1e-12)
+
+
+def test_a_parameter_gradient_reduction_pays_reduction_call_and_the_critical_path_call():
+    """Data parallelism's weight and bias reductions are charged ``reduction_call`` each
+    and not ``call``; a row-parallel layer's Partial output (summed on the critical path
+    before the bias) is charged ``call``, its bias gradient's sum ``reduction_call``."""
+    layer = Layer(8, 4, 6)
+    base = CostModel(op=1e-6, steps=(("allreduce", 2, 3e-4, 1e-9),))
+
+    def extra(strategy, **calls):
+        with_calls = dataclasses.replace(base, **calls)
+        return estimate([layer], 2, [strategy], with_calls).time - \
+            estimate([layer], 2, [strategy], base).time
+
+    dp = estimate([layer], 2, [data_parallel(2)], base)
+    assert (dp.collectives, dp.reductions) == (2, 2)          # weight and bias
+    assert extra(data_parallel(2), reduction_call=7e-3) == pytest.approx(2 * 7e-3, rel=1e-9)
+    assert extra(data_parallel(2), call=5e-3) == pytest.approx(0.0, abs=1e-15)
+    row = ((1, 2), (2, 1))
+    found = estimate([layer], 2, [row], base)
+    assert (found.collectives, found.reductions) == (2, 1)    # the output's, the bias's
+    assert extra(row, call=5e-3) == pytest.approx(5e-3, rel=1e-9)
+    assert extra(row, reduction_call=7e-3) == pytest.approx(7e-3, rel=1e-9)
+
+
+def _fit_programs(nranks):
+    """(chain, strategies, model) of data-parallel, unsharded and Megatron chains with
+    hand-made kernel and step costs (the first data-parallel chain's reductions longer
+    than its layers' backward, so the overlap credit's min is in play)."""
+    steps = tuple((kind, nranks, 2e-4, 1e-9) for kind in ("allreduce", "allgather"))
+    model = CostModel(op=1e-6, steps=steps, flops=1e9, bandwidth=1e9)
+    narrow, square = [Layer(64, 16, 16)] * 4, [Layer(32, 64, 64)] * 2
+    megatron = [((1, 1), (1, nranks)), ((1, nranks), (nranks, 1))] * 2
+    return [(narrow, [data_parallel(nranks)] * 4, model),
+            (square, [data_parallel(nranks)] * 2, model),
+            (square, [((1, 1), (1, 1))] * 2, model),
+            ([Layer(32, 64, 64)] * 4, megatron, model)]
+
+
+@pytest.mark.parametrize("truth", [(2.0, 3e-4, 8e-5), (1.5, 0.0, 6e-4)])
+def test_the_fit_recovers_the_critical_path_and_reduction_costs(truth):
+    """Steps timed as the model predicts them with known (compute_scale, call,
+    reduction_call) give those three back: four programs determine them apart."""
+    programs = _fit_programs(2)
+    measured = np.array([estimate(chain, 2, shards, dataclasses.replace(
+        model, **dict(zip(calibrate.FITTED, truth)))).time
+        for chain, shards, model in programs])
+    assert calibrate.fit_step_costs(programs, measured, 2) == pytest.approx(truth, rel=1e-6,
+                                                                           abs=1e-9)
+
+
+def test_the_fit_holds_a_call_at_zero_and_one_rank_fits_only_the_scale():
+    """A cost the steps cannot carry (a negative call) is held at 0 and the rest fitted
+    without it; with one rank nothing is communicated and both calls are 0."""
+    programs = _fit_programs(2)
+    truth = dict(compute_scale=2.0, call=-1e-3, reduction_call=1e-4)
+    measured = np.array([estimate(c, 2, s, dataclasses.replace(m, **truth)).time
+                         for c, s, m in programs])
+    scale, call, reduction_call = calibrate.fit_step_costs(programs, measured, 2)
+    assert call == 0.0 and scale > 0.1 and reduction_call >= 0.0
+    one = [(c, [((1, 1), (1, 1))] * len(c), m) for c, _, m in programs]
+    measured = np.array([estimate(c, 1, s, dataclasses.replace(m, compute_scale=3.0)).time
+                         for c, s, m in one])
+    assert calibrate.fit_step_costs(one, measured, 1) == pytest.approx((3.0, 0.0, 0.0),
+                                                                       rel=1e-9)

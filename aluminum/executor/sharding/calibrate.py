@@ -10,11 +10,12 @@
   ParallelExecutor's time per op, from a chain of tiny ops) are measured alone;
 - ``steps``: each redistribution step kind's α and β on lines of every length
   (``profile.step_times``);
-- ``compute_scale`` and ``call`` are fitted to whole training steps of three small MLPs
-  (``fit_training_steps``): how much slower kernels run inside a step, and what each
-  collective costs beyond its α there;
+- ``compute_scale``, ``call`` and ``reduction_call`` are fitted to whole training steps of
+  four small MLPs (``fit_training_steps``): how much slower kernels run inside a step, what
+  each collective on the critical path costs beyond its α there, and what each
+  parameter-gradient reduction (run on the communication stream, overlapped) does;
 
-all in two to four seconds on every rank at once (so under the load the job itself makes)
+all in a few seconds on every rank at once (so under the load the job itself makes)
 and averaged over the ranks; rank 0 keeps them in ``$AL_AUTO_PARALLEL_FILE``, else
 ``auto_parallel.json`` next to the tuner's table (``$XDG_CACHE_HOME/aluminum/``), one entry
 per rank count and item size.  Rank 0 decides whether the cache is used and broadcasts the
@@ -37,7 +38,7 @@ import aluminum as al
 from . import profile
 from .search import CostModel
 
-RATES = ("flops", "bandwidth", "op", "call", "activation", "compute_scale")
+RATES = ("flops", "bandwidth", "op", "call", "activation", "compute_scale", "reduction_call")
 
 
 def cache_path() -> Path:
@@ -93,7 +94,7 @@ def measure(comm=None, itemsize: int = 8, alpha: float = 0.0) -> dict:
         pe.close()
 
     return {"flops": flops, "bandwidth": bandwidth, "op": op, "call": 0.0,
-            "activation": activation, "compute_scale": 1.0}
+            "activation": activation, "compute_scale": 1.0, "reduction_call": 0.0}
 
 
 def _read_cache(key: str, steps: int) -> dict | None:
@@ -145,9 +146,9 @@ def machine_model(comm=None, itemsize: int = 8, refresh: bool = False) -> CostMo
             al.allreduce(values, comm, op=al.SUM)
             values /= size
         # (the same on every rank: measured as the slowest rank's, estimated alike)
-        scale, call = fit_training_steps(comm, _model(ab, itemsize, values, steps))
-        values[1 + RATES.index("compute_scale")] = scale
-        values[1 + RATES.index("call")] = call
+        fitted = fit_training_steps(comm, _model(ab, itemsize, values, steps))
+        for name, value in zip(FITTED, fitted):
+            values[1 + RATES.index(name)] = value
         if rank == 0:
             _write_cache(key, {**dict(zip(RATES, values[1:1 + len(RATES)].tolist())),
                                "steps": values[1 + len(RATES):].reshape(-1, 2).tolist()})
@@ -162,34 +163,42 @@ def _model(ab, itemsize: int, values, steps) -> CostModel:
                                  in zip(steps, fitted)))
 
 
-# (batch, widths, strategy per layer of a 1-D mesh of n ranks): a step of communication
-# (data parallel, narrow), of computation (unsharded, wide) and between (Megatron).
+# (batch, widths, strategy per layer of a 1-D mesh of n ranks; None: Megatron's): steps of
+# parameter-gradient reductions (data parallel, narrow and square), of computation alone
+# (unsharded) and of critical-path collectives (Megatron: a Partial output's allreduce
+# forward, an input gradient's backward).
 _FIT_PROGRAMS = (
     (256, (64,) * 5, lambda n: ((n, 1), (1, 1))),
+    (64, (256,) * 3, lambda n: ((n, 1), (1, 1))),
     (64, (256,) * 3, lambda n: ((1, 1), (1, 1))),
-    (64, (256,) * 3, None),
+    (64, (256,) * 5, None),
 )
+FITTED = ("compute_scale", "call", "reduction_call")
+_LOWER = np.array([0.1, 0.0, 0.0])
 
 
-def fit_training_steps(comm, model: CostModel, steps: int = 15) -> tuple[float, float]:
-    """``(compute_scale, call)`` fitted by least squares to whole training steps of three
-    small MLPs (``_FIT_PROGRAMS``) run by the ParallelExecutor on ``comm``'s ranks: each
-    measured step (the slowest rank's median) against ``model``'s estimate of it, split
-    into computation, communication and its number of collective steps.  Kernels run
-    slower inside a step than alone where ranks share cores with each other and with their
-    communication, and each collective costs the executor's path besides its α; without
-    communication (one rank) ``call`` is 0.  Collective over ``comm``."""
+def fit_training_steps(comm, model: CostModel, steps: int = 15) -> tuple[float, float, float]:
+    """``(compute_scale, call, reduction_call)`` fitted by least squares to whole training
+    steps of four small MLPs (``_FIT_PROGRAMS``) run by the ParallelExecutor on ``comm``'s
+    ranks: each measured step (the slowest rank's median) against ``model``'s estimate of
+    it with those three free.  Kernels run slower inside a step than alone where ranks
+    share cores with each other and with their communication (``compute_scale``, from
+    every program); a collective on the critical path costs the executor's path and the
+    wait for the slowest rank besides its α (``call``: Megatron's, and the split loss's
+    sum); a parameter-gradient reduction runs on the communication stream under later
+    gradients (``reduction_call``: data parallelism's).  Four equations for three unknowns;
+    the estimate is linear in them but for the overlap credit (a min), so the fit is
+    Gauss-Newton (``fit_step_costs``), each within its bound (scale ≥ 0.1, calls ≥ 0).
+    Without communication (one rank) both calls are 0.  Collective over ``comm``."""
     from ..executor import Executor
     from ..parallel_context import ParallelMode, set_parallel_context, swapped_context
     from ..parallel_executor import ParallelExecutor
     from ..scope import Scope
     from .auto import fc_chain
-    from .search import estimate, model_parallel
+    from .search import model_parallel
 
     size = 1 if comm is None else comm.size
-    silent = dataclasses.replace(model, alpha=0.0, beta=0.0, call=0.0,
-                                 steps=tuple((k, g, 0.0, 0.0) for k, g, _, _ in model.steps))
-    compute, talk, collectives, measured = [], [], [], []
+    programs, measured = [], []
     for batch, widths, strategy in _FIT_PROGRAMS:
         depth = len(widths) - 1
         shards = model_parallel(depth, size) if strategy is None else [strategy(size)] * depth
@@ -216,22 +225,48 @@ def fit_training_steps(comm, model: CostModel, steps: int = 15) -> tuple[float, 
             pe.close()
         if size > 1:
             al.allreduce(times, comm, op=al.MAX)
-        profiled = _with_kernels(model, main, comm, size)
-        quiet = _with_kernels(silent, main, comm, size)
-        full, alone = estimate(chain, size, shards, profiled), estimate(chain, size, shards,
-                                                                       quiet)
-        compute.append(alone.time)
-        talk.append(full.time - alone.time)
-        collectives.append(full.collectives)
+        programs.append((chain, shards, _with_kernels(model, main, comm, size, False)))
         measured.append(float(np.median(times)))
-    compute, talk = np.array(compute), np.array(talk)
-    rest = np.array(measured) - talk
-    if size > 1:
-        (scale, call), *_ = np.linalg.lstsq(np.column_stack([compute, collectives]), rest,
+    return fit_step_costs(programs, np.array(measured), size)
+
+
+def fit_step_costs(programs, measured, size: int) -> tuple[float, float, float]:
+    """``FITTED`` minimizing the squared error of the estimates of ``programs`` ((chain,
+    strategies, model) each) against ``measured`` seconds.  The estimate is piecewise
+    linear in them (linear but for the overlap credit's min), so Gauss-Newton with a
+    difference Jacobian is exact between kinks; a value past its bound is held there and
+    the rest solved again."""
+    from .search import estimate
+
+    def predict(theta):
+        return np.array([estimate(chain, size, shards, dataclasses.replace(
+            model, **dict(zip(FITTED, theta.tolist())))).time
+            for chain, shards, model in programs])
+
+    theta = np.array([1.0, 0.0, 0.0])
+    steps = np.array([1e-2, 1e-5, 1e-5])
+    for _ in range(8):
+        base = predict(theta)
+        jacobian = np.column_stack([(predict(theta + step) - base) / step[j]
+                                    for j, step in enumerate(np.diag(steps))])
+        free = np.ones(3, bool) if size > 1 else np.array([True, False, False])
+        target = measured - base + jacobian @ theta
+        while free.any():
+            new = _LOWER.copy()
+            new[free], *_ = np.linalg.lstsq(jacobian[:, free],
+                                            target - jacobian[:, ~free] @ _LOWER[~free],
                                             rcond=None)
-        if call >= 0:
-            return max(float(scale), 0.1), float(call)
-    return max(float(compute @ rest / (compute @ compute)), 0.1), 0.0
+            below = free & (new < _LOWER)
+            if not below.any():
+                break
+            free &= ~below
+        else:
+            new = _LOWER.copy()
+        done = np.allclose(new, theta, rtol=1e-6, atol=1e-9)
+        theta = new
+        if done:
+            break
+    return tuple(float(v) for v in theta)
 
 
 def _mlp(batch: int, widths, shards):
@@ -254,12 +289,15 @@ def _mlp(batch: int, widths, shards):
     return main, startup, loss.name
 
 
-def _with_kernels(model: CostModel, program, comm, size: int) -> CostModel:
-    """``model`` with ``program``'s layer and loss kernels measured (profile.py)."""
+def _with_kernels(model: CostModel, program, comm, size: int,
+                  searched: bool = True) -> CostModel:
+    """``model`` with ``program``'s layer and loss kernels measured (profile.py) at every
+    candidate strategy (``searched``), else only at the strategies its layers were given."""
     from .auto import fc_chain
     from .search import candidates
     layers, _ = fc_chain(program)
-    strategies = candidates(size) + [layer.fixed for layer in layers if layer.fixed]
+    given = [layer.fixed or ((1, 1), (1, 1)) for layer in layers]
+    strategies = candidates(size) + given if searched else sorted(set(given))
     return dataclasses.replace(
         model, kernels=profile.layer_times(layers, strategies, comm, model.itemsize),
         tail=profile.tail_times(program, layers, strategies, comm))

@@ -18,9 +18,10 @@ per pair of neighbours (edge), the way the pass (program_pass.py) would lay it o
 Measured kernel and step times (profile.py, ``calibrate.program_model``) replace the rates
 where the model has them.
 
-Communication is the α-β model: α (+ ``call``, the software's own cost per collective
-step) per collective step of the planner's route plus β per byte the busiest rank receives
-(``plan_redistribution``).  Memory per rank (``Estimate.memory``) is parameters +
+Communication is the α-β model: α (+ the software's own cost per collective step:
+``call`` on the critical path, ``reduction_call`` for a parameter-gradient reduction, which
+the executor runs on its communication stream) per collective step of the planner's route
+plus β per byte the busiest rank receives (``plan_redistribution``).  Memory per rank (``Estimate.memory``) is parameters +
 gradients + optimizer state + the forward's activations (every forward tensor's part on the rank holding the
 largest, redistributed copies included): it adds up over nodes and edges.
 
@@ -52,12 +53,18 @@ class CostModel:
     receives (both from the tuner's α-β fit, ``python -m aluminum.bench model``, in
     ``machine_model()``); ``flops``: matmul FLOP/s; ``bandwidth``: bytes/s of element-wise
     ops (inf: not counted); ``op``: seconds per op the executor runs; ``call``: seconds
-    per collective step beyond α (Python, the planner, the sub-communicator);
+    per collective step beyond α (Python, the planner, the sub-communicator, waiting for
+    the slowest rank) on the critical path -- a Partial output's sum, an edge's
+    redistribution and its gradient, an input gradient's reduction, the split loss's sum;
+    ``reduction_call``: the same for a parameter-gradient reduction (weight, bias), which
+    the executor runs on its communication stream while later gradients compute, so it
+    costs less than ``call`` (and is partly hidden, ``ChainCost.edge``);
     ``activation``: seconds per element of tanh (transcendental: not bandwidth-bound);
     ``itemsize``: bytes per element; ``compute_scale``: how much slower kernels run inside
     a training step than measured alone (ranks and their communication sharing cores).
     The defaults are guesses of this machine's order; ``calibrate.machine_model`` measures
-    them (``call`` and ``compute_scale`` fitted to whole training steps).
+    them (``call``, ``reduction_call`` and ``compute_scale`` fitted to whole training
+    steps).
 
     Measured costs replace the rates where present (profile.py): ``steps``, ``((kind,
     group, alpha, beta), ...)`` per collective step kind and line length; ``kernels``,
@@ -71,6 +78,7 @@ class CostModel:
     bandwidth: float = math.inf
     op: float = 0.0
     call: float = 0.0
+    reduction_call: float = 0.0
     activation: float = 0.0
     compute_scale: float = 1.0
     steps: tuple = ()
@@ -89,24 +97,28 @@ class CostModel:
     def _tail(self) -> dict:
         return {tuple(key): (seconds, ops) for key, seconds, ops in self.tail}
 
-    def step_time(self, step, busiest: int) -> float:
+    def step_time(self, step, busiest: int, reduction: bool = False) -> float:
         """Seconds of one redistribution ``step`` whose busiest rank receives ``busiest``
         bytes: its measured kind and line length, else α + call + β per byte (an exchange
-        is costed as an all-to-all over its whole mesh; a slice or pad as a copy)."""
+        is costed as an all-to-all over its whole mesh; a slice or pad as a copy);
+        ``reduction``: a parameter gradient's (``reduction_call`` instead of ``call``)."""
         if step.kind in ("slice", "pad"):
             return busiest / self.bandwidth
         group = step.src.mesh.size
         if step.mesh_dim is not None:
             group = step.src.mesh.shape[step.mesh_dim]
-        return self.collective_time(step.kind, group, busiest)
+        return self.collective_time(step.kind, group, busiest, reduction)
 
-    def collective_time(self, kind: str, group: int, busiest: int) -> float:
-        """Seconds of one collective step of ``kind`` on a line of ``group`` ranks."""
+    def collective_time(self, kind: str, group: int, busiest: int,
+                        reduction: bool = False) -> float:
+        """Seconds of one collective step of ``kind`` on a line of ``group`` ranks
+        (``reduction``: a parameter gradient's, off the critical path)."""
+        call = self.reduction_call if reduction else self.call
         measured = self._steps.get(("alltoall" if kind == "exchange" else kind, group))
         if measured is None:
-            return self.alpha + self.call + self.beta * busiest
+            return self.alpha + call + self.beta * busiest
         alpha, beta = measured
-        return alpha + self.call + beta * busiest
+        return alpha + call + beta * busiest
 
     def tail_time(self, key: tuple) -> tuple[float, int] | None:
         """The measured seconds of the loss's kernels on a part of the last layer's output
@@ -139,7 +151,8 @@ class Estimate:
     step (summed over ranks), collective steps per step; ``backward``: seconds of
     gradient computation, ``reduction``: seconds of parameter-gradient reductions (each
     counted in ``time`` too: a layer's reduction runs while the layer before it computes
-    its gradients, ``ChainCost.edge``)."""
+    its gradients, ``ChainCost.edge``); ``reductions``: how many of the collective steps
+    are parameter-gradient reductions (costed with ``reduction_call``, not ``call``)."""
 
     time: float = 0.0
     memory: float = 0.0
@@ -147,18 +160,20 @@ class Estimate:
     collectives: int = 0
     backward: float = 0.0
     reduction: float = 0.0
+    reductions: int = 0
 
     def __add__(self, other: Estimate) -> Estimate:
         return Estimate(self.time + other.time, self.memory + other.memory,
                         self.moved + other.moved, self.collectives + other.collectives,
-                        self.backward + other.backward, self.reduction + other.reduction)
+                        self.backward + other.backward, self.reduction + other.reduction,
+                        self.reductions + other.reductions)
 
     def __mul__(self, count: int) -> Estimate:
         if count == 0:
             return Estimate()
         return Estimate(self.time * count, self.memory * count, self.moved * count,
                         self.collectives * count, self.backward * count,
-                        self.reduction * count)
+                        self.reduction * count, self.reductions * count)
 
 
 def candidates(nranks: int) -> list[tuple]:
@@ -189,14 +204,15 @@ def _largest(layout: Layout, shape) -> int:
 
 
 def _redistribution(src: Layout, dst: Layout, shape, model: CostModel,
-                    copy: bool = True) -> Estimate:
-    """One redistribute op from ``src`` to ``dst``; ``copy``: its output is kept (memory)."""
+                    copy: bool = True, reduction: bool = False) -> Estimate:
+    """One redistribute op from ``src`` to ``dst``; ``copy``: its output is kept (memory);
+    ``reduction``: a parameter gradient's (off the critical path: ``reduction_call``)."""
     if equivalent(src, dst, shape, src.mesh.size):
         return Estimate()
     plan = plan_redistribution(src, dst, shape, f"float{model.itemsize * 8}")
     steps = len(plan.collectives)
-    time = model.op + sum(model.step_time(step, max(step.received.values(), default=0))
-                          for step in plan.steps)
+    time = model.op + sum(model.step_time(step, max(step.received.values(), default=0),
+                                          reduction) for step in plan.steps)
     memory = _largest(dst, shape) * model.itemsize if copy else 0
     return Estimate(time, memory, plan.bytes, steps)
 
@@ -250,10 +266,11 @@ class ChainCost:
             grads.append(("mk", (layer.batch, layer.inputs)))
         for dims, shape in grads:
             wanted = Layout(sharding.mesh, sharding.layout(dims).placements)
+            parameter = dims != "mk"
             moved = _redistribution(sharding.gradient_layout(dims), wanted, shape, model,
-                                    copy=False)
-            if dims != "mk":
-                moved += Estimate(reduction=moved.time)
+                                    copy=False, reduction=parameter)
+            if parameter:
+                moved += Estimate(reduction=moved.time, reductions=moved.collectives)
             estimate += moved
         return estimate
 
