@@ -3,6 +3,7 @@ that Open MPI sees as H nodes, links are shaped when asked, and nothing is left 
 however the job ends.  Skipped, with the reason, where namespaces cannot be made."""
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -203,6 +204,7 @@ def test_bad_host_arguments_are_refused_before_anything_is_made(kwargs, named):
 
 def test_without_root_it_says_so_and_makes_nothing(monkeypatch):
     monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    monkeypatch.setattr(shutil, "which", lambda tool: f"/usr/sbin/{tool}")   # (tools found)
     with pytest.raises(EmulatedHostsError, match="expected root"):
         launch(2, [sys.executable, "-c", "pass"], hosts=2)
 
