@@ -28,7 +28,7 @@ LAUNCH_ENV = {
 
 
 # How ``command`` runs a Python program: a failure on one rank ends the job.
-ABORT_ON_ERROR = [sys.executable, "-m", "aluminum.launch.abort_on_error"]
+ABORT_ON_ERROR = [sys.executable, "-m", "aluminum.backends.mpi.abort_on_error"]
 
 
 def mpiexec_path() -> str:
@@ -54,7 +54,7 @@ def launch_env(base: dict | None = None) -> dict:
 def command(nprocs: int, argv: list[str], mpiexec_args: list[str] = ()) -> list[str]:
     """The full mpiexec command line.  A leading ``*.py``, or ``python``/``python3`` and a
     script, ``-c`` or ``-m``, runs with this Python and aborts the whole job if it fails
-    on any rank (abort_on_error.py); other commands run as given."""
+    on any rank (backends/mpi/abort_on_error.py); other commands run as given."""
     if nprocs < 1:
         raise AluminumError(f"-n: expected at least 1 process, got {nprocs}")
     if argv and argv[0].endswith(".py"):

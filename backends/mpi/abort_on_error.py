@@ -1,7 +1,7 @@
 """Run a Python program as one rank of a job, and end the whole job if it fails.
 
-``python -m aluminum.launch.abort_on_error (script.py | -c code | -m module) [args...]`` runs
-the program as ``python`` would (``sys.argv``, ``sys.path[0]``, ``__main__``).  If it ends in
+``python -m aluminum.backends.mpi.abort_on_error (script.py | -c code | -m module) [args]``
+runs the program as ``python`` would (``sys.argv``, ``sys.path[0]``, ``__main__``).  If it ends in
 an uncaught exception, or in ``SystemExit`` with a non-zero status, after MPI was started,
 this rank prints its traceback and calls ``MPI_Abort`` on ``COMM_WORLD``, and mpiexec ends
 every rank within seconds.  Without it the failing rank would wait at exit in
@@ -10,7 +10,8 @@ would hang until someone killed it.  Where MPI was never started the process sim
 with that status, which ends the job too.
 
 ``python -m aluminum.run`` runs ``script.py`` and ``python script.py|-c|-m`` programs
-through this module (launcher.command); mpi4py's ``python -m mpi4py`` does the same, but
+through this module (aluminum/launch/launcher.py's ``command``; it lives with the MPI
+backend, the one layer that may call MPI itself); mpi4py's ``python -m mpi4py`` does the same, but
 aborts only at interpreter exit, after ``al.finalize()`` would already have hung.
 """
 from __future__ import annotations
@@ -29,7 +30,7 @@ def main(argv: list[str]) -> int:
     """Run ``argv`` (``script.py ...``, ``-c code ...`` or ``-m module ...``); return 0, or
     abort the job (or exit with the status where MPI never started) if it failed."""
     if not argv or argv[0] in ("-c", "-m") and len(argv) < 2:
-        print("usage: python -m aluminum.launch.abort_on_error (script.py | -c code | "
+        print("usage: python -m aluminum.backends.mpi.abort_on_error (script.py | -c code | "
               "-m module) [args...]", file=sys.stderr)
         return 2
     try:
