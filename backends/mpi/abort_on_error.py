@@ -1,18 +1,18 @@
 """Run a Python program as one rank of a job, and end the whole job if it fails.
 
 ``python -m aluminum.backends.mpi.abort_on_error (script.py | -c code | -m module) [args]``
-runs the program as ``python`` would (``sys.argv``, ``sys.path[0]``, ``__main__``).  If it ends in
-an uncaught exception, or in ``SystemExit`` with a non-zero status, after MPI was started,
-this rank prints its traceback and calls ``MPI_Abort`` on ``COMM_WORLD``, and mpiexec ends
-every rank within seconds.  Without it the failing rank would wait at exit in
+runs the program as ``python`` would (``sys.argv``, ``sys.path[0]``, ``__main__``).  If it
+ends in an uncaught exception, or in ``SystemExit`` with a non-zero status, after MPI was
+started, this rank prints its traceback and calls ``MPI_Abort`` on ``COMM_WORLD``, and
+mpiexec ends every rank within seconds.  Without it the failing rank would wait at exit in
 ``al.finalize()`` (collective) for peers that wait in their next collective for it: the job
 would hang until someone killed it.  Where MPI was never started the process simply exits
 with that status, which ends the job too.
 
 ``python -m aluminum.run`` runs ``script.py`` and ``python script.py|-c|-m`` programs
 through this module (aluminum/launch/launcher.py's ``command``; it lives with the MPI
-backend, the one layer that may call MPI itself); mpi4py's ``python -m mpi4py`` does the same, but
-aborts only at interpreter exit, after ``al.finalize()`` would already have hung.
+backend, the one layer that may call MPI itself).  mpi4py's ``python -m mpi4py`` does the
+same, but aborts only at interpreter exit, after ``al.finalize()`` would already have hung.
 """
 from __future__ import annotations
 
