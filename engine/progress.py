@@ -46,9 +46,9 @@ from .request import Request, in_done_callback
 from .scheduler import Scheduler, check_hashable, describe
 from .state import State
 
-__all__ = ["EngineConfig", "ProgressEngine", "abandoned_any", "abandoned_owner", "default_core", "drain",
-           "drive_until", "finalize_timeout", "get_engine", "node_local_rank", "shutdown",
-           "submit", "submit_made"]
+__all__ = ["EngineConfig", "ProgressEngine", "abandoned_any", "abandoned_owner",
+           "default_core", "drain", "drive_until", "finalize_timeout", "get_engine",
+           "node_local_rank", "shutdown", "submit", "submit_made"]
 
 DEFAULT_FINALIZE_TIMEOUT_S = 30.0
 WAIT_YIELD_S = 2e-3   # a waiter driving a stalled operation yields this long, then backs off

@@ -18,8 +18,9 @@ above; ranks agree, since they decide from the same gathered device list).
 
 Every CUDA call is ordered on torch's *current* stream of the tensor's device, as torch's
 ``nccl`` backend orders its work after that stream: a synchronous call is enqueued on it
-(on NCCL the host never waits; on host transfer see above); an asynchronous one runs on the communicator's internal stream after
-an event of the current stream, and ``Work.wait()`` makes the then-current stream wait for it.
+(on NCCL the host never waits; on host transfer see above); an asynchronous one runs on the
+communicator's internal stream after an event of the current stream, and ``Work.wait()``
+makes the then-current stream wait for it.
 """
 from __future__ import annotations
 

@@ -47,9 +47,10 @@ its blocking calls on the calling thread instead, as gloo runs CUDA tensors: it 
 the stream to reach the call (the *ready* event), runs MPI as a blocking MPI call would, and
 only then enqueues the copies back.  No stream ever parks on a flag and no thread hands the
 operation over, which costs several times the copies when ranks share a GPU; the price is a
-host that waits for its stream at every blocking call.  A nonblocking call's ``Request.wait()`` blocks the host until *done*;
-``Request.wait_on_stream(s)`` makes ``s`` wait on *done* (or, for operations that never hold
-their stream, on *ready*: the stream may reuse the buffers once they were copied out).
+host that waits for its stream at every blocking call.  A nonblocking call's
+``Request.wait()`` blocks the host until *done*; ``Request.wait_on_stream(s)`` makes ``s``
+wait on *done* (or, for operations that never hold their stream, on *ready*: the stream may
+reuse the buffers once they were copied out).
 
 MPI requires every rank to post one communicator's collectives in the same order (MPI's own
 collectives match by posting order; only the custom algorithms tag their messages).  States on
@@ -88,7 +89,6 @@ STAGE_HOST_KEY = "ht_stage_host"   # comm.scratch: stage host buffers too (AL_HT
 
 # A thread synchronizing a stream that waits on an HT flag drives the MPI step itself.
 drive_while_waiting(drive_until)
-
 
 
 class PostingOrder:

@@ -21,15 +21,17 @@ where the model has them.
 Communication is the α-β model: α (+ the software's own cost per collective step:
 ``call`` on the critical path, ``reduction_call`` for a parameter-gradient reduction, which
 the executor runs on its communication stream) per collective step of the planner's route
-plus β per byte the busiest rank receives (``plan_redistribution``).  Memory per rank (``Estimate.memory``) is parameters +
-gradients + optimizer state + the forward's activations (every forward tensor's part on the rank holding the
-largest, redistributed copies included): it adds up over nodes and edges.
+plus β per byte the busiest rank receives (``plan_redistribution``).  Memory per rank
+(``Estimate.memory``) is parameters + gradients + optimizer state + the forward's
+activations (every forward tensor's part on the rank holding the largest, redistributed
+copies included): it adds up over nodes and edges.
 
 The search is dynamic programming over the chain (MindSpore's elimination of a linear cost
 graph: a chain contracts to one edge), with a run of consecutive identical layers tied to
 one decision: a pair of strategies its layers take in turn (so Megatron's column-parallel,
-row-parallel alternation is one decision, as one repeated block is in MindSpore).  Under a memory bound the state is (last strategy, memory) and each state keeps
-its Pareto front of (time, memory); ``brute_force`` enumerates the same costs, to check it.
+row-parallel alternation is one decision, as one repeated block is in MindSpore).  Under a
+memory bound the state is (last strategy, memory) and each state keeps its Pareto front of
+(time, memory); ``brute_force`` enumerates the same costs, to check it.
 """
 from __future__ import annotations
 

@@ -8,8 +8,9 @@ blocking call (driven on the caller's thread) and the nonblocking one (driven by
 Each operation takes its tag from ``comm.next_tag()`` in ``__init__``, i.e. in issue order,
 which is the same on every rank; messages travel on the communicator's private duplicate, so
 concurrent operations never match each other's messages.  An algorithm whose messages need
-no tag of their own (``fixed_tag``: the direct reduce) takes none from the counter.  Messages carry raw bytes: every
-dtype (bfloat16, long double, ...) moves the same way and only numpy interprets them.
+no tag of their own (``fixed_tag``: the direct reduce) takes none from the counter.
+Messages carry raw bytes: every dtype (bfloat16, long double, ...) moves the same way and
+only numpy interprets them.
 """
 from __future__ import annotations
 
