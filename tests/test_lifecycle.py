@@ -43,7 +43,9 @@ def _clean_env():
 
 @pytest.mark.parametrize("nprocs", [2, 3])
 def test_launcher_runs_as_root_without_user_environment(nprocs):
-    code = ("import numpy as np, aluminum as al; c = al.MPICommunicator(); "
+    code = ("import sys; assert 'aluminum' not in sys.modules and sys.path[0] == '', "
+            "'the launcher changed what a program starts with'; "
+            "import numpy as np, aluminum as al; c = al.MPICommunicator(); "
             "a = np.array([c.rank + 1]); al.allreduce(a, c); print(c.rank, c.size, a[0])")
     result = subprocess.run([sys.executable, "-m", "aluminum.run", "-n", str(nprocs),
                              "python", "-c", code], capture_output=True, text=True,

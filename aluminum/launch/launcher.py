@@ -6,6 +6,7 @@ not have to know that.  ``python -m aluminum.run -n 4 script.py args`` (or ``...
 """
 from __future__ import annotations
 
+import importlib.util
 import os
 import shutil
 import signal
@@ -27,8 +28,11 @@ LAUNCH_ENV = {
 }
 
 
-# How ``command`` runs a Python program: a failure on one rank ends the job.
-ABORT_ON_ERROR = [sys.executable, "-m", "aluminum.backends.mpi.abort_on_error"]
+def _abort_on_error() -> list[str]:
+    """How ``command`` runs a Python program so that a failure on one rank ends the job: the
+    rank wrapper (backends/mpi/abort_on_error.py) run by its path.  Run as a module it would
+    import ``aluminum`` before the program, which may set the environment first."""
+    return [sys.executable, importlib.util.find_spec("aluminum.backends.mpi.abort_on_error").origin]
 
 
 def mpiexec_path() -> str:
@@ -58,11 +62,11 @@ def command(nprocs: int, argv: list[str], mpiexec_args: list[str] = ()) -> list[
     if nprocs < 1:
         raise AluminumError(f"-n: expected at least 1 process, got {nprocs}")
     if argv and argv[0].endswith(".py"):
-        argv = [*ABORT_ON_ERROR, *argv]
+        argv = [*_abort_on_error(), *argv]
     elif argv and argv[0] in ("python", "python3"):
         program = argv[1:]
         if program and (program[0] in ("-c", "-m") or program[0].endswith(".py")):
-            argv = [*ABORT_ON_ERROR, *program]
+            argv = [*_abort_on_error(), *program]
         else:   # python's own options (-u, -X ...): run it as asked
             argv = [sys.executable, *program]
     return [mpiexec_path(), "-n", str(nprocs), *mpiexec_args, *argv]

@@ -1,7 +1,8 @@
 """Run a Python program as one rank of a job, and end the whole job if it fails.
 
-``python -m aluminum.backends.mpi.abort_on_error (script.py | -c code | -m module) [args]``
-runs the program as ``python`` would (``sys.argv``, ``sys.path[0]``, ``__main__``).  If it
+``python .../abort_on_error.py (script.py | -c code | -m module) [args]`` (by its path: as a
+module it would import ``aluminum`` before the program could set the environment) runs the
+program as ``python`` would (``sys.argv``, ``sys.path[0]``, ``__main__``).  If it
 ends in an uncaught exception, or in ``SystemExit`` with a non-zero status, after MPI was
 started, this rank prints its traceback and calls ``MPI_Abort`` on ``COMM_WORLD``, and
 mpiexec ends every rank within seconds.  Without it the failing rank would wait at exit in
@@ -16,6 +17,7 @@ same, but aborts only at interpreter exit, after ``al.finalize()`` would already
 """
 from __future__ import annotations
 
+import os
 import runpy
 import sys
 import traceback
@@ -30,9 +32,11 @@ def main(argv: list[str]) -> int:
     """Run ``argv`` (``script.py ...``, ``-c code ...`` or ``-m module ...``); return 0, or
     abort the job (or exit with the status where MPI never started) if it failed."""
     if not argv or argv[0] in ("-c", "-m") and len(argv) < 2:
-        print("usage: python -m aluminum.backends.mpi.abort_on_error (script.py | -c code | "
-              "-m module) [args...]", file=sys.stderr)
+        print("usage: python abort_on_error.py (script.py | -c code | -m module) [args...]",
+              file=sys.stderr)
         return 2
+    if argv[0] in ("-c", "-m"):   # python's sys.path[0] for them (a script's is set below)
+        sys.path[0] = "" if argv[0] == "-c" else os.getcwd()
     try:
         mpi4py_run.run_command_line(argv)
     except SystemExit as exc:
