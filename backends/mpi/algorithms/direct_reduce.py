@@ -10,7 +10,7 @@ import numpy as np
 from mpi4py import MPI
 
 from ..passthrough.mpi_errors import operation_error
-from ..passthrough.persistent import PersistentStart
+from ..passthrough.persistent import PersistentStart, free_requests
 from .program import ProgramState
 
 SETS_KEPT = 4   # (dtype, count) kinds whose receive buffers a communicator keeps between calls
@@ -185,10 +185,7 @@ class PersistentDirectReduce:
 
     def free(self) -> None:
         """Free the MPI requests; the plan waited for its last run first."""
-        requests, self.requests = getattr(self, "requests", None), None
-        if requests and MPI is not None and MPI.Is_initialized() and not MPI.Is_finalized():
-            for request in requests:
-                request.Free()
+        free_requests(self)
 
     __del__ = free
 

@@ -97,12 +97,17 @@ class PersistentRequests(PersistentRequest):
         return True
 
     def free(self) -> None:
-        requests, self.requests = getattr(self, "requests", None), None
-        if requests and MPI is not None and MPI.Is_initialized() and not MPI.Is_finalized():
-            for request in requests:
-                request.Free()
+        free_requests(self)
 
     __del__ = free
+
+
+def free_requests(owner) -> None:
+    """Free ``owner.requests`` (MPI persistent requests) once; nothing once MPI is gone."""
+    requests, owner.requests = getattr(owner, "requests", None), None
+    if requests and MPI is not None and MPI.Is_initialized() and not MPI.Is_finalized():
+        for request in requests:
+            request.Free()
 
 
 class PersistentStart(State):
