@@ -71,7 +71,20 @@ def init(mpi_comm=None) -> None:
         watchdog.open_board(_services, _private)
         trace.install_signal_handler()
         _state = "initialized"
-        atexit.register(finalize)
+        atexit.register(_finalize_at_exit)
+
+
+def _finalize_at_exit() -> None:
+    """``finalize()`` at interpreter exit, unless the program ends on an uncaught exception
+    while other processes run: this rank's peers would wait for it in their next collective
+    and it for them in finalize's, so it ends the job instead (``MPI_Abort``, status 1; the
+    traceback is printed by then), as ``python -m aluminum.run`` does for its programs."""
+    uncaught = getattr(sys, "last_value", None)   # set only for an uncaught exception
+    if uncaught is not None and _state == "initialized" and not hasattr(sys, "ps1"):
+        sys.stdout.flush()
+        sys.stderr.flush()
+        _services.abort(1)
+    finalize()
 
 
 def initialized() -> bool:

@@ -80,6 +80,11 @@ class Services(abc.ABC):
     def stopped(self) -> bool:
         """True once the transport is shut down: handles must no longer be freed."""
 
+    @abc.abstractmethod
+    def abort(self, status: int) -> None:
+        """End every process of the job now with ``status`` (``MPI_Abort``) if there are
+        others; returns only for a lone process or a transport not running."""
+
     # -- groups ----------------------------------------------------------------------------
 
     @abc.abstractmethod

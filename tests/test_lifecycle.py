@@ -3,6 +3,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 
 import pytest
 
@@ -63,6 +64,28 @@ def test_launcher_propagates_failure_exit_code():
     assert result.returncode != 0
 
 
+RAISES_ON_RANK_1 = textwrap.dedent("""
+    import numpy as np, aluminum as al
+    comm = al.MPICommunicator()
+    al.allreduce(np.ones(1), comm)
+    if comm.rank == 1:
+        raise ValueError("rank 1 gives up")
+    al.allreduce(np.ones(1), comm)     # rank 0 waits here for rank 1
+""")
+
+
+def test_an_uncaught_exception_ends_a_plain_mpiexec_job():
+    """Without aluminum.run's wrapper (mpiexec running python itself): the failing rank
+    aborts the job at exit instead of waiting in finalize for peers that wait for it."""
+    from aluminum.launch import launch
+
+    started = time.monotonic()
+    result = launch(2, [sys.executable, "-c", RAISES_ON_RANK_1], timeout=60, capture=True)
+    assert result.returncode != 0
+    assert "ValueError: rank 1 gives up" in result.stdout, result.stdout
+    assert time.monotonic() - started < 30
+
+
 def test_launcher_timeout_kills_a_hung_job():
     from aluminum.launch import launch
 
@@ -105,7 +128,6 @@ def test_ctrl_c_on_the_launcher_stops_the_whole_job(tmp_path):
     """The ranks run in their own session (so a timeout can kill them all); Ctrl-C on
     ``python -m aluminum.run`` must still stop them instead of leaving them running."""
     import signal
-    import time
 
     marker = f"al-ctrl-c-{os.getpid()}"
     code = f"import sys, time; print('up', flush=True); time.sleep(60)  # {marker}"

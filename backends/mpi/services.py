@@ -55,6 +55,12 @@ class MPIServices(Services):
 
         return MPI.Is_finalized()
 
+    def abort(self, status: int) -> None:
+        from mpi4py import MPI
+
+        if MPI.Is_initialized() and not MPI.Is_finalized() and MPI.COMM_WORLD.Get_size() > 1:
+            MPI.COMM_WORLD.Abort(status)
+
     def open_group(self, parent, what: str) -> Group:
         """``parent`` duplicated twice (the second for ``admin``) and split per node; every
         rank learns every node's ranks (two small collectives), so node-aware algorithms
