@@ -169,8 +169,9 @@ class MPICall(MPIState):
     def fresh(cls, comm, *args):
         """New States whose nonblocking call and finish step are made once for all (for a
         plan's starts); the plain constructor where a subclass starts or is built its own
-        way (a receive's status)."""
-        if cls.start is not MPICall.start or cls.__init__ is not MPICall.__init__:
+        way (a receive's status), or polls its own way."""
+        if cls.start is not MPICall.start or cls.step is not MPICall.step \
+                or cls.__init__ is not MPICall.__init__:
             return super().fresh(comm, *args)
         return cls.posting(comm, *args)
 
