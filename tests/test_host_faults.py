@@ -59,6 +59,11 @@ RANKS = textwrap.dedent('''
         json.dump(report, f)
     os.rename(os.path.join(out, f"rank{comm.rank}.tmp"),
               os.path.join(out, f"rank{comm.rank}.json"))
+    # A rank that ends without MPI_Finalize makes mpiexec kill the others: stay until the
+    # test has every report, some ranks may still be in their roll call.
+    deadline = time.monotonic() + 60
+    while not os.path.exists(os.path.join(out, "reported")) and time.monotonic() < deadline:
+        time.sleep(0.05)
     os._exit(0)    # MPI_Finalize would wait for the hosts it cannot reach
 ''')
 
@@ -106,6 +111,7 @@ def test_a_host_link_down_times_out_naming_that_hosts_ranks(hosts, nprocs, tmp_p
         reports = wait_for(lambda: len(list(tmp_path.glob("rank*.json"))) == nprocs and
                            [json.loads((tmp_path / f"rank{r}.json").read_text())
                             for r in range(nprocs)], SLACK_S + 20, "every rank's report")
+        (tmp_path / "reported").touch()
         # mpiexec cannot end the job by itself (its daemon behind the cut never answers):
         # what a user or a scheduler does next is stop it, and nothing may stay behind.
         try:
