@@ -21,12 +21,23 @@ except EmulatedHostsError as exc:
     NO_HOSTS = str(exc)
 
 HERE = Path(__file__).parent / "mpi"
-# The rank_ops_* files (every operation on every backend, in every mode, over every array
-# provider) run in one job: one MPI start-up and one torch import per rank instead of three,
-# which on two cores is most of what they cost.
+# Files run in groups, one MPI job per group: an MPI start-up, a pytest start-up and the
+# imports (torch's among them) cost each job 2.5-5 s on two cores, most of what a small file
+# costs.  The rank_ops_* files (every operation on every backend, in every mode, over every
+# array provider) are one group; a file in no group below runs alone.
+GROUPS = {
+    "rank_ops_*.py": "rank_ops_*.py",
+    "core": ("rank_allreduce.py rank_algorithms.py rank_debug.py rank_nonblocking.py "
+             "rank_overflow.py rank_plans.py rank_reduction_order.py rank_shared_buffers.py "
+             "rank_nccl_bootstrap.py rank_ht_streams.py"),
+    "executor": ("rank_executor_data_parallel.py rank_executor_zero_copy.py "
+                 "rank_uneven_batches.py rank_placement.py"),
+    "torch": "rank_torch_collectives.py rank_torch_ddp.py",
+}
+GROUPED = {name for pattern in GROUPS.values() for part in pattern.split()
+           for name in (p.name for p in HERE.glob(part))}
+FILES = sorted(GROUPS) + sorted(p.name for p in HERE.glob("rank_*.py") if p.name not in GROUPED)
 JOINED = "rank_ops_*.py"
-FILES = sorted({JOINED if p.name.startswith("rank_ops_") else p.name
-                for p in HERE.glob("rank_*.py")})
 TIMEOUT = float(os.environ.get("AL_TEST_TIMEOUT", "300"))
 
 
@@ -43,7 +54,7 @@ def test_ranks(filename, nprocs, tmp_path):
 # training (the executor, aluminum.torch.DistributedDataParallel, torch DDP and torch's
 # collectives over the "aluminum" backend, each against its single-process or gloo
 # reference) on 2 hosts of 2 ranks only, which has both links, to keep CI time down.
-TRAINING = ("rank_executor_data_parallel.py", "rank_torch_ddp.py", "rank_torch_collectives.py")
+TRAINING = ("rank_executor_data_parallel.py", "torch")
 ACROSS_HOSTS = [(name, hosts, nprocs)
                 for name in (JOINED, "rank_algorithms.py", "hosts_traffic.py")
                 for hosts, nprocs in ((2, 2), (2, 4))] + \
@@ -61,7 +72,8 @@ def test_ranks_across_hosts(filename, hosts, nprocs, tmp_path):
 
 def run_ranks(filename, nprocs, tmp_path, hosts=None):
     env = dict(os.environ, AL_TEST_LOGDIR=str(tmp_path), PYTHONHASHSEED="0")
-    files = sorted(HERE.glob(filename)) if filename == JOINED else [HERE / filename]
+    files = sorted(p for part in GROUPS.get(filename, filename).split()
+                   for p in HERE.glob(part))
     argv = [sys.executable, str(HERE / "_rank_main.py"), *map(str, files)]
     try:
         result = launch(nprocs, argv, timeout=TIMEOUT, env=env, capture=True, hosts=hosts)
