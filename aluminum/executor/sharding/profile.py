@@ -23,11 +23,14 @@ are measured on this machine, on every rank at once (the load the job makes is i
 
 What surprises people: activations are costed as tanh whatever the layer uses, and the
 measured times are those of the process layout of the calibration run -- a cost model
-measured with 4 ranks on 2 cores predicts 4 ranks on 2 cores.
+measured with 4 ranks on 2 cores predicts 4 ranks on 2 cores.  Where a node's ranks
+outnumber its cores, each kernel is timed in a stride of back-to-back calls
+(``stride_seconds``), which makes the calibration take longer.
 """
 from __future__ import annotations
 
 import math
+import os
 import time
 
 import numpy as np
@@ -36,6 +39,7 @@ import aluminum as al
 
 STEP_KINDS = ("allreduce", "reduce_scatter", "allgather", "alltoall")
 _REPEATS = 5
+STRIDE_S = 0.01     # seconds: a few scheduler slices
 
 
 def run_times(fn, repeats: int) -> list[float]:
@@ -51,6 +55,39 @@ def run_times(fn, repeats: int) -> list[float]:
 
 def _median(fn, repeats: int = _REPEATS) -> float:
     return float(np.median(run_times(fn, repeats)))
+
+
+def stride_seconds(comm=None) -> float:
+    """How long each kernel is timed back to back: ``$AL_PROFILE_STRIDE_S`` if set, else
+    ``STRIDE_S`` where this node's ranks outnumber the cores this process may run on, else
+    0 (single calls).  Ranks sharing a core run a kernel shorter than a scheduler slice
+    uncontended and a long one at a share of the core, as a step runs both; timed alone,
+    the short ones would look faster than they run in a step."""
+    given = os.environ.get("AL_PROFILE_STRIDE_S")
+    if given:
+        return float(given)
+    local = 1 if comm is None else comm.local_size
+    return STRIDE_S if local > len(os.sched_getaffinity(0)) else 0.0
+
+
+def _in_stride(fn, least: float, repeats: int = 3) -> float:
+    """Seconds per call of ``fn``, timed over runs of back-to-back calls lasting at least
+    ``least`` each (median of ``repeats`` runs): long enough that ranks sharing cores are
+    descheduled inside the run as they are inside a step, so a short kernel and a long
+    one are measured at the same share of a core.  ``least`` 0: the median of single
+    calls."""
+    if least <= 0:
+        return _median(fn)
+    fn()
+    start = time.perf_counter()
+    fn()
+    once = time.perf_counter() - start
+    count = max(1, math.ceil(least / max(once, 1e-7)))
+
+    def run():
+        for _ in range(count):
+            fn()
+    return _median(run, repeats) / count
 
 
 def _part(length: int, parts: int) -> int:
@@ -122,11 +159,12 @@ def layer_times(layers, strategies, comm=None, itemsize: int = 8) -> tuple:
     dtype = {8: np.float64, 4: np.float32, 2: np.float16}[itemsize]
     keys = sorted({layer_key(layer, s) for layer in layers for s in strategies})
     seconds = np.zeros((len(keys), 2))
+    stride = stride_seconds(comm)
     for row, key in zip(seconds, keys):
         forward, backward = _layer_kernels(key, dtype)
         forward()
         _together(comm)     # every rank runs the same kernels at once, as in a step
-        row[:] = _median(forward), _median(backward)
+        row[:] = _in_stride(forward, stride), _in_stride(backward, stride)
     if comm is not None and comm.size > 1:
         al.allreduce(seconds, comm, op=al.SUM)
         seconds /= comm.size
@@ -189,11 +227,12 @@ def tail_times(program, layers, strategies, comm=None) -> tuple:
     keys = sorted({tail_key(last, s) for s in strategies})
     seconds = np.zeros(len(keys))
     failed = np.zeros(1)
+    stride = stride_seconds(comm)
     for i, key in enumerate(keys):
         _together(comm)
         try:
             forward, backward = _tail_kernels(ops, block, output, last.batch, key)
-            seconds[i] = _median(lambda: (forward(), backward()))
+            seconds[i] = _in_stride(lambda: (forward(), backward()), stride)
         except Exception:      # noqa: BLE001 - an op that needs more than its inputs
             failed[0] = 1
     if comm is not None and comm.size > 1:
