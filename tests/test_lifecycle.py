@@ -57,6 +57,16 @@ def test_launcher_runs_as_root_without_user_environment(nprocs):
     assert sorted(lines) == [f"{r} {nprocs} {expected_sum}" for r in range(nprocs)]
 
 
+@pytest.mark.parametrize("cores, ranks, expected", [(2, 1, "2"), (2, 2, "1"), (2, 4, "1"),
+                                                   (16, 4, "4"), (16, 3, "5")])
+def test_launched_ranks_share_the_cores_among_their_blas_threads(monkeypatch, cores, ranks,
+                                                                 expected):
+    from aluminum.launch import launcher
+    monkeypatch.setattr(launcher.os, "sched_getaffinity", lambda pid: set(range(cores)))
+    assert launcher.launch_env({}, ranks)["OMP_NUM_THREADS"] == expected
+    assert launcher.launch_env({"OMP_NUM_THREADS": "7"}, ranks)["OMP_NUM_THREADS"] == "7"
+
+
 def test_launcher_propagates_failure_exit_code():
     result = subprocess.run([sys.executable, "-m", "aluminum.run", "-n", "2", "python", "-c",
                              "import sys; sys.exit(3)"], capture_output=True, text=True,

@@ -47,11 +47,17 @@ def mpiexec_path() -> str:
     return found
 
 
-def launch_env(base: dict | None = None) -> dict:
-    """``base`` (default: os.environ) plus the variables Open MPI needs here; user values win."""
+def launch_env(base: dict | None = None, ranks: int = 1) -> dict:
+    """``base`` (default: os.environ) plus the variables Open MPI needs here, and
+    ``OMP_NUM_THREADS`` (which OpenBLAS, numpy's BLAS, and torch read) set to this
+    machine's cores shared out among the ``ranks`` it runs (emulated hosts share them
+    too), at least 1, as torchrun does: ranks whose BLAS each starts a thread per core
+    slow every matmul of the job several times over.  User values win."""
     env = dict(os.environ if base is None else base)
     for key, value in LAUNCH_ENV.items():
         env.setdefault(key, value)
+    cores = len(os.sched_getaffinity(0))
+    env.setdefault("OMP_NUM_THREADS", str(max(1, cores // max(1, ranks))))
     return env
 
 
@@ -93,10 +99,10 @@ def launch(nprocs: int, argv: list[str], *, timeout: float | None = None,
         if link_mbit is not None:
             raise AluminumError(f"--link-mbit: expected --hosts with it (links exist only "
                                 f"between emulated hosts), got --link-mbit {link_mbit} alone")
-        return _launch(command(nprocs, argv), launch_env(env), timeout, capture)
+        return _launch(command(nprocs, argv), launch_env(env, nprocs), timeout, capture)
     with emulated_hosts(hosts, nprocs, link_mbit) as cluster:
-        return _launch(command(nprocs, argv, cluster.mpiexec_args()), launch_env(env),
-                       timeout, capture, cluster)
+        return _launch(command(nprocs, argv, cluster.mpiexec_args()),
+                       launch_env(env, nprocs), timeout, capture, cluster)
 
 
 def _launch(cmd: list[str], env: dict, timeout: float | None, capture: bool,
