@@ -108,6 +108,22 @@ def test_allreduce_about_a_mebibyte(comm, algo, count, dtype):
     assert_identical_on_all_ranks(comm, result)
 
 
+@pytest.mark.parametrize("mode", ["blocking", "nonblocking", "persistent"])
+def test_hierarchical_allreduce_across_every_pipelined_chunk(comm, mode):
+    """16 MiB and 20 B of float32 across nodes: cut in the most chunks the pipeline takes,
+    several crossing at once, the last one short (small integers: the sum is exact)."""
+    skip_unless_offered(comm, "hierarchical")
+    if len(comm.nodes) == 1:
+        pytest.skip("one node: the hierarchical allreduce is the node's ring, in one piece")
+    count = (1 << 22) + 5
+    mine = (np.arange(count) % 1000 + comm.rank).astype(np.float32)
+    expected = sum((np.arange(count) % 1000 + r).astype(np.float32) for r in range(comm.size))
+    result = np.full_like(mine, 7)
+    run_in_mode(mode, "allreduce", mine, comm, recvbuf=result, algo="hierarchical")
+    np.testing.assert_array_equal(result, expected)
+    assert_identical_on_all_ranks(comm, result)
+
+
 @pytest.fixture
 def small_chunk_comm():
     """A fresh communicator whose shared window has 4 KiB chunks: many pipelined rounds,

@@ -21,8 +21,9 @@ from .program import (ProgramState, partition, pipeline_chunks, rank_order_allre
 from .shared_buffers import SharedBuffers
 from .vector_copy import copy_vector
 
-# Chunks in flight at once: one crossing between nodes while the next is reduced in them.
-IN_FLIGHT = 2
+# Chunks in flight at once: several crossing between nodes while others are reduced in them
+# (with 2, the link idled whenever both waited on the node's phases).
+IN_FLIGHT = 8
 
 
 class HierarchicalAllreduce(ProgramState):
@@ -34,8 +35,8 @@ class HierarchicalAllreduce(ProgramState):
        node (one per node), so block ``r`` holds the sum over all ranks.
     3. Allgather of the ``L`` blocks round the node.
 
-    Across nodes the vector is cut into chunks (``pipeline_chunks``) run two at a time, so
-    the link carries one chunk while the ranks reduce the next inside the node.
+    Across nodes the vector is cut into chunks (``pipeline_chunks``), up to ``IN_FLIGHT``
+    run at a time, so the link carries chunks while the ranks reduce others inside the node.
 
     Every element is reduced by exactly one rank per level and then copied, so every rank
     ends with the same bits; the order of the sum is fixed (node ring, then node order), the

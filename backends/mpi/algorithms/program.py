@@ -190,7 +190,7 @@ def ring_allgather(state: ProgramState, blocks: list, ring: list[int],
 # the next is reduced in the node.  Cutting changes no bit: every element meets the same
 # operands in the same order.
 PIPELINE_CHUNK_BYTES = 1 << 20
-PIPELINE_CHUNKS = 8
+PIPELINE_CHUNKS = 16
 
 
 def pipeline_chunks(nbytes: int) -> int:
