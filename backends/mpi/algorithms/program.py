@@ -186,8 +186,8 @@ def ring_allgather(state: ProgramState, blocks: list, ring: list[int],
 
 
 # The hierarchical allreduce's vector crosses between nodes in chunks: no smaller than this
-# (each costs a link latency per ring step), at most this many, so that one crosses while
-# the next is reduced in the node.  Cutting changes no bit: every element meets the same
+# (each costs a link latency per ring step), at most this many, so that some cross while
+# others are reduced in the node.  Cutting changes no bit: every element meets the same
 # operands in the same order.
 PIPELINE_CHUNK_BYTES = 1 << 20
 PIPELINE_CHUNKS = 16
