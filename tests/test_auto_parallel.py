@@ -280,3 +280,34 @@ def test_the_fit_holds_a_call_at_zero_and_one_rank_fits_only_the_scale():
                          for c, s, m in one])
     assert calibrate.fit_step_costs(one, measured, 1) == pytest.approx((3.0, 0.0, 0.0),
                                                                        rel=1e-9)
+
+
+class _Node:
+    """A communicator as ``profile.stride_seconds`` sees it: ``local_size`` ranks here."""
+
+    def __init__(self, local_size):
+        self.local_size = local_size
+
+
+@pytest.mark.parametrize("local_size, cores, expected", [(1, 2, 0.0), (2, 2, 0.0),
+                                                         (3, 2, 0.01), (4, 2, 0.01),
+                                                         (4, 16, 0.0)])
+def test_kernels_are_timed_in_strides_only_where_ranks_outnumber_cores(monkeypatch, local_size,
+                                                                       cores, expected):
+    from aluminum.executor.sharding import profile
+    monkeypatch.delenv("AL_PROFILE_STRIDE_S", raising=False)
+    monkeypatch.setattr(profile.os, "sched_getaffinity", lambda pid: set(range(cores)))
+    assert profile.stride_seconds(_Node(local_size)) == expected
+    assert profile.stride_seconds(None) == 0.0
+
+
+def test_the_stride_setting_wins_and_a_bad_one_warns(monkeypatch):
+    from aluminum.executor.sharding import profile
+    monkeypatch.setattr(profile.os, "sched_getaffinity", lambda pid: {0, 1})
+    monkeypatch.setenv("AL_PROFILE_STRIDE_S", "0")
+    assert profile.stride_seconds(_Node(4)) == 0.0
+    monkeypatch.setenv("AL_PROFILE_STRIDE_S", "0.002")
+    assert profile.stride_seconds(_Node(1)) == 0.002
+    monkeypatch.setenv("AL_PROFILE_STRIDE_S", "ten ms")
+    with pytest.warns(RuntimeWarning, match="AL_PROFILE_STRIDE_S"):
+        assert profile.stride_seconds(_Node(4)) == 0.01

@@ -32,6 +32,7 @@ from __future__ import annotations
 import math
 import os
 import time
+import warnings
 
 import numpy as np
 
@@ -63,9 +64,13 @@ def stride_seconds(comm=None) -> float:
     0 (single calls).  Ranks sharing a core run a kernel shorter than a scheduler slice
     uncontended and a long one at a share of the core, as a step runs both; timed alone,
     the short ones would look faster than they run in a step."""
-    given = os.environ.get("AL_PROFILE_STRIDE_S")
+    given = os.environ.get("AL_PROFILE_STRIDE_S", "").strip()
     if given:
-        return float(given)
+        try:
+            return max(0.0, float(given))
+        except ValueError:
+            warnings.warn(f"aluminum: AL_PROFILE_STRIDE_S: expected seconds, got {given!r}; "
+                          "using the default", RuntimeWarning, stacklevel=2)
     local = 1 if comm is None else comm.local_size
     return STRIDE_S if local > len(os.sched_getaffinity(0)) else 0.0
 
