@@ -32,6 +32,7 @@ def bytes_per_call(comm, call, repeats: int = 3) -> list[tuple[float, float]]:
     call()
     comm.mpi_comm.Barrier()
     before = my_host_counters()
+    comm.mpi_comm.Barrier()     # no host sends the measured calls' bytes before all have read
     for _ in range(repeats):
         call()
     comm.mpi_comm.Barrier()
