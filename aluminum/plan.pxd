@@ -1,8 +1,11 @@
 # Cython declarations augmenting plan.py (pure-Python mode; aluminum/core/compiled.py).
 
+from aluminum.arrivals cimport Arrivals
+
 cdef class Plan:
     cdef public object comm, op, algo, nbytes, args, inplace
     cdef public object _classes, _prepare, _run, _run_error, _start, _persistent, _request
-    cdef public object _freed, _arrivals
+    cdef public object _freed
+    cdef public Arrivals _arrivals
     cdef object __weakref__
     cpdef run(self)

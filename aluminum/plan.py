@@ -134,6 +134,7 @@ class Plan:
         request.detail = detail
         return request
 
+    @cython.locals(arrivals="Arrivals")
     def run(self) -> None:
         """Run once and return when done (on stream-bound backends: once enqueued)."""
         run = self._run
@@ -147,12 +148,12 @@ class Plan:
                 wait_started(self.comm)
                 run()       # the common repeat: everything else was checked before
                 return
-            arrivals.inside = (arrivals.arrive(), self)   # (for the stall monitor)
+            arrivals.enter(self)   # (counted, and marked for the stall monitor)
             try:
                 wait_started(self.comm)
                 run()
             finally:
-                arrivals.inside = None
+                arrivals.leave()
         except Exception as exc:   # (free in Python 3.11 unless raised)
             error = self._run_error(exc)
             if error is None:
@@ -163,6 +164,7 @@ class Plan:
         """``run()``."""
         self.run()
 
+    @cython.locals(arrivals="Arrivals")
     def _checked_run(self):
         """Check the plan; return ``_run``, made where it may be, else run on
         ``dispatch.run``'s path and return None."""
@@ -186,13 +188,12 @@ class Plan:
         arrivals = self._arrivals
         detail = None
         if arrivals is not None:
-            detail = (arrivals.missing, arrivals.arrive())
-            arrivals.inside = (detail[1], self)
+            detail = (arrivals.missing, arrivals.enter(self))
         try:
             dispatch.run(self.comm, self.op, state_class, self.nbytes, True, self.args, detail)
         finally:
             if arrivals is not None:
-                arrivals.inside = None
+                arrivals.leave()
         return None
 
     def free(self) -> None:

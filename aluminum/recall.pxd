@@ -1,5 +1,6 @@
 # Cython declarations augmenting recall.py (pure-Python mode; aluminum/core/compiled.py).
 
+from aluminum.arrivals cimport Arrivals
 from aluminum.plan cimport Plan
 
 cdef extern from *:
@@ -45,13 +46,18 @@ cdef class _Entry:
     cpdef bint same(self, tuple objects)
 
 
+cdef dict _recent, _kinds
+
+
+cdef bint _first_remembered(list entries, object first)
 cdef bint _unchanged(object a, object dtype, tuple shape, int flags)
 cdef int _flags(object a)
 
 
 cdef class _Kind:
     cdef public object comm, op, algo, nbytes, inplace, classes, template, buffers
-    cdef public object positions, nested, arrivals, direct, call_error, order, last
+    cdef public object positions, nested, direct, call_error, order, last
+    cdef public Arrivals arrivals
     cpdef run(self, tuple objects)
 
 
@@ -60,3 +66,8 @@ cdef _kept(op, tuple objects, comm, stream, options, source=*)
 
 cdef class _Context:
     cdef public object comm, stream, options, kinds
+    cdef _Kind latest
+    cdef object a_dtype, a_shape, b_dtype, b_shape
+    cdef int pattern, a_flags, b_flags
+    cpdef _Kind latest_of(self, tuple objects)
+    cpdef note_latest(self, _Kind kind, tuple objects)

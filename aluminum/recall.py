@@ -65,7 +65,6 @@ _OWNDATA = 0x0004          # NPY_ARRAY_OWNDATA in ``ndarray.flags.num``
 _ndarray = np.ndarray      # (a global: looked up faster than the module's attribute)
 
 _recent: dict[str, list[_Entry]] = {}
-_firsts: dict[str, set[int]] = {}   # per op: ids of the first objects of _recent's entries
 _kinds: dict[str, list[_Context]] = {}
 
 
@@ -89,7 +88,7 @@ def call_blocking(op: str, objects: tuple, comm, stream, options: tuple,
             if request is None or request._done:
                 plan.run()
                 return
-        if id(first) in _firsts[op]:
+        if _first_remembered(entries, first):
             found = _find(op, objects, comm, stream, options, make, args)
             if found.__class__ is _Kind:
                 found.run(objects)
@@ -166,6 +165,16 @@ def _find(op, objects, comm, stream, options, make, args):
     return _made(op, objects, comm, stream, options, make, args)
 
 
+@cython.locals(entry="_Entry")
+def _first_remembered(entries: list, first) -> cython.bint:
+    """Whether ``first`` is the first object of one of ``entries`` (a call that may be
+    remembered: ``_find`` compares the rest)."""
+    for entry in entries:
+        if entry.first is first:
+            return True
+    return False
+
+
 @cython.locals(context="_Context", kind="_Kind")
 def _kept(op, objects, comm, stream, options, source=None):
     """The kept kind of a call on new arrays, ready to run on them; None where there is
@@ -176,38 +185,35 @@ def _kept(op, objects, comm, stream, options, source=None):
     contexts = _kinds.get(op)
     if not contexts:
         return None
-    owned = 0      # two distinct arrays: both own their memory (then they cannot overlap)
-    if len(objects) == 2:
-        a, b = objects
-        if type(a) is not _ndarray or type(b) is not _ndarray or a is b:
-            key = _signature(objects)
-            if key is None:
-                return None
-        else:
-            a_flags, b_flags = _flags(a), _flags(b)
-            owned = a_flags & b_flags & _OWNDATA
-            key = (a.dtype, a.shape, a_flags, b.dtype, b.shape, b_flags)
+    for context in contexts:
+        if context.comm is comm and context.stream is stream and context.options == options:
+            break
     else:
+        return None
+    kind = context.latest_of(objects)   # the common case: the kind of the context's last call
+    if kind is None:
         key = _signature(objects)
         if key is None:
             return None
-    for context in contexts:
-        if context.comm is comm and context.stream is stream and context.options == options:
-            kind = context.kinds.get(key)
-            if kind is None or comm.freed:
-                return None
-            if len(key) == 6:   # two distinct arrays
-                if not owned and not _disjoint(objects):
-                    return None
-            elif len(key) == 2 and not _disjoint(objects):   # any number of arrays
-                return None
-            given = objects if source is None else source
-            last = kind.last
-            if last and last[0] is given[0] and all(map(operator.is_, given, last)):
-                return None
-            kind.last = given
-            return kind
-    return None
+        kind = context.kinds.get(key)
+        if kind is None:
+            return None
+        context.note_latest(kind, objects)
+    if comm.freed:
+        return None
+    if len(objects) == 2:   # (the kind's: numpy arrays or None)
+        a, b = objects
+        if a is not None and b is not None and a is not b \
+                and not _flags(a) & _flags(b) & _OWNDATA and not _disjoint(objects):
+            return None     # (two arrays that own their memory never overlap)
+    elif len(objects) > 2 and not _disjoint(objects):
+        return None
+    given = objects if source is None else source
+    last = kind.last
+    if last and last[0] is given[0] and all(map(operator.is_, given, last)):
+        return None
+    kind.last = given
+    return kind
 
 
 def _made(op, objects, comm, stream, options, make, args, arrays=None) -> Plan:
@@ -235,6 +241,7 @@ def _made(op, objects, comm, stream, options, make, args, arrays=None) -> Plan:
         if len(kinds) >= KINDS_PER_CONTEXT:
             del kinds[next(iter(kinds))]     # the oldest kind
         kinds[key] = kind
+        context.note_latest(kind, objects)
     return plan
 
 
@@ -244,12 +251,10 @@ def forget(comm=None) -> None:
     all, so a remembered algorithm choice never outlives the table."""
     if comm is None:
         _recent.clear()
-        _firsts.clear()
         _kinds.clear()
         return
     for op, entries in _recent.items():
         entries[:] = [entry for entry in entries if entry.comm is not comm]
-        _firsts[op] = {id(entry.first) for entry in entries}
     for contexts in _kinds.values():
         contexts[:] = [context for context in contexts if context.comm is not comm]
 
@@ -330,18 +335,66 @@ def _remember(op, objects, comm, stream, options, plan) -> None:
     entries = _recent.setdefault(op, [])
     entries.insert(0, _Entry(objects, comm, stream, options, plan))
     del entries[RECENT_PER_OP:]
-    _firsts[op] = {id(entry.first) for entry in entries}   # (entries keep them alive)
 
 
 @cython.cclass
 class _Context:
-    """The kept kinds of calls of one op on one (communicator, stream, options)."""
+    """The kept kinds of calls of one op on one (communicator, stream, options), and the
+    latest of them found, with what its arrays were (checked first, from the arrays'
+    fields: no key to build and hash)."""
 
-    __slots__ = ("comm", "stream", "options", "kinds")
+    __slots__ = ("comm", "stream", "options", "kinds", "latest", "pattern", "a_dtype",
+                 "a_shape", "a_flags", "b_dtype", "b_shape", "b_flags")
 
     def __init__(self, comm, stream, options) -> None:
         self.comm, self.stream, self.options = comm, stream, options
         self.kinds: dict[tuple, _Kind] = {}
+        self.latest = None
+        self.pattern = 0          # the latest kind's objects: 0 none noted, 1 (a,),
+        self.a_dtype = self.a_shape = self.b_dtype = self.b_shape = None   # 2 (a, None),
+        self.a_flags = self.b_flags = 0                                     # 3 (a, a), 4 (a, b)
+
+    def latest_of(self, objects: tuple):
+        """The latest kind noted, where ``objects`` are of it (numpy arrays of its dtypes,
+        shapes and flags, in its pattern); None otherwise."""
+        pattern = self.pattern
+        count = len(objects)
+        if pattern == 0 or count == 0 or count > 2:
+            return None
+        a = objects[0]
+        if type(a) is not _ndarray or not _unchanged(a, self.a_dtype, self.a_shape,
+                                                      self.a_flags):
+            return None
+        if count == 1:
+            return self.latest if pattern == 1 else None
+        b = objects[1]
+        if pattern == 2:
+            return self.latest if b is None else None
+        if pattern == 3:
+            return self.latest if b is a else None
+        if pattern == 4 and type(b) is _ndarray and b is not a \
+                and _unchanged(b, self.b_dtype, self.b_shape, self.b_flags):
+            return self.latest
+        return None
+
+    def note_latest(self, kind, objects: tuple) -> None:
+        """Remember ``kind`` as the latest found, for ``objects`` (its call's)."""
+        self.latest, self.pattern = kind, 0
+        if not 0 < len(objects) <= 2 or type(objects[0]) is not _ndarray:
+            return
+        a = objects[0]
+        self.a_dtype, self.a_shape, self.a_flags = a.dtype, a.shape, _flags(a)
+        if len(objects) == 1:
+            self.pattern = 1
+            return
+        b = objects[1]
+        if b is None:
+            self.pattern = 2
+        elif b is a:
+            self.pattern = 3
+        elif type(b) is _ndarray:
+            self.b_dtype, self.b_shape, self.b_flags = b.dtype, b.shape, _flags(b)
+            self.pattern = 4
 
 
 class _Slot:
@@ -417,6 +470,7 @@ class _Kind:
     def algorithm(self) -> str:
         return self.state_class(False).name
 
+    @cython.locals(arrivals="Arrivals")
     def run(self, objects: tuple) -> None:
         direct = self.direct
         arrivals = self.arrivals
@@ -424,7 +478,7 @@ class _Kind:
             self._run_bound(objects, arrivals)
             return
         if arrivals is not None:
-            arrivals.inside = (arrivals.arrive(), self)   # (for the stall monitor)
+            arrivals.enter(self)   # (counted, and marked for the stall monitor)
         try:
             wait_started(self.comm)
             order = self.order
@@ -441,21 +495,21 @@ class _Kind:
             raise error from exc
         finally:
             if arrivals is not None:
-                arrivals.inside = None
+                arrivals.leave()
 
+    @cython.locals(arrivals="Arrivals")
     def _run_bound(self, objects: tuple, arrivals) -> None:
         arguments = self.bind(objects)
         if arrivals is None:
             dispatch.run(self.comm, self.op, self.state_class(False), self.nbytes, True,
                          arguments)
             return
-        number = arrivals.arrive()
-        arrivals.inside = (number, self)
+        number = arrivals.enter(self)
         try:
             dispatch.run(self.comm, self.op, self.state_class(False), self.nbytes, True,
                          arguments, (arrivals.missing, number))
         finally:
-            arrivals.inside = None
+            arrivals.leave()
 
     def start(self, objects: tuple):
         arguments = self.bind(objects)

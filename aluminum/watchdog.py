@@ -49,6 +49,8 @@ import weakref
 
 import numpy as np
 
+from .arrivals import Arrivals
+
 __all__ = ["ENABLED", "ArrivalCounters", "open_board", "close_board", "attach"]
 
 # AL_TIMEOUT set: blocking calls go through the engine, so that a stuck one can be ended.
@@ -145,32 +147,23 @@ def stopped(peer: int) -> bool:
     return bool(fields) and fields[0] in (b"T", b"t")
 
 
-class ArrivalCounters:
-    """The collectives entered on one communicator: this rank's count and its peers'.
+class ArrivalCounters(Arrivals):
+    """The collectives entered on one communicator: this rank's count (``Arrivals``: a plan
+    calls ``enter`` before each blocking run and ``leave`` after it, ``arrive`` before a
+    start) and its peers', read by the timeouts and the monitor thread's stall warning."""
 
-    ``arrive()`` counts one more (a plan calls it before each run); ``inside`` is set by a
-    blocking run while it lasts, for the monitor thread's stall warning."""
-
-    __slots__ = ("count", "inside", "_mine", "_slot", "_peers", "_peer_ids", "_warned",
-                 "describe", "_hosts", "_admin", "_services", "__weakref__")
+    __slots__ = ("_peers", "_peer_ids", "_warned", "describe", "_hosts", "_admin",
+                 "_services")
 
     def __init__(self, board: _Board, slot: int, peers: list[int | None], describe: str,
                  hosts: list[str] | None = None, admin=None, services=None) -> None:
-        self.count = 0
-        self.inside = None        # (number, plan) while a blocking run is in progress
-        self._mine, self._slot = board.mine, slot
+        super().__init__(board.mine, slot)
         # (None: a rank on another node, asked by roll call over ``admin``)
         self._peers = [None if peer is None else board.counters[peer] for peer in peers]
         self._peer_ids = peers
         self._hosts, self._admin, self._services = hosts, admin, services
         self._warned = None
         self.describe = describe  # "rank R of N", for the monitor's message
-
-    def arrive(self) -> int:
-        """Count one more collective entered by this rank; its number on this communicator."""
-        count = self.count = self.count + 1
-        self._mine[self._slot] = count
-        return count
 
     def missing(self, number: int) -> str:
         """Which ranks had not entered collective ``number`` yet, in words."""

@@ -28,6 +28,7 @@ import warnings
 
 # The compiled modules, by import name (setup.py maps them to their files).
 MODULES = (
+    "aluminum.arrivals",
     "aluminum.recall",
     "aluminum.plan",
     "aluminum.backends.mpi.passthrough.mpi_call",
@@ -55,11 +56,21 @@ class _SourceFirst:
             spec = finder_of(folder, source).find_spec(name)
             if spec is not None:
                 global _SOURCES
-                if _SOURCES or _stale(spec.origin):
-                    _SOURCES = True   # and for every later one: recall cimports plan's Plan
+                if _SOURCES or _any_stale(name, folder):
+                    _SOURCES = True   # and for every later one: they cimport each other
                     return spec
                 return None     # the extension is up to date: Python's finders load it
         return None
+
+
+def _any_stale(name: str, folder: str) -> bool:
+    """Whether ``name``'s extension, or that of a module of ``MODULES`` beside it in
+    ``folder``, is older than its source: the extensions of one package cimport each other's
+    types, so they load all or none (warns of each stale one)."""
+    package = name.rpartition(".")[0]
+    stale = [_stale(os.path.join(folder, other.rpartition(".")[2] + ".py"))
+             for other in MODULES if other.rpartition(".")[0] == package]
+    return any(stale)
 
 
 def _stale(source: str) -> bool:

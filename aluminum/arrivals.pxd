@@ -1,0 +1,10 @@
+# Cython declarations augmenting arrivals.py (pure-Python mode; aluminum/core/compiled.py).
+
+cdef class Arrivals:
+    cdef public long long count
+    cdef public object inside, _mine
+    cdef public Py_ssize_t _slot
+    cdef object __weakref__
+    cpdef long long arrive(self) except? -1
+    cpdef long long enter(self, plan) except? -1
+    cpdef leave(self)

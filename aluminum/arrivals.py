@@ -1,0 +1,51 @@
+"""The part of the arrival counters that every run of a collective touches, compiled.
+
+``Arrivals`` is this rank's count of the collectives it entered on one communicator, stored
+in the slot of the node's arrival board that its peers read; ``watchdog.ArrivalCounters``
+adds who reads the counts and how (timeouts, stall warnings, roll calls across nodes).  A
+plan's run calls ``enter`` before the operation and ``leave`` after it: compiled, both are C
+calls into this class's fields rather than Python method calls.
+
+What surprises people: ``count`` keeps counting after the slot is given back (``_mine``
+None), so numbers stay increasing on a communicator freed under a run; nothing reads them.
+"""
+from __future__ import annotations
+
+try:
+    import cython
+except ImportError:   # (running uncompiled without Cython)
+    from .core import pure_cython as cython
+
+__all__ = ["Arrivals"]
+
+
+@cython.cclass
+class Arrivals:
+    """The count of collectives entered on one communicator, stored in ``mine[slot]`` (a
+    memoryview of int64 on the node's shared board), and the blocking run in progress."""
+
+    __slots__ = ("count", "inside", "_mine", "_slot", "__weakref__")
+
+    def __init__(self, mine, slot: int) -> None:
+        self.count = 0
+        self.inside = None    # (number, plan) while a blocking run is in progress
+        self._mine, self._slot = mine, slot
+
+    def arrive(self) -> int:
+        """Count one more collective entered by this rank; its number on this communicator."""
+        count = self.count = self.count + 1
+        mine = self._mine
+        if mine is not None:
+            mine[self._slot] = count
+        return count
+
+    def enter(self, plan) -> int:
+        """``arrive()``, and mark ``plan``'s blocking run in progress (for the stall
+        monitor) until ``leave()``; its number."""
+        number = self.arrive()
+        self.inside = (number, plan)
+        return number
+
+    def leave(self) -> None:
+        """The blocking run ``enter`` marked has ended."""
+        self.inside = None
