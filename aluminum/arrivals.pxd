@@ -3,6 +3,7 @@
 cdef class Arrivals:
     cdef public long long count
     cdef public object inside, _mine
+    cdef long long[::1] _counts
     cdef public Py_ssize_t _slot
     cdef object __weakref__
     cpdef long long arrive(self) except? -1

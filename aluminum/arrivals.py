@@ -24,20 +24,26 @@ class Arrivals:
     """The count of collectives entered on one communicator, stored in ``mine[slot]`` (a
     memoryview of int64 on the node's shared board), and the blocking run in progress."""
 
-    __slots__ = ("count", "inside", "_mine", "_slot", "__weakref__")
+    __slots__ = ("count", "inside", "_mine", "_counts", "_slot", "__weakref__")
 
     def __init__(self, mine, slot: int) -> None:
         self.count = 0
         self.inside = None    # (number, plan) while a blocking run is in progress
         self._mine, self._slot = mine, slot
+        self._counts = mine   # (compiled: a typed view of ``mine``, stored into directly)
 
     def arrive(self) -> int:
         """Count one more collective entered by this rank; its number on this communicator."""
         count = self.count = self.count + 1
-        mine = self._mine
-        if mine is not None:
-            mine[self._slot] = count
+        if self._counts is not None:
+            self._counts[self._slot] = count
         return count
+
+    def detach(self):
+        """Stop storing counts (the slot is given back); the memoryview they went to."""
+        mine = self._mine
+        self._mine = self._counts = None
+        return mine
 
     def enter(self, plan) -> int:
         """``arrive()``, and mark ``plan``'s blocking run in progress (for the stall

@@ -9,3 +9,6 @@ cdef class Plan:
     cdef public Arrivals _arrivals
     cdef object __weakref__
     cpdef run(self)
+
+
+cpdef started_before(comm)

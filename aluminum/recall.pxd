@@ -1,7 +1,7 @@
 # Cython declarations augmenting recall.py (pure-Python mode; aluminum/core/compiled.py).
 
 from aluminum.arrivals cimport Arrivals
-from aluminum.plan cimport Plan
+from aluminum.plan cimport Plan, started_before
 
 cdef extern from *:
     """

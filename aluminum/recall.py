@@ -53,8 +53,7 @@ from . import dispatch
 from .tuning import selector
 from .core.buffers import Buffer, checked_array_buffer, cpu_tensor_array
 from .core.ops import POINT_TO_POINT
-from .engine.progress import wait_started
-from .plan import Plan, chosen_class
+from .plan import Plan, chosen_class, started_before
 
 RECENT_PER_OP = 4
 KINDS_PER_CONTEXT = 32     # kinds of arrays kept per (op, communicator, stream, options)
@@ -480,7 +479,7 @@ class _Kind:
         if arrivals is not None:
             arrivals.enter(self)   # (counted, and marked for the stall monitor)
         try:
-            wait_started(self.comm)
+            started_before(self.comm)
             order = self.order
             if len(order) == 2:
                 direct(objects[order[0]], objects[order[1]])

@@ -213,7 +213,7 @@ class ArrivalCounters(Arrivals):
         self._give_back()
 
     def _give_back(self) -> None:
-        mine, self._mine = self._mine, None
+        mine = self.detach()
         self._peers = []
         if mine is not None and _board is not None and _board.mine is mine:
             _board.give_back(self._slot)
