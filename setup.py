@@ -1,5 +1,6 @@
 import os
 import runpy
+import shutil
 import sys
 
 from setuptools import find_packages, setup
@@ -46,6 +47,7 @@ def _extensions() -> list:
     extensions = [Extension(name, [_module_file(name)]) for name in modules]
     try:
         return cythonize(extensions, language_level=3, quiet=True,
+                         include_path=[_staged_declarations(modules)],
                          # Annotations stay Python's (Cython would refuse a str subclass
                          # such as al.Algorithm where a parameter says str): C types are
                          # in the .pxd files and @cython.locals.
@@ -54,6 +56,20 @@ def _extensions() -> list:
     except Exception as exc:   # (Cython's CompileError: a Cython too old or too new)
         _warn(f"Cython could not translate the hot path ({exc})")
         return []
+
+
+def _staged_declarations(modules) -> str:
+    """A folder holding the .pxd file of each module of ``modules`` that lives outside
+    aluminum/ (backends/x.pxd), under its import name (aluminum/backends/x.pxd): where
+    Cython looks for a module's declarations."""
+    staged = os.path.join("build", "pxd")
+    for name in modules:
+        source = _module_file(name)[:-len(".py")] + ".pxd"
+        target = os.path.join(staged, *name.split(".")) + ".pxd"
+        if os.path.exists(source) and not source.startswith("aluminum" + os.sep):
+            os.makedirs(os.path.dirname(target), exist_ok=True)
+            shutil.copyfile(source, target)
+    return staged
 
 
 class _OptionalBuildExt(build_ext):

@@ -31,6 +31,7 @@ MODULES = (
     "aluminum.arrivals",
     "aluminum.recall",
     "aluminum.plan",
+    "aluminum.backends.mpi.passthrough.native_calls",
     "aluminum.backends.mpi.passthrough.mpi_call",
 )
 

@@ -32,6 +32,7 @@ from ....core.buffers import Buffer
 from ....engine.state import Action
 from ..datatypes import mpi_datatype
 from .mpi_errors import MPIState, operation_error
+from .native_calls import native_call
 from .persistent import PersistentRequest
 
 _CONTINUE, _COMPLETE = Action.CONTINUE, Action.COMPLETE
@@ -110,12 +111,14 @@ class MPICall(MPIState):
     @classmethod
     def blocking_call(cls, comm, *args):
         """``<Op>`` bound to its arguments (``I<op>`` waited for where the order matters),
-        then the finish step; the bare mpi4py call where there is none."""
+        then the finish step; the bare call where there is none: MPI's C call made
+        directly where ``native_calls`` can, else mpi4py's."""
         mpi, arguments = comm.mpi_comm, cls.arguments(comm, *args)
         if cls.order_sensitive(comm, *args):
             call = functools.partial(_wait, getattr(mpi, cls.calls.nonblocking), *arguments)
         else:
-            call = functools.partial(getattr(mpi, cls.calls.blocking), *arguments)
+            call = native_call(mpi, cls.calls.blocking, arguments) or \
+                functools.partial(getattr(mpi, cls.calls.blocking), *arguments)
         finish = cls.finish_step(comm, *args)
         if finish is None:
             return call
