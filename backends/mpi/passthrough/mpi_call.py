@@ -32,7 +32,7 @@ from ....core.buffers import Buffer
 from ....engine.state import Action
 from ..datatypes import mpi_datatype
 from .mpi_errors import MPIState, operation_error
-from .native_calls import native_call
+from .native_calls import native_array_call, native_call
 from .persistent import PersistentRequest
 
 _CONTINUE, _COMPLETE = Action.CONTINUE, Action.COMPLETE
@@ -159,7 +159,9 @@ class MPICall(MPIState):
             if position is None:
                 return None
             slots.append((position, tuple(arguments[position][1:])))
-        call = _on_arrays(getattr(comm.mpi_comm, cls.calls.blocking), arguments, slots)
+        call = native_array_call(comm.mpi_comm, cls.calls.blocking, arguments,
+                                 [position for position, _ in slots]) \
+            or _on_arrays(getattr(comm.mpi_comm, cls.calls.blocking), arguments, slots)
         found = cls.finishing(comm, *args)
         if call is None or found is None or not found[0].finishes(comm.size):
             return call

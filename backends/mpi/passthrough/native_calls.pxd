@@ -13,6 +13,13 @@ cdef extern from *:
     typedef int (*al_allgather_t)(const void *, int, void *, void *, int, void *, void *);
     typedef int (*al_gather_t)(const void *, int, void *, void *, int, void *, int, void *);
 
+    /* The data address of a numpy array (exactly numpy.ndarray): the first field after
+       the object's head in numpy's PyArrayObject_fields, unchanged from 1.7 through 2.x. */
+    typedef struct { PyObject_HEAD char *data; } _al_array_head;
+    static inline size_t _al_array_data(PyObject *a) {
+        return (size_t)((_al_array_head *)a)->data;
+    }
+
     static int _al_mpi_call(int kind, size_t f, size_t comm, size_t a, size_t b,
                             long long count_a, long long count_b, size_t type_a,
                             size_t type_b, size_t op, long long root) {
@@ -35,6 +42,7 @@ cdef extern from *:
         }
     }
     """
+    size_t _al_array_data(object a)
     int _al_mpi_call(int kind, size_t f, size_t comm, size_t a, size_t b,
                      long long count_a, long long count_b, size_t type_a, size_t type_b,
                      size_t op, long long root) nogil
@@ -45,3 +53,4 @@ cdef class NativeCall:
     cdef size_t function, comm, a, b, type_a, type_b, op
     cdef long long count_a, count_b, root
     cdef object held
+    cdef public int first

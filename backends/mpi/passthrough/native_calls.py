@@ -62,6 +62,20 @@ def native_call(mpi_comm, name: str, arguments: tuple):
     return call
 
 
+def native_array_call(mpi_comm, name: str, arguments: tuple, positions: list):
+    """``native_call``'s callable taking new arrays for the specs at ``positions`` of
+    ``arguments`` (0 and 1, in order) on each call, as numpy arrays of the specs' own
+    dtype, shape and layout (which the caller has checked); None where it cannot."""
+    if not positions or len(positions) > 2 or positions[0] not in (0, 1) \
+            or (len(positions) == 2 and positions != [0, 1]):
+        return None
+    call = native_call(mpi_comm, name, arguments)
+    if call is None:
+        return None
+    call.first = positions[0]
+    return call.on_arrays
+
+
 class _NotNative(Exception):
     """Arguments this module does not translate."""
 
@@ -171,7 +185,7 @@ class NativeCall:
     """One C call of MPI with its arguments, made by calling the object."""
 
     __slots__ = ("kind", "function", "comm", "a", "b", "count_a", "count_b", "type_a",
-                 "type_b", "op", "root", "held")
+                 "type_b", "op", "root", "held", "first")
 
     def set(self, kind: int, function: int, comm: int, held, a: int, b: int,
             count_a: int, count_b: int, type_a: int, type_b: int, op: int,
@@ -179,6 +193,22 @@ class NativeCall:
         self.kind, self.function, self.comm, self.held = kind, function, comm, held
         self.a, self.b, self.count_a, self.count_b = a, b, count_a, count_b
         self.type_a, self.type_b, self.op, self.root = type_a, type_b, op, root
+        self.first = 0
+
+    def on_arrays(self, first, second=None) -> None:
+        """The call on new arrays: ``first``'s address for the spec at position
+        ``self.first`` (0 or 1), ``second``'s (if given) for the one at position 1."""
+        if type(first) is not np.ndarray or (second is not None
+                                             and type(second) is not np.ndarray):
+            raise TypeError("expected numpy arrays")
+        if cython.compiled:
+            if self.first == 0:
+                self.a = _al_array_data(first)
+                if second is not None:
+                    self.b = _al_array_data(second)
+            else:
+                self.b = _al_array_data(first)
+        self()
 
     @cython.locals(code=cython.int)
     def __call__(self) -> None:
