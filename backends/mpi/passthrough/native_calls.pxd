@@ -3,15 +3,41 @@
 cdef extern from *:
     """
     #include <stddef.h>
-    /* MPI's C calls by the kinds of native_calls.py, handles and addresses as integers:
-       Open MPI's handles are pointers. */
-    typedef int (*al_barrier_t)(void *);
-    typedef int (*al_bcast_t)(void *, int, void *, int, void *);
-    typedef int (*al_allreduce_t)(const void *, void *, int, void *, void *, void *);
-    typedef int (*al_reduce_t)(const void *, void *, int, void *, void *, int, void *);
-    typedef int (*al_send_t)(const void *, int, void *, int, int, void *);
-    typedef int (*al_allgather_t)(const void *, int, void *, void *, int, void *, void *);
-    typedef int (*al_gather_t)(const void *, int, void *, void *, int, void *, int, void *);
+    /* MPI's C calls with their arguments as integers in C order (``v``): Open MPI's
+       handles are pointers; int parameters take the low bits. One case per signature of
+       native_calls.py's _SIGNATURES. */
+    #define P(i) ((void *)v[i])
+    #define I(i) ((int)v[i])
+    typedef void *ptr;
+    static int _al_mpi_call(int signature, size_t f, const size_t *v) {
+        switch (signature) {
+        case 0: return ((int (*)(ptr))f)(P(0));
+        case 1: return ((int (*)(ptr, int, ptr, int, ptr))f)(P(0), I(1), P(2), I(3), P(4));
+        case 2: return ((int (*)(ptr, ptr, int, ptr, ptr, ptr))f)(
+                    P(0), P(1), I(2), P(3), P(4), P(5));
+        case 3: return ((int (*)(ptr, ptr, int, ptr, ptr, int, ptr))f)(
+                    P(0), P(1), I(2), P(3), P(4), I(5), P(6));
+        case 4: return ((int (*)(ptr, int, ptr, int, int, ptr))f)(
+                    P(0), I(1), P(2), I(3), I(4), P(5));
+        case 5: return ((int (*)(ptr, int, ptr, ptr, int, ptr, ptr))f)(
+                    P(0), I(1), P(2), P(3), I(4), P(5), P(6));
+        case 6: return ((int (*)(ptr, int, ptr, ptr, int, ptr, int, ptr))f)(
+                    P(0), I(1), P(2), P(3), I(4), P(5), I(6), P(7));
+        case 7: return ((int (*)(ptr, ptr, ptr, ptr, ptr, ptr))f)(
+                    P(0), P(1), P(2), P(3), P(4), P(5));
+        case 8: return ((int (*)(ptr, int, ptr, ptr, ptr, ptr, ptr, ptr))f)(
+                    P(0), I(1), P(2), P(3), P(4), P(5), P(6), P(7));
+        case 9: return ((int (*)(ptr, int, ptr, ptr, ptr, ptr, ptr, int, ptr))f)(
+                    P(0), I(1), P(2), P(3), P(4), P(5), P(6), I(7), P(8));
+        case 10: return ((int (*)(ptr, ptr, ptr, ptr, ptr, int, ptr, int, ptr))f)(
+                    P(0), P(1), P(2), P(3), P(4), I(5), P(6), I(7), P(8));
+        case 11: return ((int (*)(ptr, ptr, ptr, ptr, ptr, ptr, ptr, ptr, ptr))f)(
+                    P(0), P(1), P(2), P(3), P(4), P(5), P(6), P(7), P(8));
+        }
+        return -1;
+    }
+    #undef P
+    #undef I
 
     /* The data address of a numpy array (exactly numpy.ndarray): the first field after
        the object's head in numpy's PyArrayObject_fields, unchanged from 1.7 through 2.x. */
@@ -19,38 +45,13 @@ cdef extern from *:
     static inline size_t _al_array_data(PyObject *a) {
         return (size_t)((_al_array_head *)a)->data;
     }
-
-    static int _al_mpi_call(int kind, size_t f, size_t comm, size_t a, size_t b,
-                            long long count_a, long long count_b, size_t type_a,
-                            size_t type_b, size_t op, long long root) {
-        void *c = (void *)comm;
-        switch (kind) {
-        case 0: return ((al_barrier_t)f)(c);
-        case 1: return ((al_bcast_t)f)((void *)a, (int)count_a, (void *)type_a, (int)root, c);
-        case 2: return ((al_allreduce_t)f)((const void *)a, (void *)b, (int)count_a,
-                                           (void *)type_a, (void *)op, c);
-        case 3: return ((al_reduce_t)f)((const void *)a, (void *)b, (int)count_a,
-                                        (void *)type_a, (void *)op, (int)root, c);
-        case 4: return ((al_send_t)f)((const void *)a, (int)count_a, (void *)type_a,
-                                      (int)root, (int)count_b, c);
-        case 5: case 7:
-            return ((al_allgather_t)f)((const void *)a, (int)count_a, (void *)type_a,
-                                       (void *)b, (int)count_b, (void *)type_b, c);
-        default:
-            return ((al_gather_t)f)((const void *)a, (int)count_a, (void *)type_a,
-                                    (void *)b, (int)count_b, (void *)type_b, (int)root, c);
-        }
-    }
     """
     size_t _al_array_data(object a)
-    int _al_mpi_call(int kind, size_t f, size_t comm, size_t a, size_t b,
-                     long long count_a, long long count_b, size_t type_a, size_t type_b,
-                     size_t op, long long root) nogil
+    int _al_mpi_call(int signature, size_t f, const size_t *v) nogil
 
 
 cdef class NativeCall:
-    cdef int kind
-    cdef size_t function, comm, a, b, type_a, type_b, op
-    cdef long long count_a, count_b, root
+    cdef int signature, first_slot, second_slot
+    cdef size_t function
+    cdef size_t values[9]
     cdef object held
-    cdef public int first

@@ -6,10 +6,11 @@ buffer specs to parse again on every call (most of mpi4py's time on a small call
 ``native_call(mpi_comm, name, arguments)`` takes the mpi4py method's name and the arguments
 ``MPICall.arguments`` built for it and returns a callable doing the same C call, or None
 where it cannot: not compiled, an MPI other than Open MPI (whose handles are pointers), a
-call not listed in ``_KINDS``, or arguments other than ``[array, datatype]`` specs of
-contiguous numpy arrays, ``MPI.IN_PLACE``, None, ints, datatypes and ops.  Counts are
-derived as mpi4py derives them from the same specs (bytes over the datatype's extent, per
-rank where the call takes a count per rank).
+call not listed in ``_BUILDERS``, or arguments other than ``[array, datatype]`` and
+``[array, counts, displacements, datatype]`` specs of contiguous numpy arrays,
+``MPI.IN_PLACE``, None, ints, datatypes and ops.  Counts are derived as mpi4py derives them
+from the same specs (bytes over the datatype's extent, per rank where the call takes a count
+per rank); the v-variants' counts and displacements are held as C int arrays.
 
 The call releases the GIL as mpi4py does (other threads - the progress engine, the stall
 monitor - run while it waits) and raises ``MPI.Exception`` for an error code, as mpi4py
@@ -30,49 +31,42 @@ except ImportError:   # (running uncompiled without Cython)
 import numpy as np
 from mpi4py import MPI
 
-__all__ = ["native_call"]
-
-# The C signatures, by the mpi4py method that a State's ``calls.blocking`` names.
-_KINDS = {"Barrier": 0, "Bcast": 1, "Allreduce": 2, "Reduce": 3, "Send": 4, "Allgather": 5,
-          "Alltoall": 7, "Gather": 6, "Scatter": 8}   # (7 and 8: 5's and 6's C signatures)
+__all__ = ["native_call", "native_array_call"]
 
 _OPEN_MPI = MPI.get_vendor()[0] == "Open MPI"
 _INT_MAX = 2 ** 31 - 1
-_functions: dict[str, int] = {}
+_functions: dict[str, int | None] = {}
 
 
 def native_call(mpi_comm, name: str, arguments: tuple):
     """A callable making ``mpi_comm.<name>(*arguments)``'s C call directly; None where it
     cannot (see the module's docstring)."""
-    kind = _KINDS.get(name)
-    if not cython.compiled or kind is None or not _OPEN_MPI:
+    build = _BUILDERS.get(name)
+    if not cython.compiled or build is None or not _OPEN_MPI:
         return None
     function = _function(name)
     if function is None:
         return None
-    size = mpi_comm.Get_size()
     try:
-        fields = _fields(kind, arguments, size)
+        signature, values, slots, held = build(arguments, mpi_comm.Get_size())
     except _NotNative:
         return None
-    if not all(-1 <= value <= _INT_MAX for value in fields[2:4] + fields[7:]):
-        return None      # (counts beyond a C int: mpi4py's large-count calls)
     call = NativeCall()
-    call.set(kind, function, MPI._handleof(mpi_comm), arguments, *fields)
+    call.set(signature, function, [*values, MPI._handleof(mpi_comm)], slots,
+             (arguments, held))
     return call
 
 
 def native_array_call(mpi_comm, name: str, arguments: tuple, positions: list):
-    """``native_call``'s callable taking new arrays for the specs at ``positions`` of
-    ``arguments`` (0 and 1, in order) on each call, as numpy arrays of the specs' own
-    dtype, shape and layout (which the caller has checked); None where it cannot."""
+    """``native_call``'s callable taking, on each call, new arrays for the specs at
+    ``positions`` of ``arguments`` (0 and 1, in order), each of its spec's own dtype, shape
+    and layout (the caller checked); None where it cannot."""
     if not positions or len(positions) > 2 or positions[0] not in (0, 1) \
             or (len(positions) == 2 and positions != [0, 1]):
         return None
     call = native_call(mpi_comm, name, arguments)
-    if call is None:
+    if call is None or not call.takes(positions):
         return None
-    call.first = positions[0]
     return call.on_arrays
 
 
@@ -80,61 +74,141 @@ class _NotNative(Exception):
     """Arguments this module does not translate."""
 
 
-def _fields(kind: int, arguments: tuple, size: int) -> tuple:
-    """``(a, b, count_a, count_b, type_a, type_b, op, root)`` for ``kind``'s C call."""
-    null = MPI._handleof(MPI.DATATYPE_NULL)
-    if kind == 0:
-        if arguments:
-            raise _NotNative
-        return 0, 0, 0, 0, null, null, 0, 0
-    if kind == 1:
-        buf, root = arguments
-        a, count, datatype = _message(buf)
-        return a, 0, count, 0, datatype, null, 0, _int(root)
-    if kind in (2, 3):
-        send, recv, op = arguments[:3]
-        root = _int(arguments[3]) if kind == 3 else 0
-        if type(op) is not MPI.Op:
-            raise _NotNative
-        if recv is None:              # (a reduce off the root)
-            b, count, datatype = 0, 0, null
-            a, send_count, send_type = _message(send)
-        else:
-            b, count, datatype = _message(recv)
-            a, send_count, send_type = (1, count, datatype) if send is MPI.IN_PLACE \
-                else _message(send)
-            if (send_count, send_type) != (count, datatype):
-                raise _NotNative
-        return a, b, send_count, 0, send_type, null, MPI._handleof(op), root
-    if kind == 4:
-        buf, dest, tag = arguments
-        a, count, datatype = _message(buf)
-        return a, 0, count, _int(tag), datatype, null, 0, _int(dest)
-    if kind in (5, 7):   # a count per rank received; for alltoall, sent too
-        send, recv = arguments
-        b, count, datatype = _message(recv)
-        if send is MPI.IN_PLACE:
-            return 1, b, 0, _divided(count, size), null, datatype, 0, 0
-        a, send_count, send_type = _message(send)
-        if kind == 7:
-            send_count = _divided(send_count, size)
-        return a, b, send_count, _divided(count, size), send_type, datatype, 0, 0
-    send, recv, root = arguments   # gather, scatter: the root's side has a count per rank
+# Each builder: (signature in native_calls.pxd, the C arguments but the communicator, where
+# the addresses of arguments[0] and arguments[1] go among them (-1: nowhere), what to hold).
+
+def _barrier(arguments, size):
+    if arguments:
+        raise _NotNative
+    return 0, [], (-1, -1), None
+
+
+def _bcast(arguments, size):
+    buf, root = arguments
+    a, count, datatype = _message(buf)
+    return 1, [a, count, datatype, _int(root)], (0, -1), None
+
+
+def _reduction(arguments, size, block=False):
+    """Allreduce, and Reduce_scatter_block where ``block`` (a count per rank)."""
+    send, recv, op = arguments
+    b, count, datatype = _message(recv)
+    if block and send is MPI.IN_PLACE:
+        count = _divided(count, size)
+    if send is MPI.IN_PLACE:
+        return 2, [1, b, count, datatype, _op(op)], (-1, 1), None
+    a, send_count, send_type = _message(send)
+    if send_type != datatype or send_count != (count * size if block else count):
+        raise _NotNative
+    return 2, [a, b, count, datatype, _op(op)], (0, 1), None
+
+
+def _reduce(arguments, size):
+    send, recv, op, root = arguments
+    if recv is None:              # (off the root)
+        a, count, datatype = _message(send)
+        return 3, [a, 0, count, datatype, _op(op), _int(root)], (0, -1), None
+    b, count, datatype = _message(recv)
+    if send is MPI.IN_PLACE:
+        return 3, [1, b, count, datatype, _op(op), _int(root)], (-1, 1), None
+    a, send_count, send_type = _message(send)
+    if (send_count, send_type) != (count, datatype):
+        raise _NotNative
+    return 3, [a, b, count, datatype, _op(op), _int(root)], (0, 1), None
+
+
+def _send(arguments, size):
+    buf, dest, tag = arguments
+    a, count, datatype = _message(buf)
+    return 4, [a, count, datatype, _int(dest), _int(tag)], (0, -1), None
+
+
+def _gathering(arguments, size, to_all):
+    """Allgather and Alltoall (``to_all``: sends a count per rank too)."""
+    send, recv = arguments
+    b, count, datatype = _message(recv)
+    count = _divided(count, size)
+    if send is MPI.IN_PLACE:
+        return 5, [1, 0, _null(), b, count, datatype], (-1, 3), None
+    a, send_count, send_type = _message(send)
+    if to_all:
+        send_count = _divided(send_count, size)
+    return 5, [a, send_count, send_type, b, count, datatype], (0, 3), None
+
+
+def _rooted(arguments, size, gather):
+    """Gather and Scatter: the root's gathered (scattered) side has a count per rank."""
+    send, recv, root = arguments
     a, send_count, send_type = _side(send)
     b, count, datatype = _side(recv)
-    if kind == 6 and recv not in (None, MPI.IN_PLACE):
+    if gather and _is_spec(recv):
         count = _divided(count, size)
-    if kind == 8 and send not in (None, MPI.IN_PLACE):
+    if not gather and _is_spec(send):
         send_count = _divided(send_count, size)
-    return a, b, send_count, count, send_type, datatype, 0, _int(root)
+    return 6, [a, send_count, send_type, b, count, datatype, _int(root)], \
+        (0 if _is_spec(send) else -1, 3 if _is_spec(recv) else -1), None
 
 
-def _side(spec) -> tuple:
-    """``_message`` of a rooted call's side: None (unused off the root) and ``MPI.IN_PLACE``
-    are the null address and 1, with no count or datatype."""
-    if spec is None or spec is MPI.IN_PLACE:
-        return int(spec is MPI.IN_PLACE), 0, MPI._handleof(MPI.DATATYPE_NULL)
-    return _message(spec)
+def _reduce_scatter(arguments, size):
+    send, recv, counts, op = arguments
+    b, _, datatype = _message(recv)
+    held = _ints(counts, size)
+    a = 1 if send is MPI.IN_PLACE else _message(send)[0]
+    return 7, [a, b, _address(held), datatype, _op(op)], \
+        (-1 if send is MPI.IN_PLACE else 0, 1), held
+
+
+def _allgatherv(arguments, size):
+    send, recv = arguments
+    b, counts, displs, datatype, held = _layout(recv, size)
+    a, send_count, send_type = (1, 0, _null()) if send is MPI.IN_PLACE else _message(send)
+    return 8, [a, send_count, send_type, b, counts, displs, datatype], \
+        (-1 if send is MPI.IN_PLACE else 0, 3), held
+
+
+def _gatherv(arguments, size):
+    send, recv, root = arguments
+    a, send_count, send_type = _side(send)
+    b, counts, displs, datatype, held = _layout(recv, size) if recv is not None else \
+        (0, 0, 0, _null(), None)
+    return 9, [a, send_count, send_type, b, counts, displs, datatype, _int(root)], \
+        (0 if _is_spec(send) else -1, 3 if recv is not None else -1), held
+
+
+def _scatterv(arguments, size):
+    send, recv, root = arguments
+    a, counts, displs, send_type, held = _layout(send, size) if send is not None else \
+        (0, 0, 0, _null(), None)
+    b, count, datatype = _side(recv)
+    return 10, [a, counts, displs, send_type, b, count, datatype, _int(root)], \
+        (0 if send is not None else -1, 4 if _is_spec(recv) else -1), held
+
+
+def _alltoallv(arguments, size):
+    send, recv = arguments
+    b, counts, displs, datatype, held = _layout(recv, size)
+    if send is MPI.IN_PLACE:
+        return 11, [1, 0, 0, _null(), b, counts, displs, datatype], (-1, 4), held
+    a, send_counts, send_displs, send_type, send_held = _layout(send, size)
+    return 11, [a, send_counts, send_displs, send_type, b, counts, displs, datatype], \
+        (0, 4), (held, send_held)
+
+
+_BUILDERS = {
+    "Barrier": _barrier, "Bcast": _bcast, "Allreduce": _reduction,
+    "Reduce_scatter_block": lambda arguments, size: _reduction(arguments, size, True),
+    "Reduce": _reduce, "Send": _send,
+    "Allgather": lambda arguments, size: _gathering(arguments, size, False),
+    "Alltoall": lambda arguments, size: _gathering(arguments, size, True),
+    "Gather": lambda arguments, size: _rooted(arguments, size, True),
+    "Scatter": lambda arguments, size: _rooted(arguments, size, False),
+    "Reduce_scatter": _reduce_scatter, "Allgatherv": _allgatherv, "Gatherv": _gatherv,
+    "Scatterv": _scatterv, "Alltoallv": _alltoallv,
+}
+
+
+def _is_spec(spec) -> bool:
+    return spec is not None and spec is not MPI.IN_PLACE
 
 
 def _message(spec) -> tuple:
@@ -142,14 +216,62 @@ def _message(spec) -> tuple:
     if type(spec) is not list or len(spec) != 2:
         raise _NotNative
     array, datatype = spec
+    return _array(array, datatype) + (MPI._handleof(datatype),)
+
+
+def _layout(spec, size: int) -> tuple:
+    """``(address, counts address, displacements address, datatype handle, held)`` of an
+    ``[array, counts, displacements, datatype]`` spec."""
+    if type(spec) is not list or len(spec) != 4:
+        raise _NotNative
+    array, counts, displs, datatype = spec
+    address, _ = _array(array, datatype)
+    held = (_ints(counts, size), _ints(displs, size))
+    return address, _address(held[0]), _address(held[1]), MPI._handleof(datatype), held
+
+
+def _array(array, datatype) -> tuple:
+    """``(address, count)`` of a contiguous numpy array in units of ``datatype``."""
     if type(array) is not np.ndarray or not array.flags.c_contiguous \
             or type(datatype) is not MPI.Datatype:
         raise _NotNative
     extent = datatype.Get_extent()[1]
-    if extent <= 0 or array.nbytes % extent:
+    if extent <= 0 or array.nbytes % extent or array.nbytes // extent > _INT_MAX:
         raise _NotNative
-    return array.__array_interface__["data"][0], array.nbytes // extent, \
-        MPI._handleof(datatype)
+    return _address(array), array.nbytes // extent
+
+
+def _side(spec) -> tuple:
+    """``_message`` of a rooted call's side: None (unused off the root) and ``MPI.IN_PLACE``
+    are the null address and 1, with no count or datatype."""
+    if not _is_spec(spec):
+        return int(spec is MPI.IN_PLACE), 0, _null()
+    return _message(spec)
+
+
+def _ints(values, size: int) -> np.ndarray:
+    """``size`` counts or displacements as a C int array."""
+    try:
+        wide = np.asarray(values, dtype=np.int64)
+    except (TypeError, ValueError) as exc:
+        raise _NotNative from exc
+    if wide.shape != (size,) or (wide.size and (wide.min() < 0 or wide.max() > _INT_MAX)):
+        raise _NotNative
+    return np.ascontiguousarray(wide, dtype=np.intc)
+
+
+def _address(array: np.ndarray) -> int:
+    return array.__array_interface__["data"][0]
+
+
+def _null() -> int:
+    return MPI._handleof(MPI.DATATYPE_NULL)
+
+
+def _op(op) -> int:
+    if type(op) is not MPI.Op:
+        raise _NotNative
+    return MPI._handleof(op)
 
 
 def _divided(count: int, size: int) -> int:
@@ -159,9 +281,9 @@ def _divided(count: int, size: int) -> int:
 
 
 def _int(value) -> int:
-    if type(value) is not int:
+    if type(value) is not int or not -_INT_MAX <= value <= _INT_MAX:
         raise _NotNative
-    return value
+    return value & (2 ** 64 - 1)      # (two's complement: the C side takes the low bits)
 
 
 def _function(name: str) -> int | None:
@@ -184,38 +306,43 @@ def _function(name: str) -> int | None:
 class NativeCall:
     """One C call of MPI with its arguments, made by calling the object."""
 
-    __slots__ = ("kind", "function", "comm", "a", "b", "count_a", "count_b", "type_a",
-                 "type_b", "op", "root", "held", "first")
+    __slots__ = ("signature", "function", "values", "first_slot", "second_slot", "held")
 
-    def set(self, kind: int, function: int, comm: int, held, a: int, b: int,
-            count_a: int, count_b: int, type_a: int, type_b: int, op: int,
-            root: int) -> None:
-        self.kind, self.function, self.comm, self.held = kind, function, comm, held
-        self.a, self.b, self.count_a, self.count_b = a, b, count_a, count_b
-        self.type_a, self.type_b, self.op, self.root = type_a, type_b, op, root
-        self.first = 0
+    def set(self, signature: int, function: int, values: list, slots: tuple, held) -> None:
+        if len(values) > 9:
+            raise ValueError(f"expected at most 9 C arguments, got {len(values)}")
+        self.signature, self.function, self.held = signature, function, held
+        self.first_slot, self.second_slot = slots
+        if cython.compiled:
+            for index, value in enumerate(values):
+                self.values[index] = value
+
+    def takes(self, positions: list) -> bool:
+        """Whether the specs at ``positions`` of the arguments (0 and 1) are buffers whose
+        addresses ``on_arrays`` can replace; the first one's goes first."""
+        slots = (self.first_slot, self.second_slot)
+        if any(slots[position] < 0 for position in positions):
+            return False
+        if positions[0] == 1:
+            self.first_slot, self.second_slot = self.second_slot, -1
+        return True
 
     def on_arrays(self, first, second=None) -> None:
-        """The call on new arrays: ``first``'s address for the spec at position
-        ``self.first`` (0 or 1), ``second``'s (if given) for the one at position 1."""
+        """The call on new arrays: ``first``'s address where the first spec ``takes``
+        named went, ``second``'s (if given) where the second went."""
         if type(first) is not np.ndarray or (second is not None
                                              and type(second) is not np.ndarray):
             raise TypeError("expected numpy arrays")
         if cython.compiled:
-            if self.first == 0:
-                self.a = _al_array_data(first)
-                if second is not None:
-                    self.b = _al_array_data(second)
-            else:
-                self.b = _al_array_data(first)
+            self.values[self.first_slot] = _al_array_data(first)
+            if second is not None:
+                self.values[self.second_slot] = _al_array_data(second)
         self()
 
     @cython.locals(code=cython.int)
     def __call__(self) -> None:
         if cython.compiled:
             with cython.nogil:
-                code = _al_mpi_call(self.kind, self.function, self.comm, self.a, self.b,
-                                    self.count_a, self.count_b, self.type_a, self.type_b,
-                                    self.op, self.root)
+                code = _al_mpi_call(self.signature, self.function, self.values)
             if code != 0:
                 raise MPI.Exception(code)
