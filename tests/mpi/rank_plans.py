@@ -91,6 +91,30 @@ def test_plan_of_a_freed_communicator_raises(comm):
     plan.free()
 
 
+def test_a_run_that_mpi_fails_raises_operation_error_and_the_communicator_lives_on(comm):
+    """A plan's repeated blocking run (MPI's C call made directly) that MPI fails - here a
+    bcast whose root sends more than the other rank receives, MPI_ERR_TRUNCATE there -
+    raises al.OperationError naming the operation, as a first call would; the
+    communicator keeps working.  On two ranks of a sub-communicator (with more, a tree's
+    inner ranks could stop forwarding after the error)."""
+    pair = comm.split(0 if comm.rank < 2 else 1)
+    if comm.size < 2 or comm.rank >= 2:
+        pair.free()
+        pytest.skip("runs on ranks 0 and 1")
+    plan = al.bcast_init(np.arange(4.0) if pair.rank == 0 else np.zeros(2), pair, root=0)
+    if pair.rank == 0:
+        plan.run()
+    else:
+        with pytest.raises(al.OperationError, match="bcast"):
+            plan.run()
+    buf = np.full(3, 7.0) if pair.rank == 0 else np.zeros(3)
+    for _ in range(3):
+        al.bcast(buf, pair, root=0)
+    np.testing.assert_array_equal(buf, np.full(3, 7.0))
+    plan.free()
+    pair.free()
+
+
 def test_freed_plan_raises(comm):
     plan = al.bcast_init(np.zeros(3), comm)
     plan.free()
