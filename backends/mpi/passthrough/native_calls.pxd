@@ -55,3 +55,4 @@ cdef class NativeCall:
     cdef size_t function
     cdef size_t values[9]
     cdef object held
+    cdef _call(self, size_t first, int first_slot, size_t second, int second_slot)

@@ -1,23 +1,26 @@
-"""MPI's blocking C calls made directly for the runs of a plan on the same buffers.
+"""MPI's blocking C calls made directly, for the runs of a plan and calls of a kept kind.
 
 A plan binds its buffers once, so each run can call ``MPI_Bcast``, ``MPI_Allreduce`` ... with
 the addresses, counts and handles found when it was made, instead of handing mpi4py the
-buffer specs to parse again on every call (most of mpi4py's time on a small call).
+buffer specs to parse again on every call (most of mpi4py's time on a small call); a kept
+kind of call on new arrays (recall.py) reads only the arrays' addresses per call.
 ``native_call(mpi_comm, name, arguments)`` takes the mpi4py method's name and the arguments
 ``MPICall.arguments`` built for it and returns a callable doing the same C call, or None
 where it cannot: not compiled, an MPI other than Open MPI (whose handles are pointers), a
-call not listed in ``_BUILDERS``, or arguments other than ``[array, datatype]`` and
-``[array, counts, displacements, datatype]`` specs of contiguous numpy arrays,
-``MPI.IN_PLACE``, None, ints, datatypes and ops.  Counts are derived as mpi4py derives them
-from the same specs (bytes over the datatype's extent, per rank where the call takes a count
-per rank); the v-variants' counts and displacements are held as C int arrays.
+call not listed in ``_BUILDERS``, a communicator other than an ``MPI.Comm``, or arguments
+other than ``[array, datatype]`` and ``[array, counts, displacements, datatype]`` specs of
+contiguous numpy arrays, ``MPI.IN_PLACE``, None, ints, datatypes and ops.  Counts are
+derived as mpi4py derives them from the same specs (bytes over the datatype's extent, per
+rank where the call takes a count per rank); the v-variants' counts and displacements are
+held as C int arrays.
 
 The call releases the GIL as mpi4py does (other threads - the progress engine, the stall
 monitor - run while it waits) and raises ``MPI.Exception`` for an error code, as mpi4py
 would, for the caller's ``call_error``.
 
-What surprises people: the callable holds the arrays and keeps their addresses; it is only
-for a plan's arguments, whose arrays the plan holds and never replaces.
+What surprises people: the callable holds the arrays it was made with and their
+addresses, so it is only for a plan's arguments, which the plan holds and never replaces;
+``on_arrays`` takes new arrays of the same dtype, shape and layout, as the caller checked.
 """
 from __future__ import annotations
 
@@ -42,7 +45,8 @@ def native_call(mpi_comm, name: str, arguments: tuple):
     """A callable making ``mpi_comm.<name>(*arguments)``'s C call directly; None where it
     cannot (see the module's docstring)."""
     build = _BUILDERS.get(name)
-    if not cython.compiled or build is None or not _OPEN_MPI:
+    if not cython.compiled or build is None or not _OPEN_MPI \
+            or not isinstance(mpi_comm, MPI.Comm):
         return None
     function = _function(name)
     if function is None:
@@ -289,9 +293,13 @@ def _int(value) -> int:
 def _function(name: str) -> int | None:
     """The address of ``MPI_<name>`` in the libmpi this process loaded (None: not found)."""
     if name not in _functions:
-        found = None
-        with open("/proc/self/maps", encoding="utf-8") as maps:
-            paths = set(re.findall(r"(/\S*/libmpi\.so[.\d]*)$", maps.read(), re.MULTILINE))
+        found, paths = None, set()
+        try:
+            with open("/proc/self/maps", encoding="utf-8") as maps:   # (Linux only)
+                paths = set(re.findall(r"(/\S*/libmpi\.so[.\d]*)$", maps.read(),
+                                       re.MULTILINE))
+        except OSError:
+            pass
         if len(paths) == 1:
             try:
                 found = ctypes.cast(getattr(ctypes.CDLL(paths.pop()), f"MPI_{name}"),
@@ -334,15 +342,28 @@ class NativeCall:
                                              and type(second) is not np.ndarray):
             raise TypeError("expected numpy arrays")
         if cython.compiled:
-            self.values[self.first_slot] = _al_array_data(first)
-            if second is not None:
-                self.values[self.second_slot] = _al_array_data(second)
-        self()
+            self._call(_al_array_data(first), self.first_slot,
+                       0 if second is None else _al_array_data(second),
+                       -1 if second is None else self.second_slot)
 
-    @cython.locals(code=cython.int)
     def __call__(self) -> None:
         if cython.compiled:
-            with cython.nogil:
-                code = _al_mpi_call(self.signature, self.function, self.values)
-            if code != 0:
-                raise MPI.Exception(code)
+            self._call(0, -1, 0, -1)
+
+    @cython.locals(code=cython.int, index=cython.int)
+    def _call(self, first: cython.size_t, first_slot: cython.int, second: cython.size_t,
+              second_slot: cython.int) -> None:
+        """The call with the address ``first`` at ``first_slot`` and ``second`` at
+        ``second_slot`` (-1: none), on a copy of the arguments: another thread may make
+        the same call on other arrays meanwhile (sends to other ranks may)."""
+        values = cython.declare(cython.size_t[9])
+        for index in range(9):
+            values[index] = self.values[index]
+        if first_slot >= 0:
+            values[first_slot] = first
+        if second_slot >= 0:
+            values[second_slot] = second
+        with cython.nogil:
+            code = _al_mpi_call(self.signature, self.function, values)
+        if code != 0:
+            raise MPI.Exception(code)
