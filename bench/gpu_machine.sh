@@ -96,10 +96,11 @@ fi
 
 if want suite; then
 # -v: each failure is named when it happens, even if the budget ends the run first
-step "whole test suite, GPU tests on (pytest -n 14), in the time left"
-timeout "$(limit 10000)" "$PY" -m pytest -v -n 14 -rfE -k "not across_hosts" -p no:randomly \
-  > "$OUT/suite.log" 2>&1
-echo "exit $?" >> "$OUT/suite.log"
+step "whole test suite, GPU tests on (pytest -n ${SUITE_WORKERS:-14}), in the time left"
+# lines cut to 500 characters: the log must stay under the 16 MiB a file may bring back
+timeout "$(limit 10000)" "$PY" -m pytest -v -n "${SUITE_WORKERS:-14}" -rfE --tb=short \
+  --timeout 240 -k "not across_hosts" -p no:randomly 2>&1 | cut -c1-500 > "$OUT/suite.log"
+echo "exit ${PIPESTATUS[0]}" >> "$OUT/suite.log"
 grep -E "(FAILED|ERROR) " "$OUT/suite.log" | sort -u | head -60
 tail -5 "$OUT/suite.log"
 fi

@@ -385,7 +385,8 @@ def test_unwritable_trace_is_a_warning(nprocs, tmp_path):
 
 @NPROCS
 @pytest.mark.parametrize("content", ["[" * 5000 + "]" * 5000, '{"a": "' + "x" * (5 << 20) + '"}',
-                                     '{"format": "aluminum-tuning/1", "rules": [[[[[]]]]]}'])
+                                     '{"format": "aluminum-tuning/1", "rules": [[[[[]]]]]}'],
+                         ids=["deeply-nested", "5MiB-string", "nested-rules"])
 def test_hostile_tuning_file_warns_and_falls_back(nprocs, content, tmp_path):
     table = tmp_path / "tuning.json"
     table.write_text(content)

@@ -11,6 +11,8 @@ import torch.distributed as dist  # noqa: E402
 import aluminum as al  # noqa: E402
 import aluminum.torch as altorch  # noqa: E402
 
+from torch_groups import PREMUL_READABLE  # noqa: E402
+
 Op = dist.ReduceOp
 # torch 2.13 renamed all_gather_into_tensor / reduce_scatter_tensor; the documented names stay
 pytestmark = pytest.mark.filterwarnings("ignore:.*is deprecated:FutureWarning")
@@ -105,6 +107,12 @@ def test_all_reduce_premul_sum(groups):
     rank, (ours, gloo) = dist.get_rank(), groups
     tensor = rank_tensor(rank, (6,), torch.float64)
     expected = torch.stack(everyone(gloo, tensor)).sum(0) * 0.5
+    if not PREMUL_READABLE:   # an older torch: a clear refusal, the tensor untouched
+        before = tensor.clone()
+        with pytest.raises(al.UnsupportedError, match="PREMUL_SUM's factor"):
+            dist.all_reduce(tensor, dist._make_nccl_premul_sum(0.5), ours)
+        assert_same(tensor, before)
+        return
     dist.all_reduce(tensor, dist._make_nccl_premul_sum(0.5), ours)
     assert_same(tensor, expected)
 
