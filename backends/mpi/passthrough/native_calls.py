@@ -41,9 +41,11 @@ _INT_MAX = 2 ** 31 - 1
 _functions: dict[str, int | None] = {}
 
 
-def native_call(mpi_comm, name: str, arguments: tuple):
+def native_call(mpi_comm, name: str, arguments: tuple, positions: tuple = ()):
     """A callable making ``mpi_comm.<name>(*arguments)``'s C call directly; None where it
-    cannot (see the module's docstring)."""
+    cannot (see the module's docstring).  ``positions``: the specs of ``arguments`` (0 and
+    1, in order) whose buffers ``on_arrays`` replaces; None where one of them is no buffer
+    it can replace."""
     build = _BUILDERS.get(name)
     if not cython.compiled or build is None or not _OPEN_MPI \
             or not isinstance(mpi_comm, MPI.Comm):
@@ -55,9 +57,12 @@ def native_call(mpi_comm, name: str, arguments: tuple):
         signature, values, slots, held = build(arguments, mpi_comm.Get_size())
     except _NotNative:
         return None
+    array_slots = [slots[position] for position in positions]
+    if any(slot < 0 for slot in array_slots):
+        return None
     call = NativeCall()
-    call.set(signature, function, [*values, MPI._handleof(mpi_comm)], slots,
-             (arguments, held))
+    call.set(signature, function, [*values, MPI._handleof(mpi_comm)],
+             (*array_slots, -1, -1)[:2], (arguments, held))
     return call
 
 
@@ -68,10 +73,8 @@ def native_array_call(mpi_comm, name: str, arguments: tuple, positions: list):
     if not positions or len(positions) > 2 or positions[0] not in (0, 1) \
             or (len(positions) == 2 and positions != [0, 1]):
         return None
-    call = native_call(mpi_comm, name, arguments)
-    if call is None or not call.takes(positions):
-        return None
-    return call.on_arrays
+    call = native_call(mpi_comm, name, arguments, tuple(positions))
+    return None if call is None else call.on_arrays
 
 
 class _NotNative(Exception):
@@ -325,19 +328,9 @@ class NativeCall:
             for index, value in enumerate(values):
                 self.values[index] = value
 
-    def takes(self, positions: list) -> bool:
-        """Whether the specs at ``positions`` of the arguments (0 and 1) are buffers whose
-        addresses ``on_arrays`` can replace; the first one's goes first."""
-        slots = (self.first_slot, self.second_slot)
-        if any(slots[position] < 0 for position in positions):
-            return False
-        if positions[0] == 1:
-            self.first_slot, self.second_slot = self.second_slot, -1
-        return True
-
     def on_arrays(self, first, second=None) -> None:
-        """The call on new arrays: ``first``'s address where the first spec ``takes``
-        named went, ``second``'s (if given) where the second went."""
+        """The call on new arrays: ``first``'s address where the first of ``native_call``'s
+        ``positions`` went, ``second``'s (if given) where the second went."""
         if type(first) is not np.ndarray or (second is not None
                                              and type(second) is not np.ndarray):
             raise TypeError("expected numpy arrays")
