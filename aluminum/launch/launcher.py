@@ -47,17 +47,26 @@ def mpiexec_path() -> str:
     return found
 
 
-def launch_env(base: dict | None = None, ranks: int = 1) -> dict:
+def launch_env(base: dict | None = None, ranks: int = 1, hosts: int | None = None) -> dict:
     """``base`` (default: os.environ) plus the variables Open MPI needs here, and
     ``OMP_NUM_THREADS`` (which OpenBLAS, numpy's BLAS, and torch read) set to this
     machine's cores shared out among the ``ranks`` it runs (emulated hosts share them
     too), at least 1, as torchrun does: ranks whose BLAS each starts a thread per core
-    slow every matmul of the job several times over.  User values win."""
+    slow every matmul of the job several times over.  User values win.
+
+    On emulated ``hosts`` with more ranks than this machine has cores, MPI's waits yield
+    the core (``OMPI_MCA_mpi_yield_when_idle=1``), as Open MPI does by itself on one
+    oversubscribed node: each host's daemon counts only its own slots, so it cannot see
+    that the hosts share the cores, and ranks polling the network without yielding
+    starve the peers they wait for: MPI's own blocking collectives then run many times
+    slower than the links allow."""
     env = dict(os.environ if base is None else base)
     for key, value in LAUNCH_ENV.items():
         env.setdefault(key, value)
     cores = len(os.sched_getaffinity(0))
     env.setdefault("OMP_NUM_THREADS", str(max(1, cores // max(1, ranks))))
+    if hosts is not None and ranks > cores:
+        env.setdefault("OMPI_MCA_mpi_yield_when_idle", "1")
     return env
 
 
@@ -102,7 +111,7 @@ def launch(nprocs: int, argv: list[str], *, timeout: float | None = None,
         return _launch(command(nprocs, argv), launch_env(env, nprocs), timeout, capture)
     with emulated_hosts(hosts, nprocs, link_mbit) as cluster:
         return _launch(command(nprocs, argv, cluster.mpiexec_args()),
-                       launch_env(env, nprocs), timeout, capture, cluster)
+                       launch_env(env, nprocs, hosts), timeout, capture, cluster)
 
 
 def _launch(cmd: list[str], env: dict, timeout: float | None, capture: bool,
