@@ -35,9 +35,9 @@ the ``L`` chains share each link, so a hop moves ``n/P`` bytes over it):
 - ``hierarchical`` reduce: a ring reduce-scatter in the node ``(L − 1)(α_i + (n/L)·β_i)``,
   the chain ``(N − 2 + P)(α_x + (n/P)·β_x)``, the root's gather ``α_i + ((L − 1)/L)·n·β_i``;
   the broadcast mirrors it (scatter, chain, ring allgather).
-- MPI's own reduce and broadcast are not modelled, so the selector never picks them by the
-  model.  (Measured between emulated hosts with MPI yielding, they ran at 0.93–1.36x the
-  link's bound against the hierarchical ones' 1.08–1.20x: which tree MPI uses is its own.)
+- MPI's own reduce and broadcast are not modelled (which tree MPI uses across nodes is its
+  own), so the selector never picks them by the model; measured between emulated hosts
+  they were close to the hierarchical ones (docs/hosts.md).
 
 Allgather of ``S`` bytes in all (``S/p`` from each rank):
 
