@@ -181,12 +181,16 @@ def test_without_rules_across_nodes_the_two_level_model_decides(table):
 
 
 def test_mpi_allreduce_is_modelled_as_the_best_flat_algorithm_and_wins_its_ties(table):
-    for nodes, nbytes in ((model.Nodes(2, 2), 4), (model.Nodes(2, 2), 64 * MIB),
-                          (model.Nodes(3, 1), MIB), (model.Nodes(4, 8), 4)):
-        flat = [model.predict("allreduce", a, nodes, nbytes, INTRA, INTER)
-                for a in ("recursive_doubling", "ring", "rabenseifner")]
-        assert model.predict("allreduce", "mpi_passthrough", nodes, nbytes, INTRA, INTER) \
-            == min(flat)
+    nodes = model.Nodes(2, 2)
+    # 4 B: recursive doubling, (α + nβ) inside the node, then (α' + 2nβ') across
+    small = (1e-6 + 4 * 1e-10) + (50e-6 + 2 * 4 * 8e-9)
+    assert model.predict("allreduce", "mpi_passthrough", nodes, 4, INTRA, INTER) == \
+        pytest.approx(small)
+    # 64 MiB: the ring, 6(α' + (n/4)β') = 0.806 s, under Rabenseifner's and recursive
+    # doubling's 1.08 s
+    large = 6 * (50e-6 + 16 * MIB * 8e-9)
+    assert model.predict("allreduce", "mpi_passthrough", nodes, 64 * MIB, INTRA, INTER) == \
+        pytest.approx(large)
     # where MPI's is not offered (another backend), ours flat are chosen as before
     table([], model={"alpha": 1e-6, "beta": 1e-10}, inter_model={"alpha": 50e-6,
                                                                  "beta": 8e-9})
