@@ -41,17 +41,23 @@ _INT_MAX = 2 ** 31 - 1
 _functions: dict[str, int | None] = {}
 
 
-def native_call(mpi_comm, name: str, arguments: tuple, positions: tuple = ()):
+def native_call(mpi_comm, name: str, arguments: tuple, positions: tuple = (),
+                on_error=None):
     """A callable making ``mpi_comm.<name>(*arguments)``'s C call directly; None where it
-    cannot (see the module's docstring).  ``positions``: the specs of ``arguments`` (0 and
-    1, in order) whose buffers ``on_arrays`` replaces; None where one of them is no buffer
-    it can replace."""
+    cannot (see the module's docstring).  ``positions``: which of the call's buffers (0: its
+    first, 1: its second) ``on_arrays`` replaces; None where one of them is no buffer it
+    can replace.  The receiving calls (``Recv``, ``Sendrecv``, ``Sendrecv_replace``, their
+    arguments without the status) need ``on_error(code, count)``: the exception to raise for
+    an MPI error ``code`` (count -1), or for a message of another ``count`` than the
+    receive's (code 0)."""
     build = _BUILDERS.get(name)
     if not cython.compiled or build is None or not _OPEN_MPI \
-            or not isinstance(mpi_comm, MPI.Comm):
+            or not isinstance(mpi_comm, MPI.Comm) \
+            or (name in _RECEIVING) != (on_error is not None):
         return None
     function = _function(name)
-    if function is None:
+    get_count = _function("Get_count") if on_error is not None else 0
+    if function is None or get_count is None:
         return None
     try:
         signature, values, slots, held = build(arguments, mpi_comm.Get_size())
@@ -63,17 +69,20 @@ def native_call(mpi_comm, name: str, arguments: tuple, positions: tuple = ()):
     call = NativeCall()
     call.set(signature, function, [*values, MPI._handleof(mpi_comm)],
              (*array_slots, -1, -1)[:2], (arguments, held))
+    if on_error is not None:
+        count, datatype = _RECEIVING[name](values)
+        call.check(get_count, count, datatype, on_error)
     return call
 
 
-def native_array_call(mpi_comm, name: str, arguments: tuple, positions: list):
-    """``native_call``'s callable taking, on each call, new arrays for the specs at
-    ``positions`` of ``arguments`` (0 and 1, in order), each of its spec's own dtype, shape
-    and layout (the caller checked); None where it cannot."""
+def native_array_call(mpi_comm, name: str, arguments: tuple, positions: list, on_error=None):
+    """``native_call``'s callable taking, on each call, new arrays for the call's buffers
+    at ``positions`` (0: its first, 1: its second, in order), each of its spec's own dtype,
+    shape and layout (the caller checked); None where it cannot."""
     if not positions or len(positions) > 2 or positions[0] not in (0, 1) \
             or (len(positions) == 2 and positions != [0, 1]):
         return None
-    call = native_call(mpi_comm, name, arguments, tuple(positions))
+    call = native_call(mpi_comm, name, arguments, tuple(positions), on_error)
     return None if call is None else call.on_arrays
 
 
@@ -82,7 +91,8 @@ class _NotNative(Exception):
 
 
 # Each builder: (signature in native_calls.pxd, the C arguments but the communicator, where
-# the addresses of arguments[0] and arguments[1] go among them (-1: nowhere), what to hold).
+# the addresses of the call's first and second buffers go among them (-1: nowhere), what to
+# hold).
 
 def _barrier(arguments, size):
     if arguments:
@@ -128,6 +138,27 @@ def _send(arguments, size):
     buf, dest, tag = arguments
     a, count, datatype = _message(buf)
     return 4, [a, count, datatype, _int(dest), _int(tag)], (0, -1), None
+
+
+def _recv(arguments, size):
+    buf, src, tag = arguments
+    b, count, datatype = _message(buf)
+    return 12, [b, count, datatype, _int(src), _int(tag)], (0, -1), None
+
+
+def _sendrecv(arguments, size):
+    send, dest, send_tag, recv, src, recv_tag = arguments
+    a, send_count, send_type = _message(send)
+    b, count, datatype = _message(recv)
+    return 13, [a, send_count, send_type, _int(dest), _int(send_tag), b, count, datatype,
+                _int(src), _int(recv_tag)], (0, 5), None
+
+
+def _sendrecv_replace(arguments, size):
+    buf, dest, send_tag, src, recv_tag = arguments
+    b, count, datatype = _message(buf)
+    return 14, [b, count, datatype, _int(dest), _int(send_tag), _int(src), _int(recv_tag)], \
+        (0, -1), None
 
 
 def _gathering(arguments, size, to_all):
@@ -210,8 +241,13 @@ _BUILDERS = {
     "Gather": lambda arguments, size: _rooted(arguments, size, True),
     "Scatter": lambda arguments, size: _rooted(arguments, size, False),
     "Reduce_scatter": _reduce_scatter, "Allgatherv": _allgatherv, "Gatherv": _gatherv,
-    "Scatterv": _scatterv, "Alltoallv": _alltoallv,
+    "Scatterv": _scatterv, "Alltoallv": _alltoallv, "Recv": _recv, "Sendrecv": _sendrecv,
+    "Sendrecv_replace": _sendrecv_replace,
 }
+# The receiving calls: (expected count, datatype handle) from their builder's C arguments.
+_RECEIVING = {"Recv": lambda values: (values[1], values[2]),
+              "Sendrecv": lambda values: (values[6], values[7]),
+              "Sendrecv_replace": lambda values: (values[1], values[2])}
 
 
 def _is_spec(spec) -> bool:
@@ -315,18 +351,28 @@ def _function(name: str) -> int | None:
 
 @cython.cclass
 class NativeCall:
-    """One C call of MPI with its arguments, made by calling the object."""
+    """One C call of MPI with its arguments, made by calling the object; a receiving call
+    checks the count its status says (``check``)."""
 
-    __slots__ = ("signature", "function", "values", "first_slot", "second_slot", "held")
+    __slots__ = ("signature", "function", "values", "first_slot", "second_slot", "held",
+                 "on_error", "expected", "get_count", "count_type")
 
     def set(self, signature: int, function: int, values: list, slots: tuple, held) -> None:
-        if len(values) > 9:
-            raise ValueError(f"expected at most 9 C arguments, got {len(values)}")
+        if len(values) > 12:
+            raise ValueError(f"expected at most 12 C arguments, got {len(values)}")
         self.signature, self.function, self.held = signature, function, held
         self.first_slot, self.second_slot = slots
+        self.on_error, self.expected = None, -1
         if cython.compiled:
             for index, value in enumerate(values):
                 self.values[index] = value
+
+    def check(self, get_count: int, expected: int, datatype: int, on_error) -> None:
+        """After each call, read the received count with ``MPI_Get_count`` (at address
+        ``get_count``) in units of ``datatype``; raise ``on_error(0, count)`` unless it is
+        ``expected``, and ``on_error(code, -1)`` for an MPI error ``code``."""
+        self.get_count, self.expected, self.count_type = get_count, expected, datatype
+        self.on_error = on_error
 
     def on_arrays(self, first, second=None) -> None:
         """The call on new arrays: ``first``'s address where the first of ``native_call``'s
@@ -343,20 +389,27 @@ class NativeCall:
         if cython.compiled:
             self._call(0, -1, 0, -1)
 
-    @cython.locals(code=cython.int, index=cython.int)
+    @cython.locals(code=cython.int, index=cython.int, count=cython.int)
     def _call(self, first: cython.size_t, first_slot: cython.int, second: cython.size_t,
               second_slot: cython.int) -> None:
         """The call with the address ``first`` at ``first_slot`` and ``second`` at
         ``second_slot`` (-1: none), on a copy of the arguments: another thread may make
         the same call on other arrays meanwhile (sends to other ranks may)."""
-        values = cython.declare(cython.size_t[9])
-        for index in range(9):
+        values = cython.declare(cython.size_t[12])
+        status = cython.declare(cython.size_t[8])   # (an MPI_Status: 24 bytes in Open MPI)
+        for index in range(12):
             values[index] = self.values[index]
         if first_slot >= 0:
             values[first_slot] = first
         if second_slot >= 0:
             values[second_slot] = second
         with cython.nogil:
-            code = _al_mpi_call(self.signature, self.function, values)
+            code = _al_mpi_call(self.signature, self.function, values, status)
         if code != 0:
+            if self.on_error is not None:
+                raise self.on_error(code, -1)
             raise MPI.Exception(code)
+        if self.expected >= 0:
+            count = _al_get_count(self.get_count, status, self.count_type)
+            if count != self.expected:
+                raise self.on_error(0, count)

@@ -17,6 +17,7 @@ from ....core.errors import OperationError
 from ....engine.state import Action, RunType
 from ..datatypes import mpi_datatype
 from .mpi_call import POINT_TO_POINT_TAG, MPICall, MPICalls, spec
+from .native_calls import native_array_call, native_call
 from .persistent import PersistentRequests
 
 
@@ -39,17 +40,24 @@ class PassthroughRecv(MPICall):
     @classmethod
     def blocking_call(cls, comm, stream, buf, src):
         """``MPI_Recv`` bound to the buffer and one status, then the count check."""
+        arguments = cls.arguments(comm, stream, buf, src)
+        native = native_call(comm.mpi_comm, "Recv", arguments, (),
+                             receive_error(buf, src))
+        if native is not None:
+            return native
         status = MPI.Status()
-        receive = functools.partial(comm.mpi_comm.Recv, *cls.arguments(comm, stream, buf, src),
-                                    status)
+        receive = functools.partial(comm.mpi_comm.Recv, *arguments, status)
         return checked_receive(receive, status, buf, src)
 
     @classmethod
     def array_call(cls, comm, stream, buf, src):
         """``MPI_Recv`` into new arrays, with a status of its own per call, then the
         count check (as ``blocking_call``'s)."""
-        return array_receive(comm.mpi_comm.Recv, buf, src, lambda array, datatype, status:
-                             ([array, datatype], src, POINT_TO_POINT_TAG, status))
+        native = native_array_call(comm.mpi_comm, "Recv", cls.arguments(comm, stream, buf, src),
+                                   [0], receive_error(buf, src))
+        return native or array_receive(comm.mpi_comm.Recv, buf, src,
+                                       lambda array, datatype, status:
+                                       ([array, datatype], src, POINT_TO_POINT_TAG, status))
 
     @classmethod
     def persistent(cls, comm, stream, buf, src) -> PersistentRequests:
@@ -105,13 +113,30 @@ def array_receive(receive, buf, src: int, arguments):
     return call
 
 
+def receive_error(buf, src: int):
+    """``native_calls``' ``on_error`` of a receive of ``buf`` from ``src``: the
+    ``al.OperationError`` for an MPI error code, or for a message of another count."""
+    expected = dataclasses.replace(buf, obj=None, array=None, address=None)  # (for messages)
+
+    def error(code: int, count: int) -> OperationError:
+        if code:
+            return message_error(MPI.Exception(code), src)
+        return count_error(count, expected, src)
+    return error
+
+
 def check_received(status: MPI.Status, buf, src: int) -> None:
     """Raise unless the message from ``src`` had exactly ``buf``'s element count."""
     count = status.Get_count(mpi_datatype(buf.dtype))
     if count != buf.count:
-        raise OperationError(f"recv from rank {src}: expected a message of {buf.describe()}, "
-                             f"the matching send had {count}; a receive must match a send "
-                             f"of the same count")
+        raise count_error(count, buf, src)
+
+
+def count_error(count: int, buf, src: int) -> OperationError:
+    """The error of a receive of ``buf`` from ``src`` that got ``count`` elements."""
+    return OperationError(f"recv from rank {src}: expected a message of {buf.describe()}, the "
+                          f"matching send had {count}; a receive must match a send of the "
+                          f"same count")
 
 
 @contextmanager

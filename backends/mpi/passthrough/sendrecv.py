@@ -16,8 +16,9 @@ from mpi4py import MPI
 from ..datatypes import mpi_datatype
 from .mpi_call import POINT_TO_POINT_TAG, spec
 from .multisendrecv import PassthroughMultiSendRecv, persistent_pairs
+from .native_calls import native_array_call, native_call
 from .persistent import PersistentRequests
-from .recv import array_receive, checked_receive
+from .recv import array_receive, checked_receive, receive_error
 
 TAG = POINT_TO_POINT_TAG
 
@@ -37,18 +38,24 @@ class PassthroughSendrecv(PassthroughMultiSendRecv):
     def blocking_call(comm, stream, sendbuf, dest, recvbuf, src):
         """``MPI_Sendrecv`` (``_replace`` in place) bound to the buffers and one status,
         then the count check."""
+        name, arguments = _call(sendbuf, dest, recvbuf, src)
+        mpi = comm.mpi_comm
+        native = native_call(mpi, name, arguments, (), receive_error(recvbuf, src))
+        if native is not None:
+            return native
         status = MPI.Status()
-        if sendbuf is recvbuf:
-            exchange = functools.partial(comm.mpi_comm.Sendrecv_replace, spec(recvbuf), dest,
-                                         TAG, src, TAG, status)
-        else:
-            exchange = functools.partial(comm.mpi_comm.Sendrecv, spec(sendbuf), dest, TAG,
-                                         spec(recvbuf), src, TAG, status)
+        exchange = functools.partial(getattr(mpi, name), *arguments, status)
         return checked_receive(exchange, status, recvbuf, src)
 
     @staticmethod
     def array_call(comm, stream, sendbuf, dest, recvbuf, src):
         """``MPI_Sendrecv(_replace)`` on new arrays, as ``blocking_call``'s."""
+        name, arguments = _call(sendbuf, dest, recvbuf, src)
+        native = native_array_call(comm.mpi_comm, name, arguments,
+                                   [0] if sendbuf is recvbuf else [0, 1],
+                                   receive_error(recvbuf, src))
+        if native is not None:
+            return native
         send_type = mpi_datatype(sendbuf.dtype)
         if sendbuf is recvbuf:
             return array_receive(comm.mpi_comm.Sendrecv_replace, recvbuf, src,
@@ -71,3 +78,10 @@ class PassthroughSendrecv(PassthroughMultiSendRecv):
             buf, dest = self.sends[0]
             self.sends = [(dataclasses.replace(buf, array=buf.array.copy()), dest)]
         super().start()
+
+
+def _call(sendbuf, dest, recvbuf, src) -> tuple[str, tuple]:
+    """The blocking call's name and its arguments but the status."""
+    if sendbuf is recvbuf:
+        return "Sendrecv_replace", (spec(recvbuf), dest, TAG, src, TAG)
+    return "Sendrecv", (spec(sendbuf), dest, TAG, spec(recvbuf), src, TAG)
