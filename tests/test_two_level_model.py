@@ -4,6 +4,7 @@ import json
 
 import pytest
 
+from aluminum.core.pieces import pipeline_chunks
 from aluminum.tuning import selector
 from aluminum.tuning import two_level_model as model
 from aluminum.tuning.costmodel import AlphaBeta
@@ -191,6 +192,12 @@ def test_mpi_allreduce_is_modelled_as_the_best_flat_algorithm_and_wins_its_ties(
     large = 6 * (50e-6 + 16 * MIB * 8e-9)
     assert model.predict("allreduce", "mpi_passthrough", nodes, 64 * MIB, INTRA, INTER) == \
         pytest.approx(large)
+    # 3 nodes of 1 (not a power of two): recursive doubling, a fold to the first node and
+    # back, 2(α' + nβ'), and one exchange, α' + nβ'
+    n = 4 * MIB
+    folded = 3 * (50e-6 + n * 8e-9)
+    assert model.predict("allreduce", "mpi_passthrough", model.Nodes(3, 1), n, INTRA, INTER) \
+        == pytest.approx(folded)
     # where MPI's is not offered (another backend), ours flat are chosen as before
     table([], model={"alpha": 1e-6, "beta": 1e-10}, inter_model={"alpha": 50e-6,
                                                                  "beta": 8e-9})
@@ -232,3 +239,16 @@ def test_the_model_picks_reduce_bcast_and_allgather_across_nodes(table):
     assert pick("allgather", 4 * MIB, (2, 2), 4) == "hierarchical"
     assert pick("allgather", 4 * MIB, (2, 0), 3) == "ring"
     assert pick("alltoall", 4 * MIB, (2, 2), 4) == "DEFAULT"      # not modelled
+
+
+def test_hierarchical_chunks_are_a_millisecond_of_the_tables_link(table):
+    # 1 Gbit/s (8 ns/B): a millisecond carries 125 000 B, so 1 MiB crosses in 8 chunks and
+    # 64 MiB in the most, 64; 64 KiB is under one chunk
+    table([], inter_model={"alpha": 50e-6, "beta": 8e-9})
+    assert [pipeline_chunks(n) for n in (64 << 10, MIB, 64 * MIB)] == [1, 8, 64]
+    # 100 Gbit/s: a millisecond is more than the largest chunk, 1 MiB
+    table([], inter_model={"alpha": 5e-6, "beta": 8e-11})
+    assert [pipeline_chunks(n) for n in (MIB, 4 * MIB)] == [1, 4]
+    # 8 Gbit/s: 1 MB, within the bounds
+    table([], inter_model={"alpha": 5e-6, "beta": 1e-9})
+    assert pipeline_chunks(4 * MIB) == 4

@@ -1,6 +1,9 @@
-"""How the hierarchical reduce and broadcast cut a shard into pieces along their chain of
-nodes (backends/mpi/algorithms/program.py ``chain_reduce``, ``chain_bcast``); the two-level
-model (aluminum/tuning/two_level_model.py) predicts them with the same cut.
+"""How the hierarchical algorithms cut their vectors for the link between nodes: the reduce
+and broadcast a shard into pieces along their chain of nodes (backends/mpi/algorithms/
+program.py ``chain_reduce``, ``chain_bcast``; the two-level model,
+aluminum/tuning/two_level_model.py, predicts them with the same cut), the allreduce its
+vector into chunks that cross between nodes while others are reduced inside them
+(``pipeline_chunks``).
 
 A chain of ``N`` nodes moving ``P`` pieces takes ``N − 2 + P`` hops of one piece each, so
 more pieces bring it closer to one vector's time on one link; each piece costs a message's
@@ -9,10 +12,39 @@ receives posted at once.
 """
 from __future__ import annotations
 
+from typing import Callable
+
 CHAIN_PIECE_BYTES = 256 << 10
 MOST_CHAIN_PIECES = 64
+
+# An allreduce chunk is what the link between nodes carries in PIPELINE_CHUNK_S: long next to
+# what each chunk costs besides its bytes (a message latency per ring step, an engine step),
+# short enough that many chunks keep the link busy while others are reduced in the node.
+PIPELINE_CHUNK_S = 1e-3
+PIPELINE_MIN_BYTES, PIPELINE_MAX_BYTES = 64 << 10, 1 << 20
+PIPELINE_CHUNKS = 64      # at most: each takes a tag of the communicator per call
+# Seconds per byte of the link between nodes until the tuning table says (1 Gbit/s).
+DEFAULT_INTER_NODE_BETA = 8e-9
+_inter_node_beta: Callable[[], float] = lambda: DEFAULT_INTER_NODE_BETA
 
 
 def chain_pieces(nbytes: float) -> int:
     """How many pieces a shard of ``nbytes`` travels a chain of nodes in."""
     return max(1, min(MOST_CHAIN_PIECES, int(nbytes) // CHAIN_PIECE_BYTES))
+
+
+def pipeline_chunks(nbytes: float) -> int:
+    """How many chunks the hierarchical allreduce's vector of ``nbytes`` crosses nodes in:
+    one per ``PIPELINE_CHUNK_S`` of the link's time (``inter_node_beta``), within the
+    bounds above."""
+    chunk = min(PIPELINE_MAX_BYTES, max(PIPELINE_MIN_BYTES,
+                                        PIPELINE_CHUNK_S / _inter_node_beta()))
+    return max(1, min(PIPELINE_CHUNKS, int(nbytes // chunk)))
+
+
+def read_inter_node_beta(read: Callable[[], float]) -> None:
+    """Where ``pipeline_chunks`` reads the link's seconds per byte: ``read()`` (the tuning
+    table's ``inter_model``; the selector registers it).  Every rank must read the same
+    value: the chunks' count sets the tags each call takes."""
+    global _inter_node_beta
+    _inter_node_beta = read

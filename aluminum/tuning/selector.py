@@ -63,6 +63,7 @@ from ..backends import select_algorithms_with
 from ..core.errors import AluminumError, ArgumentError
 from ..core.names import Algorithm, Mode, Placement
 from ..core.ops import OPS
+from ..core.pieces import read_inter_node_beta
 
 FORMAT = "aluminum-tuning/1"
 # Fitted to an mpi4py ping-pong between two ranks on the 2-core development machine.
@@ -386,6 +387,15 @@ def current_table() -> Table:
         if _table is None:
             _table = _load()
         return _table
+
+
+def inter_node_beta() -> float:
+    """Seconds per byte between nodes: the table's ``inter_model``, else the two-level
+    model's default (what the hierarchical allreduce cuts its chunks by)."""
+    return (current_table().inter_model or two_level_model.DEFAULT_INTER).beta
+
+
+read_inter_node_beta(inter_node_beta)
 
 
 def reload() -> None:

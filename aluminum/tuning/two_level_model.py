@@ -22,9 +22,11 @@ Allreduce of ``n`` bytes:
 
 Non-power-of-two rank counts add the one-level model's fold step at inter-node cost.
 - ``mpi_passthrough``, MPI's own allreduce: its algorithm is the library's choice, among
-  these flat ones (written in C, without our per-step costs), so it is modelled as the best
-  flat one and listed first, winning the ties: the selector picks ours flat across nodes
-  only where MPI's is not offered.  Measured between emulated hosts with MPI yielding
+  these flat ones (written in C, without our per-step costs), so on a power of two ranks it
+  is modelled as the best flat one and listed first, winning the ties: the selector picks
+  ours flat across nodes only where MPI's is not offered.  On other rank counts it is
+  modelled as recursive doubling with its fold, what Open MPI ran between 3 emulated hosts
+  (each host sent twice the vector: three times the bound).  Measured between emulated hosts with MPI yielding
   (docs/hosts.md), MPI's blocking allreduce ran at the link's bound and far ahead of ours on
   small calls.
 
@@ -52,7 +54,7 @@ from typing import NamedTuple
 
 from .costmodel import AlphaBeta, predict as predict_one_level
 from ..core.errors import ArgumentError
-from ..core.pieces import chain_pieces
+from ..core.pieces import DEFAULT_INTER_NODE_BETA, chain_pieces
 
 # The algorithms modelled across nodes, by operation; ties go to the earlier.
 ALGORITHMS = {
@@ -64,7 +66,7 @@ ALGORITHMS = {
 }
 # A 1 Gbit/s Ethernet between hosts (α from TCP's round trip here), used until `bench model`
 # on a real or emulated cluster writes measured ones into a tuning table.
-DEFAULT_INTER = AlphaBeta(alpha=50e-6, beta=8e-9)
+DEFAULT_INTER = AlphaBeta(alpha=50e-6, beta=DEFAULT_INTER_NODE_BETA)
 
 
 class Nodes(NamedTuple):
@@ -98,9 +100,11 @@ _FLAT = ("recursive_doubling", "ring", "rabenseifner")
 
 
 def _allreduce(algo, count, local, n, intra, inter) -> float:
-    if algo == "mpi_passthrough":
-        return min(_allreduce(flat, count, local, n, intra, inter) for flat in _FLAT)
     p = count * local
+    if algo == "mpi_passthrough":
+        if p & (p - 1):
+            return _allreduce("recursive_doubling", count, local, n, intra, inter)
+        return min(_allreduce(flat, count, local, n, intra, inter) for flat in _FLAT)
     if count == 1:
         one_level = "ring" if algo == "hierarchical" else algo
         return predict_one_level("allreduce", one_level, p, n, intra.alpha, intra.beta)

@@ -13,11 +13,12 @@ from collections import deque
 
 import numpy as np
 
+from ....core.pieces import pipeline_chunks
 from ....core.reduction import sums_in_rank_order
 from .hierarchical_shared import node_barrier, reduce_my_block, shared_arrays
 from .node_layout import node_position, require_uniform_nodes
-from .program import (ProgramState, partition, pipeline_chunks, rank_order_allreduce,
-                      result_buffer, ring_allgather, ring_reduce_scatter)
+from .program import (ProgramState, partition, rank_order_allreduce, result_buffer,
+                      ring_allgather, ring_reduce_scatter)
 from .shared_buffers import SharedBuffers
 from .vector_copy import copy_vector
 
@@ -35,8 +36,10 @@ class HierarchicalAllreduce(ProgramState):
        node (one per node), so block ``r`` holds the sum over all ranks.
     3. Allgather of the ``L`` blocks round the node.
 
-    Across nodes the vector is cut into chunks (``pipeline_chunks``), up to ``IN_FLIGHT``
-    run at a time, so the link carries chunks while the ranks reduce others inside the node.
+    Across nodes the vector is cut into chunks (``pipeline_chunks``: each what the link
+    carries in about a millisecond, by the tuning table's ``inter_model``), up to
+    ``IN_FLIGHT`` run at a time, so the link carries chunks while the ranks reduce others
+    inside the node.
 
     Every element is reduced by exactly one rank per level and then copied, so every rank
     ends with the same bits; the order of the sum is fixed (node ring, then node order), the

@@ -185,19 +185,6 @@ def ring_allgather(state: ProgramState, blocks: list, ring: list[int],
                                   blocks[(me - s - 1) % size], left, tag)
 
 
-# The hierarchical allreduce's vector crosses between nodes in chunks: no smaller than this
-# (each costs a link latency per ring step), at most this many, so that some cross while
-# others are reduced in the node.  Cutting changes no bit: every element meets the same
-# operands in the same order.
-PIPELINE_CHUNK_BYTES = 1 << 20
-PIPELINE_CHUNKS = 16
-
-
-def pipeline_chunks(nbytes: int) -> int:
-    """How many chunks the hierarchical allreduce's vector of ``nbytes`` crosses in."""
-    return max(1, min(PIPELINE_CHUNKS, nbytes // PIPELINE_CHUNK_BYTES))
-
-
 def chain_reduce(state: ProgramState, block: np.ndarray, chain: list[int],
                  scratch: np.ndarray, tag: int | None = None):
     """Reduce ``block`` along ``chain`` (ranks, this rank among them) into ``chain[0]``'s:
