@@ -3,7 +3,8 @@
 Each peer runs the same point on the same buffers (see bench/ops.py) with its own library,
 so a table shows "0.6× mpi4py at 1 MiB" from one job. mpi4py calls the MPI library with
 buffer specs built once per point (the leanest Python can do); nonblocking means the
-``I``-variant followed by ``Wait``. torch has no out-of-place allreduce, reduce or bcast, so
+``I``-variant followed by ``Wait``. A v-variant (``alltoallv`` ...) is MPI's v-call with the
+counts and displacements lists our call gets, as mpi4py code passes them. torch has no out-of-place allreduce, reduce or bcast, so
 those run in place on the send buffer whatever ``--inplace`` says. torch's process group is
 set up over MPI: rank 0 picks a free TCP port and broadcasts ``MASTER_ADDR``/``MASTER_PORT``
 (loopback when every rank shares a node; gloo is also told to use the loopback interface
@@ -96,6 +97,11 @@ class MPI4PyPeer:
             return _blocking_or_wait(lambda: comm.Bcast(*args), lambda: comm.Ibcast(*args),
                                      nonblocking)
         c = case.count
+        if spec.variable:
+            args = _variable_arguments(name, send, recv, case, datatype)
+            start = "I" + _VARIABLE[name][0].lower() + _VARIABLE[name][1:]
+            return _blocking_or_wait(lambda: getattr(comm, _VARIABLE[name])(*args),
+                                     lambda: getattr(comm, start)(*args), nonblocking)
         if name in ("reduce_scatter", "reduce_scatterv"):
             args = (s, r, MPI.SUM)
             return _blocking_or_wait(lambda: comm.Reduce_scatter_block(*args),
@@ -167,6 +173,8 @@ class MPI4PyPeer:
                 MPI.Request.Waitall(reqs)
             return exchange
         IN_PLACE, SUM = MPI.IN_PLACE, MPI.SUM
+        if spec.variable:
+            return _variable_caller(name, method(_VARIABLE[name]), case, dt)
         if name == "allreduce":
             call = method("Allreduce")
             if inplace:
@@ -223,6 +231,71 @@ def _mpi_datatype(dtype: np.dtype, reduces: bool) -> MPI.Datatype:
         return MPI.Datatype.fromcode(dtype.char)
     except (KeyError, ValueError) as exc:
         raise PeerUnavailable(f"mpi4py: no MPI datatype for {dtype}") from exc
+
+
+# The v-variants' MPI calls.
+_VARIABLE = {"reduce_scatterv": "Reduce_scatter", "allgatherv": "Allgatherv",
+             "alltoallv": "Alltoallv", "gatherv": "Gatherv", "scatterv": "Scatterv"}
+
+
+def _variable_arguments(name: str, send, recv, case: Case, dt) -> tuple:
+    """The arguments of v-variant ``name``'s MPI call on these arrays (``recv`` None in
+    place), with the case's counts and displacements lists."""
+    counts, displs, root, c = case.counts, case.displs, case.rank == ROOT, case.count
+    IN_PLACE = MPI.IN_PLACE
+    inplace = recv is None
+    if name == "reduce_scatterv":
+        return (IN_PLACE if inplace else [send, dt], [send if inplace else recv, dt], counts,
+                MPI.SUM)
+    if name == "allgatherv":
+        return (IN_PLACE if inplace else [send, dt],
+                [send if inplace else recv, counts, displs, dt])
+    if name == "alltoallv":
+        whole = [send, counts, displs, dt]
+        return (IN_PLACE, whole) if inplace else (whole, [recv, counts, displs, dt])
+    if name == "gatherv":
+        if inplace:
+            return (IN_PLACE, [send, counts, displs, dt], ROOT) if root else \
+                ([send[:c], dt], None, ROOT)
+        return [send, dt], [recv, counts, displs, dt] if root else None, ROOT
+    if inplace:                                                     # scatterv
+        return ([send, counts, displs, dt], IN_PLACE, ROOT) if root else \
+            (None, [send, dt], ROOT)
+    return [send, counts, displs, dt] if root else None, [recv, dt], ROOT
+
+
+def _variable_caller(name: str, call: Callable[..., Any], case: Case, dt):
+    """``call`` (v-variant ``name``'s MPI call) as ``caller(send, recv)``, its specs made on
+    every call, written out per case as the other callers are."""
+    counts, displs, root, c = case.counts, case.displs, case.rank == ROOT, case.count
+    IN_PLACE, SUM, inplace = MPI.IN_PLACE, MPI.SUM, case.recv is None
+    if name == "reduce_scatterv":
+        if inplace:
+            return lambda send, recv: call(IN_PLACE, [send, dt], counts, SUM)
+        return lambda send, recv: call([send, dt], [recv, dt], counts, SUM)
+    if name == "allgatherv":
+        if inplace:
+            return lambda send, recv: call(IN_PLACE, [send, counts, displs, dt])
+        return lambda send, recv: call([send, dt], [recv, counts, displs, dt])
+    if name == "alltoallv":
+        if inplace:
+            return lambda send, recv: call(IN_PLACE, [send, counts, displs, dt])
+        return lambda send, recv: call([send, counts, displs, dt], [recv, counts, displs, dt])
+    if name == "gatherv":
+        if inplace:
+            if root:
+                return lambda send, recv: call(IN_PLACE, [send, counts, displs, dt], ROOT)
+            return lambda send, recv: call([send[:c], dt], None, ROOT)
+        if root:
+            return lambda send, recv: call([send, dt], [recv, counts, displs, dt], ROOT)
+        return lambda send, recv: call([send, dt], None, ROOT)
+    if inplace:                                                     # scatterv
+        if root:
+            return lambda send, recv: call([send, counts, displs, dt], IN_PLACE, ROOT)
+        return lambda send, recv: call(None, [send, dt], ROOT)
+    if root:
+        return lambda send, recv: call([send, counts, displs, dt], [recv, dt], ROOT)
+    return lambda send, recv: call(None, [recv, dt], ROOT)
 
 
 def _blocking_or_wait(blocking: Callable[[], Any], start: Callable[[], MPI.Request],
