@@ -135,6 +135,43 @@ def test_receive_of_another_count_raises_and_comm_stays_usable(backend_comm, lon
     np.testing.assert_array_equal(ok, sent + prev)
 
 
+@pytest.mark.parametrize("op", ["recv", "sendrecv", "multisendrecv"])
+def test_a_repeated_receive_still_checks_the_message_count(comm, op):
+    """Receives into the same buffer again run the remembered plan (MPI's call made
+    directly where compiled): a message of another count still raises al.OperationError
+    naming the sender, and a matching one after it lands (ranks 0 and 1)."""
+    if comm.size < 2:
+        pytest.skip("needs two ranks")
+    if comm.rank > 1:
+        return
+    peer = 1 - comm.rank
+    out, token = np.zeros(3), np.ones(1)
+    for length in (3, 3, 2, 3, 4, 3):     # matching, shorter, matching, longer, matching
+        if comm.rank == 0:
+            message, reply = np.arange(float(length)) + length, np.zeros(1)
+            if op == "recv":
+                al.send(message, peer, comm)
+            elif op == "sendrecv":
+                al.sendrecv(message, peer, reply, peer, comm)
+            else:
+                al.multisendrecv([(message, peer)], [(reply, peer)], comm)
+            continue
+
+        def receive():
+            if op == "recv":
+                al.recv(out, peer, comm)
+            elif op == "sendrecv":
+                al.sendrecv(token, peer, out, peer, comm)
+            else:
+                al.multisendrecv([(token, peer)], [(out, peer)], comm)
+        if length == 3:
+            receive()
+            np.testing.assert_array_equal(out, np.arange(3.0) + 3)
+        else:
+            with pytest.raises(al.OperationError, match="recv from rank 0"):
+                receive()
+
+
 @EVERY_MODE
 def test_barrier_waits_for_the_last_rank(backend_comm, mode):
     comm = backend_comm

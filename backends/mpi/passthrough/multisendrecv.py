@@ -6,14 +6,17 @@ messages between one pair of ranks match in list order.
 """
 from __future__ import annotations
 
+import dataclasses
+
 from mpi4py import MPI
 
 from ....engine.state import Action, RunType
 from ..datatypes import mpi_datatype
 from .mpi_call import POINT_TO_POINT_TAG, spec
 from .mpi_errors import MPIState, operation_error
+from .native_calls import native_exchange
 from .persistent import PersistentRequests
-from .recv import check_received, message_error, message_errors
+from .recv import check_received, count_error, message_error, message_errors
 
 
 class PassthroughMultiSendRecv(MPIState):
@@ -34,6 +37,15 @@ class PassthroughMultiSendRecv(MPIState):
         with message_errors(_sources(recvs)):
             MPI.Request.Waitall(requests, statuses)
         _check(statuses, recvs)
+
+    @classmethod
+    def blocking_call(cls, comm, stream, sends, recvs):
+        """Every message posted and waited for in one C call where ``native_calls`` can,
+        with the count check; else ``run_blocking`` bound to the arguments."""
+        exchange = native_exchange(comm.mpi_comm, [(spec(buf), peer) for buf, peer in recvs],
+                                   [(spec(buf), peer) for buf, peer in sends],
+                                   POINT_TO_POINT_TAG, _exchange_error(cls.name, recvs))
+        return exchange or super().blocking_call(comm, stream, sends, recvs)
 
     @classmethod
     def persistent(cls, comm, stream, sends, recvs) -> PersistentRequests:
@@ -71,6 +83,20 @@ def persistent_pairs(comm, name: str, sends, recvs) -> PersistentRequests:
                 _check(statuses, recvs)      # raises, saying what came from whom
     return PersistentRequests(comm, name, requests, check,
                               lambda exc: message_error(exc, _sources(recvs)))
+
+
+def _exchange_error(name: str, recvs):
+    """``native_exchange``'s ``on_error`` for ``recvs``: the error a blocking run raises."""
+    expected = [(dataclasses.replace(buf, obj=None, array=None, address=None), peer)
+                for buf, peer in recvs]     # (only what the messages say: no arrays held)
+
+    def error(code: int, index: int, count: int) -> Exception:
+        if not code:
+            return count_error(count, *expected[index])
+        if index < len(expected):
+            return message_error(MPI.Exception(code), expected[index][1])
+        return operation_error(name, MPI.Exception(code))
+    return error
 
 
 def _check(statuses, recvs) -> None:

@@ -3,6 +3,7 @@
 cdef extern from *:
     """
     #include <stddef.h>
+    #include <stdlib.h>
     /* MPI's C calls with their arguments as integers in C order (``v``): Open MPI's
        handles are pointers; int parameters take the low bits. One case per signature of
        native_calls.py's _SIGNATURES. */
@@ -56,6 +57,42 @@ cdef extern from *:
         return count;
     }
 
+    /* Post an MPI_Irecv for each of ``n_recv`` receives, then an MPI_Isend for each of
+       ``n_send`` sends (each four values at ``recvs`` / ``sends``: address, count, datatype,
+       peer; ``f``: MPI_Irecv, MPI_Isend, MPI_Wait, MPI_Get_count), then wait for every one
+       in that order, checking that each receive got its count. Returns 0; an MPI error
+       code (the first; *failed: its message's index, receives first); -1 for a receive of
+       another count (*failed: its index, *got: the count); -2 out of memory. */
+    static int _al_exchange(const size_t *f, int n_recv, int n_send, size_t recv_specs,
+                            size_t send_specs, int tag, size_t comm, int *failed, int *got) {
+        typedef int (*post_t)(void *, int, void *, int, int, void *, void *);
+        const size_t *recvs = (const size_t *)recv_specs, *sends = (const size_t *)send_specs;
+        int n = n_recv + n_send, i, code, first = 0;
+        size_t status[8];   /* an MPI_Status: 24 bytes in Open MPI */
+        size_t *requests = (size_t *)malloc(sizeof(size_t) * (n ? n : 1));
+        if (!requests) return -2;
+        for (i = 0; i < n; i++) {
+            const size_t *m = i < n_recv ? recvs + 4 * i : sends + 4 * (i - n_recv);
+            code = ((post_t)(i < n_recv ? f[0] : f[1]))(
+                (void *)m[0], (int)m[1], (void *)m[2], (int)m[3], tag, (void *)comm,
+                &requests[i]);
+            if (code) { first = code; *failed = i; n = i; break; }  /* wait for the posted */
+        }
+        for (i = 0; i < n; i++) {
+            code = ((int (*)(void *, void *))f[2])(&requests[i], status);
+            if (code) {
+                if (!first) { first = code; *failed = i; }
+            } else if (i < n_recv && !first) {
+                int count = -1;
+                ((int (*)(void *, void *, int *))f[3])(status, (void *)recvs[4 * i + 2],
+                                                       &count);
+                if (count != (int)recvs[4 * i + 1]) { first = -1; *failed = i; *got = count; }
+            }
+        }
+        free(requests);
+        return first;
+    }
+
     /* The data address of a numpy array (exactly numpy.ndarray): the first field after
        the object's head in numpy's PyArrayObject_fields, unchanged from 1.7 through 2.x. */
     typedef struct { PyObject_HEAD char *data; } _al_array_head;
@@ -66,6 +103,8 @@ cdef extern from *:
     size_t _al_array_data(object a)
     int _al_mpi_call(int signature, size_t f, const size_t *v, void *status) nogil
     int _al_get_count(size_t f, void *status, size_t datatype) nogil
+    int _al_exchange(const size_t *f, int n_recv, int n_send, size_t recv_specs,
+                     size_t send_specs, int tag, size_t comm, int *failed, int *got) nogil
 
 
 cdef class NativeCall:
@@ -76,3 +115,10 @@ cdef class NativeCall:
     cdef long long expected
     cdef size_t get_count, count_type
     cdef _call(self, size_t first, int first_slot, size_t second, int second_slot)
+
+
+cdef class NativeExchange:
+    cdef size_t functions[4]
+    cdef int n_recv, n_send, tag
+    cdef size_t recv_specs, send_specs, comm
+    cdef object held, on_error

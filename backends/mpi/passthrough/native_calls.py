@@ -34,7 +34,7 @@ except ImportError:   # (running uncompiled without Cython)
 import numpy as np
 from mpi4py import MPI
 
-__all__ = ["native_call", "native_array_call"]
+__all__ = ["native_call", "native_array_call", "native_exchange"]
 
 _OPEN_MPI = MPI.get_vendor()[0] == "Open MPI"
 _INT_MAX = 2 ** 31 - 1
@@ -84,6 +84,31 @@ def native_array_call(mpi_comm, name: str, arguments: tuple, positions: list, on
         return None
     call = native_call(mpi_comm, name, arguments, tuple(positions), on_error)
     return None if call is None else call.on_arrays
+
+
+def native_exchange(mpi_comm, recvs: list, sends: list, tag: int, on_error):
+    """A callable posting ``MPI_Irecv`` for each ``(spec, peer)`` of ``recvs``, then
+    ``MPI_Isend`` for each of ``sends``, all with ``tag``, then waiting for them all in that
+    order, in C; None where it cannot (see the module's docstring).  It raises
+    ``on_error(code, index, count)``: for an MPI error ``code`` of message ``index``
+    (receives first; count -1), or for receive ``index`` getting ``count`` elements, not
+    its own count (code 0)."""
+    if not cython.compiled or not _OPEN_MPI or not isinstance(mpi_comm, MPI.Comm):
+        return None
+    functions = [_function(name) for name in ("Irecv", "Isend", "Wait", "Get_count")]
+    if None in functions:
+        return None
+    try:
+        specs = [np.array([value for spec, peer in messages
+                           for value in (*_message(spec), _int(peer))] or [0], np.uint64)
+                 for messages in (recvs, sends)]
+        tag = _int(tag)
+    except _NotNative:
+        return None
+    exchange = NativeExchange()
+    exchange.set(functions, len(recvs), len(sends), specs, tag, MPI._handleof(mpi_comm),
+                 ((recvs, sends), specs), on_error)
+    return exchange
 
 
 class _NotNative(Exception):
@@ -413,3 +438,35 @@ class NativeCall:
             count = _al_get_count(self.get_count, status, self.count_type)
             if count != self.expected:
                 raise self.on_error(0, count)
+
+
+@cython.cclass
+class NativeExchange:
+    """Messages to post at once and wait for, made by calling the object
+    (``native_exchange``)."""
+
+    __slots__ = ("functions", "n_recv", "n_send", "tag", "recv_specs", "send_specs", "comm",
+                 "held", "on_error")
+
+    def set(self, functions: list, n_recv: int, n_send: int, specs: list, tag: int,
+            comm: int, held, on_error) -> None:
+        self.n_recv, self.n_send, self.tag, self.comm = n_recv, n_send, tag, comm
+        self.held, self.on_error = held, on_error
+        if cython.compiled:
+            for index, function in enumerate(functions):
+                self.functions[index] = function
+            self.recv_specs, self.send_specs = _address(specs[0]), _address(specs[1])
+
+    @cython.locals(code=cython.int, failed=cython.int, got=cython.int)
+    def __call__(self) -> None:
+        if not cython.compiled:
+            return
+        failed, got = 0, -1
+        with cython.nogil:
+            code = _al_exchange(self.functions, self.n_recv, self.n_send, self.recv_specs,
+                                self.send_specs, self.tag, self.comm, cython.address(failed),
+                                cython.address(got))
+        if code == -2:
+            raise MemoryError("multisendrecv: no memory for the requests")
+        if code != 0:
+            raise self.on_error(max(code, 0), failed, got)
