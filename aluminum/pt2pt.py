@@ -53,13 +53,13 @@ def _call_multisendrecv(call, op, make, sends, recvs, comm, stream, algo):
     buffers are the remembered objects, the peers (and with them how many sends there are)
     an option; lists that are not pairs take the full path, which says what is wrong."""
     try:
-        objects = tuple(buf for buf, _ in sends) + tuple(buf for buf, _ in recvs)
-        peers = (tuple(peer for _, peer in sends), tuple(peer for _, peer in recvs))
+        send_buffers, send_peers = zip(*sends) if sends else ((), ())
+        recv_buffers, recv_peers = zip(*recvs) if recvs else ((), ())
     except (TypeError, ValueError):
         plan = make(sends, recvs, comm, stream, algo)   # (raises, saying why)
         return plan.run() if call is call_blocking else plan.start()
-    return call(op, objects, comm, stream, (algo, peers),
-                make, sends, recvs, comm, stream, algo)
+    return call(op, send_buffers + recv_buffers, comm, stream,
+                (algo, (send_peers, recv_peers)), make, sends, recvs, comm, stream, algo)
 
 
 def _peer_buffers(pairs, comm, name, check, peer_name):

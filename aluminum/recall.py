@@ -442,9 +442,9 @@ class _Kind:
                           for part in template)
         kind.arrivals = None if plan.op in POINT_TO_POINT else plan.comm.arrivals
         kind.last = None
-        kind.order = tuple(dict.fromkeys(index for _, index in kind.positions))
+        kind.order = tuple(dict.fromkeys(_slot_indices(template)))
         kind.direct = None
-        if not kind.nested and all(objects[index].ndim == 1 for index in kind.order):
+        if all(objects[index].ndim == 1 for index in kind.order):
             state_class = kind.state_class(False)
             kind.direct = dispatch.array_runner(plan.comm, state_class, plan.args)
             kind.call_error = state_class.call_error
@@ -543,6 +543,15 @@ def _templated(value, objects: tuple, found: dict):
     if type(value) is list:
         return [_templated(part, objects, found) for part in value]
     return value
+
+
+def _slot_indices(value) -> list:
+    """The objects' indices of ``value``'s slots, in order (nested ones included)."""
+    if type(value) is _Slot:
+        return [value.index]
+    if type(value) in (tuple, list):
+        return [index for part in value for index in _slot_indices(part)]
+    return []
 
 
 def _has_slot(value) -> bool:

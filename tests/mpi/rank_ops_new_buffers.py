@@ -15,7 +15,7 @@ from op_cases import REDUCTION_CASES, SEEDS, reduced
 
 REPEATS = 3        # calls of one kind in a row, each on new arrays
 COLLECTIVES = ["allreduce", "reduce", "reduce_scatter", "allgather", "alltoall", "bcast",
-               "gather", "scatter", "allgatherv", "sendrecv"]
+               "gather", "scatter", "allgatherv", "sendrecv", "multisendrecv"]
 MODES = ["blocking", "nonblocking"]
 
 
@@ -49,6 +49,9 @@ def expected(name, count, dtype, op, size, rank, seed, inplace):
         return data[0][rank * count:(rank + 1) * count]
     if name == "sendrecv":
         return data[(rank - 1) % size]
+    if name == "multisendrecv":
+        return np.concatenate([data[peer][:count] for peer in range(size) if peer != rank]
+                              or [np.zeros(0, dtype)])
     raise AssertionError(name)
 
 
@@ -89,6 +92,12 @@ def call(comm, mode, name, count, dtype, op, seed, inplace):
             run(mode, name, mine, right, mine, left, comm)
             return mine
         run(mode, name, mine, right, out, left, comm)
+    elif name == "multisendrecv":
+        peers = [r for r in range(size) if r != rank]
+        block = mine[:count].copy()        # one array sent to every peer
+        recvs = [(np.full(count, 7, dtype), peer) for peer in peers]
+        run(mode, name, [(block, peer) for peer in peers], recvs, comm)
+        return np.concatenate([buf for buf, _ in recvs] or [np.zeros(0, dtype)])
     return out
 
 

@@ -136,10 +136,12 @@ def test_receive_of_another_count_raises_and_comm_stays_usable(backend_comm, lon
 
 
 @pytest.mark.parametrize("op", ["recv", "sendrecv", "multisendrecv"])
-def test_a_repeated_receive_still_checks_the_message_count(comm, op):
-    """Receives into the same buffer again run the remembered plan (MPI's call made
-    directly where compiled): a message of another count still raises al.OperationError
-    naming the sender, and a matching one after it lands (ranks 0 and 1)."""
+@pytest.mark.parametrize("fresh", [False, True], ids=["same-buffer", "new-arrays"])
+def test_a_repeated_receive_still_checks_the_message_count(comm, op, fresh):
+    """Receives into the same buffer again run the remembered plan, and receives into new
+    arrays of a kind seen before that kind's call (MPI's call made directly where
+    compiled): a message of another count still raises al.OperationError naming the
+    sender, and a matching one after it lands (ranks 0 and 1)."""
     if comm.size < 2:
         pytest.skip("needs two ranks")
     if comm.rank > 1:
@@ -147,6 +149,8 @@ def test_a_repeated_receive_still_checks_the_message_count(comm, op):
     peer = 1 - comm.rank
     out, token = np.zeros(3), np.ones(1)
     for length in (3, 3, 2, 3, 4, 3):     # matching, shorter, matching, longer, matching
+        if fresh:
+            out, token = np.zeros(3), np.ones(1)
         if comm.rank == 0:
             message, reply = np.arange(float(length)) + length, np.zeros(1)
             if op == "recv":

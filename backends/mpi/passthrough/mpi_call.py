@@ -149,8 +149,10 @@ class MPICall(MPIState):
         """``<Op>`` on new arrays, the arguments made once with ``args``' buffers standing
         in for them; None where the order matters, or where an argument is made from a
         buffer otherwise than ``[buf.array, ...]``."""
-        if cls.order_sensitive(comm, *args):
-            return None
+        if cls.order_sensitive(comm, *args) or any(
+                type(arg) in (list, tuple) and any(isinstance(part, Buffer) for part in arg)
+                for arg in args):
+            return None        # (buffers in lists: their States make their own)
         buffers = list({id(arg): arg for arg in args if isinstance(arg, Buffer)}.values())
         arguments = cls.arguments(comm, *args)
         slots = []

@@ -48,6 +48,20 @@ class PassthroughMultiSendRecv(MPIState):
         return exchange or super().blocking_call(comm, stream, sends, recvs)
 
     @classmethod
+    def array_call(cls, comm, stream, sends, recvs):
+        """Every message posted and waited for in one C call on new arrays, taken in the
+        order their buffers first appear in ``sends`` then ``recvs``; None where
+        ``native_calls`` cannot."""
+        messages = [*sends, *recvs]
+        distinct = list({id(buf.obj): buf.obj for buf, _ in messages})
+        exchange = native_exchange(comm.mpi_comm, [(spec(buf), peer) for buf, peer in recvs],
+                                   [(spec(buf), peer) for buf, peer in sends],
+                                   POINT_TO_POINT_TAG, _exchange_error(cls.name, recvs),
+                                   [distinct.index(id(buf.obj)) for buf, _ in
+                                    [*recvs, *sends]])
+        return None if exchange is None else exchange.on_arrays
+
+    @classmethod
     def persistent(cls, comm, stream, sends, recvs) -> PersistentRequests:
         """``MPI_Recv_init`` and ``MPI_Send_init`` for every pair, started together."""
         return persistent_pairs(comm, cls.name, sends, recvs)

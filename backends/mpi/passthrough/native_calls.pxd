@@ -4,6 +4,7 @@ cdef extern from *:
     """
     #include <stddef.h>
     #include <stdlib.h>
+    #include <string.h>
     /* MPI's C calls with their arguments as integers in C order (``v``): Open MPI's
        handles are pointers; int parameters take the low bits. One case per signature of
        native_calls.py's _SIGNATURES. */
@@ -57,6 +58,13 @@ cdef extern from *:
         return count;
     }
 
+    /* The data address of a numpy array (exactly numpy.ndarray): the first field after
+       the object's head in numpy's PyArrayObject_fields, unchanged from 1.7 through 2.x. */
+    typedef struct { PyObject_HEAD char *data; } _al_array_head;
+    static inline size_t _al_array_data(PyObject *a) {
+        return (size_t)((_al_array_head *)a)->data;
+    }
+
     /* Post an MPI_Irecv for each of ``n_recv`` receives, then an MPI_Isend for each of
        ``n_send`` sends (each four values at ``recvs`` / ``sends``: address, count, datatype,
        peer; ``f``: MPI_Irecv, MPI_Isend, MPI_Wait, MPI_Get_count), then wait for every one
@@ -93,18 +101,37 @@ cdef extern from *:
         return first;
     }
 
-    /* The data address of a numpy array (exactly numpy.ndarray): the first field after
-       the object's head in numpy's PyArrayObject_fields, unchanged from 1.7 through 2.x. */
-    typedef struct { PyObject_HEAD char *data; } _al_array_head;
-    static inline size_t _al_array_data(PyObject *a) {
-        return (size_t)((_al_array_head *)a)->data;
+    /* _al_exchange on new arrays: message ``i`` (receives first) on the numpy array
+       ``arrays[which[i]]`` (a tuple the caller checked), the rest of each message as in
+       ``recv_specs`` / ``send_specs``; without the GIL while MPI runs. */
+    static int _al_exchange_arrays(const size_t *f, int n_recv, int n_send, size_t recv_specs,
+                                   size_t send_specs, PyObject *arrays, size_t which_address,
+                                   int tag, size_t comm, int *failed, int *got) {
+        const Py_ssize_t *which = (const Py_ssize_t *)which_address;
+        int n = n_recv + n_send, i, code;
+        size_t *copy = (size_t *)malloc(sizeof(size_t) * 4 * (n ? n : 1));
+        if (!copy) return -2;
+        memcpy(copy, (const size_t *)recv_specs, sizeof(size_t) * 4 * n_recv);
+        memcpy(copy + 4 * n_recv, (const size_t *)send_specs, sizeof(size_t) * 4 * n_send);
+        for (i = 0; i < n; i++)
+            copy[4 * i] = _al_array_data(PyTuple_GET_ITEM(arrays, which[i]));
+        Py_BEGIN_ALLOW_THREADS
+        code = _al_exchange(f, n_recv, n_send, (size_t)copy, (size_t)(copy + 4 * n_recv), tag,
+                            comm, failed, got);
+        Py_END_ALLOW_THREADS
+        free(copy);
+        return code;
     }
+
     """
     size_t _al_array_data(object a)
     int _al_mpi_call(int signature, size_t f, const size_t *v, void *status) nogil
     int _al_get_count(size_t f, void *status, size_t datatype) nogil
     int _al_exchange(const size_t *f, int n_recv, int n_send, size_t recv_specs,
                      size_t send_specs, int tag, size_t comm, int *failed, int *got) nogil
+    int _al_exchange_arrays(const size_t *f, int n_recv, int n_send, size_t recv_specs,
+                            size_t send_specs, tuple arrays, size_t which_address, int tag,
+                            size_t comm, int *failed, int *got)
 
 
 cdef class NativeCall:
@@ -121,4 +148,6 @@ cdef class NativeExchange:
     cdef size_t functions[4]
     cdef int n_recv, n_send, tag
     cdef size_t recv_specs, send_specs, comm
-    cdef object held, on_error
+    cdef object held, on_error, which
+    cdef size_t which_address
+    cdef Py_ssize_t distinct

@@ -86,13 +86,15 @@ def native_array_call(mpi_comm, name: str, arguments: tuple, positions: list, on
     return None if call is None else call.on_arrays
 
 
-def native_exchange(mpi_comm, recvs: list, sends: list, tag: int, on_error):
+def native_exchange(mpi_comm, recvs: list, sends: list, tag: int, on_error,
+                    arrays: list | None = None):
     """A callable posting ``MPI_Irecv`` for each ``(spec, peer)`` of ``recvs``, then
     ``MPI_Isend`` for each of ``sends``, all with ``tag``, then waiting for them all in that
     order, in C; None where it cannot (see the module's docstring).  It raises
     ``on_error(code, index, count)``: for an MPI error ``code`` of message ``index``
     (receives first; count -1), or for receive ``index`` getting ``count`` elements, not
-    its own count (code 0)."""
+    its own count (code 0).  ``arrays``: for each message (receives first) which of the
+    arrays its ``on_arrays(*arrays)`` takes on new arrays it uses."""
     if not cython.compiled or not _OPEN_MPI or not isinstance(mpi_comm, MPI.Comm):
         return None
     functions = [_function(name) for name in ("Irecv", "Isend", "Wait", "Get_count")]
@@ -107,7 +109,8 @@ def native_exchange(mpi_comm, recvs: list, sends: list, tag: int, on_error):
         return None
     exchange = NativeExchange()
     exchange.set(functions, len(recvs), len(sends), specs, tag, MPI._handleof(mpi_comm),
-                 ((recvs, sends), specs), on_error)
+                 ((recvs, sends), specs), on_error,
+                 np.array(arrays if arrays is not None else [], np.intp))
     return exchange
 
 
@@ -446,16 +449,18 @@ class NativeExchange:
     (``native_exchange``)."""
 
     __slots__ = ("functions", "n_recv", "n_send", "tag", "recv_specs", "send_specs", "comm",
-                 "held", "on_error")
+                 "held", "on_error", "which", "which_address", "distinct")
 
     def set(self, functions: list, n_recv: int, n_send: int, specs: list, tag: int,
-            comm: int, held, on_error) -> None:
+            comm: int, held, on_error, which: np.ndarray) -> None:
         self.n_recv, self.n_send, self.tag, self.comm = n_recv, n_send, tag, comm
-        self.held, self.on_error = held, on_error
+        self.held, self.on_error, self.which = held, on_error, which
+        self.distinct = int(which.max()) + 1 if which.size else 0
         if cython.compiled:
             for index, function in enumerate(functions):
                 self.functions[index] = function
             self.recv_specs, self.send_specs = _address(specs[0]), _address(specs[1])
+            self.which_address = _address(which)
 
     @cython.locals(code=cython.int, failed=cython.int, got=cython.int)
     def __call__(self) -> None:
@@ -466,6 +471,26 @@ class NativeExchange:
             code = _al_exchange(self.functions, self.n_recv, self.n_send, self.recv_specs,
                                 self.send_specs, self.tag, self.comm, cython.address(failed),
                                 cython.address(got))
+        self._raise(code, failed, got)
+
+    @cython.locals(code=cython.int, failed=cython.int, got=cython.int)
+    def on_arrays(self, *arrays) -> None:
+        """The exchange on new arrays, each message on the one ``native_exchange``'s
+        ``arrays`` says (of its spec's dtype and count: the caller checked)."""
+        if len(arrays) != self.distinct:
+            raise TypeError(f"expected {self.distinct} arrays, got {len(arrays)}")
+        for array in arrays:
+            if type(array) is not np.ndarray:
+                raise TypeError("expected numpy arrays")
+        if not cython.compiled:
+            return
+        failed, got = 0, -1
+        code = _al_exchange_arrays(self.functions, self.n_recv, self.n_send, self.recv_specs,
+                                   self.send_specs, arrays, self.which_address, self.tag,
+                                   self.comm, cython.address(failed), cython.address(got))
+        self._raise(code, failed, got)
+
+    def _raise(self, code: int, failed: int, got: int) -> None:
         if code == -2:
             raise MemoryError("multisendrecv: no memory for the requests")
         if code != 0:
