@@ -242,10 +242,10 @@ def test_the_model_picks_reduce_bcast_and_allgather_across_nodes(table):
 
 
 def test_hierarchical_chunks_are_a_millisecond_of_the_tables_link(table):
-    # 1 Gbit/s (8 ns/B): a millisecond carries 125 000 B, so 1 MiB crosses in 8 chunks and
-    # 64 MiB in the most, 64; 64 KiB is under one chunk
+    # 1 Gbit/s (8 ns/B): a millisecond carries 125 000 B, so 1 MiB crosses in 8 chunks,
+    # 8 MiB in 67 and 64 MiB in the most, 128; 64 KiB is under one chunk
     table([], inter_model={"alpha": 50e-6, "beta": 8e-9})
-    assert [pipeline_chunks(n) for n in (64 << 10, MIB, 64 * MIB)] == [1, 8, 64]
+    assert [pipeline_chunks(n) for n in (64 << 10, MIB, 8 * MIB, 64 * MIB)] == [1, 8, 67, 128]
     # 100 Gbit/s: a millisecond is more than the largest chunk, 1 MiB
     table([], inter_model={"alpha": 5e-6, "beta": 8e-11})
     assert [pipeline_chunks(n) for n in (MIB, 4 * MIB)] == [1, 4]

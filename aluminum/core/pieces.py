@@ -22,7 +22,10 @@ MOST_CHAIN_PIECES = 64
 # short enough that many chunks keep the link busy while others are reduced in the node.
 PIPELINE_CHUNK_S = 1e-3
 PIPELINE_MIN_BYTES, PIPELINE_MAX_BYTES = 64 << 10, 1 << 20
-PIPELINE_CHUNKS = 64      # at most: each takes a tag of the communicator per call
+# At most (each takes one of the communicator's 32 000 tags per call): enough that chunks of
+# a large vector stay messages small enough for TCP to send eagerly (Open MPI's 64 KiB),
+# where larger ones wait a round trip each (docs/hosts.md).
+PIPELINE_CHUNKS = 128
 # Seconds per byte of the link between nodes until the tuning table says (1 Gbit/s).
 DEFAULT_INTER_NODE_BETA = 8e-9
 _inter_node_beta: Callable[[], float] = lambda: DEFAULT_INTER_NODE_BETA
