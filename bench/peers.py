@@ -4,8 +4,9 @@ Each peer runs the same point on the same buffers (see bench/ops.py) with its ow
 so a table shows "0.6× mpi4py at 1 MiB" from one job. mpi4py calls the MPI library with
 buffer specs built once per point (the leanest Python can do); nonblocking means the
 ``I``-variant followed by ``Wait``. A v-variant (``alltoallv`` ...) is MPI's v-call with the
-counts and displacements lists our call gets, as mpi4py code passes them. torch has no out-of-place allreduce, reduce or bcast, so
-those run in place on the send buffer whatever ``--inplace`` says. torch's process group is
+counts and displacements lists our call gets, as mpi4py code passes them. torch has no
+out-of-place allreduce, reduce or bcast, so those run in place on the send buffer whatever
+``--inplace`` says. torch's process group is
 set up over MPI: rank 0 picks a free TCP port and broadcasts ``MASTER_ADDR``/``MASTER_PORT``
 (loopback when every rank shares a node; gloo is also told to use the loopback interface
 then, unless ``GLOO_SOCKET_IFNAME`` is already set).

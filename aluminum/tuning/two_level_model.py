@@ -26,9 +26,9 @@ Non-power-of-two rank counts add the one-level model's fold step at inter-node c
   is modelled as the best flat one and listed first, winning the ties: the selector picks
   ours flat across nodes only where MPI's is not offered.  On other rank counts it is
   modelled as recursive doubling with its fold, what Open MPI ran between 3 emulated hosts
-  (each host sent twice the vector: three times the bound).  Measured between emulated hosts with MPI yielding
-  (docs/hosts.md), MPI's blocking allreduce ran at the link's bound and far ahead of ours on
-  small calls.
+  (each host sent twice the vector: three times the bound).  Measured between emulated
+  hosts with MPI yielding (docs/hosts.md), MPI's blocking allreduce ran at the link's bound
+  on 2 hosts and far ahead of ours on small calls.
 
 Reduce and broadcast of ``n`` bytes (the hierarchical ones pass each node's ``L`` shards of
 ``n/L`` along a chain of nodes in ``P`` pieces, ``P`` as core/pieces.py cuts the shard;
