@@ -241,6 +241,16 @@ def test_the_model_picks_reduce_bcast_and_allgather_across_nodes(table):
     assert pick("alltoall", 4 * MIB, (2, 2), 4) == "DEFAULT"      # not modelled
 
 
+def test_on_one_rank_per_node_hierarchical_wins_its_tie_with_the_ring(table):
+    table([], model={"alpha": 1e-6, "beta": 1e-10}, inter_model={"alpha": 50e-6,
+                                                                 "beta": 8e-9})
+    # 16 MiB on 3 nodes of 1: the ring, 4(α' + (n/3)β') = 0.179 s, well under MPI's own
+    # (recursive doubling with its fold, 3(α' + nβ') = 0.403 s) and Rabenseifner's; the
+    # hierarchical allreduce costs the same (no node phases) and wins the tie: it is the
+    # ring in pipelined chunks
+    assert select(16 * MIB, nodes=(3, 1), comm_size=3) == "hierarchical"
+
+
 def test_hierarchical_chunks_are_a_millisecond_of_the_tables_link(table):
     # 1 Gbit/s (8 ns/B): a millisecond carries 125 000 B, so 1 MiB crosses in 8 chunks,
     # 8 MiB in 67 and 64 MiB in the most, 128; 64 KiB is under one chunk

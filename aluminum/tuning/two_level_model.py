@@ -56,10 +56,11 @@ from .costmodel import AlphaBeta, predict as predict_one_level
 from ..core.errors import ArgumentError
 from ..core.pieces import DEFAULT_INTER_NODE_BETA, chain_pieces
 
-# The algorithms modelled across nodes, by operation; ties go to the earlier.
+# The algorithms modelled across nodes, by operation; ties go to the earlier.  On one rank
+# per node the hierarchical allreduce is the ring, in pipelined chunks: it wins their tie.
 ALGORITHMS = {
-    "allreduce": ("mpi_passthrough", "recursive_doubling", "ring", "rabenseifner",
-                  "hierarchical"),
+    "allreduce": ("mpi_passthrough", "recursive_doubling", "hierarchical", "ring",
+                  "rabenseifner"),
     "reduce": ("hierarchical",),
     "bcast": ("hierarchical",),
     "allgather": ("ring", "hierarchical"),
