@@ -12,11 +12,14 @@ other than ``[array, datatype]`` and ``[array, counts, displacements, datatype]`
 contiguous numpy arrays, ``MPI.IN_PLACE``, None, ints, datatypes and ops.  Counts are
 derived as mpi4py derives them from the same specs (bytes over the datatype's extent, per
 rank where the call takes a count per rank); the v-variants' counts and displacements are
-held as C int arrays.
+held as C int arrays.  The receiving calls (``Recv``, ``Sendrecv``, ``Sendrecv_replace``)
+read their status in C and check the received count; ``native_exchange`` posts and waits
+for a multisendrecv's every message in one C call.
 
 The call releases the GIL as mpi4py does (other threads - the progress engine, the stall
 monitor - run while it waits) and raises ``MPI.Exception`` for an error code, as mpi4py
-would, for the caller's ``call_error``.
+would, for the caller's ``call_error``; the receiving calls and the exchange raise what
+their ``on_error`` makes (``al.OperationError`` naming the sender).
 
 What surprises people: the callable holds the arrays it was made with and their
 addresses, so it is only for a plan's arguments, which the plan holds and never replaces;
