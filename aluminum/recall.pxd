@@ -44,12 +44,14 @@ cdef class _Entry:
     cdef object a, b, a_dtype, a_shape, b_dtype, b_shape, general
     cdef int a_flags, b_flags, arity
     cpdef bint same(self, tuple objects)
+    cdef bint same_pair(self, int count, object a, object b)
 
 
 cdef dict _recent, _kinds
 
 
 cdef bint _first_remembered(list entries, object first)
+cdef bint _differs(object x, object y)
 cdef bint _unchanged(object a, object dtype, tuple shape, int flags)
 cdef int _flags(object a)
 

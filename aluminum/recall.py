@@ -111,6 +111,36 @@ def call_blocking(op: str, objects: tuple, comm, stream, options: tuple,
     _made(op, objects, comm, stream, options, make, args).run()
 
 
+@cython.locals(entry="_Entry", plan="Plan", count=cython.int, k=cython.int)
+def ran_latest(op: str, count: int, a, b, comm, stream, k: int, o1, o2, o3) -> bool:
+    """``call_blocking``'s first case with no tuple made: run the op's latest remembered
+    call if this is it again - ``count`` (0-2) buffer objects ``a``, ``b`` and the ``k``
+    (at most 3) options ``o1``, ``o2``, ``o3`` - and return True; False, having run
+    nothing, where it is not (the caller then calls ``call_blocking``)."""
+    entries = _recent.get(op)
+    if not entries:
+        return False
+    entry = entries[0]
+    if entry.first is not a or entry.comm is not comm or entry.stream is not stream:
+        return False
+    options = entry.options
+    if len(options) != k or (k > 0 and _differs(options[0], o1)) \
+            or (k > 1 and _differs(options[1], o2)) or (k > 2 and _differs(options[2], o3)) \
+            or not entry.same_pair(count, a, b):
+        return False
+    plan = entry.plan
+    request = plan._request
+    if request is not None and not request._done:
+        return False
+    plan.run()
+    return True
+
+
+def _differs(x, y) -> cython.bint:
+    """``x`` and ``y`` differ as a tuple's ``==`` compares its items (identity first)."""
+    return x is not y and x != y
+
+
 @cython.locals(entry="_Entry", plan="Plan")
 def call_nonblocking(op: str, objects: tuple, comm, stream, options: tuple,
                      make: Callable[..., Plan], *args):
@@ -308,6 +338,23 @@ class _Entry:
         if arity == 0:
             return True
         return self.general(objects)
+
+    @cython.locals(count=cython.int)
+    def same_pair(self, count: int, a, b) -> cython.bint:
+        """``same`` of ``count`` objects (0: none, 1: ``(a,)``, 2: ``(a, b)``) passed
+        without a tuple; False for objects only ``general`` checks."""
+        arity = self.arity
+        if count == 0:
+            return arity == 0
+        if count == 1:
+            return arity == 1 and a is self.a \
+                and _unchanged(self.a, self.a_dtype, self.a_shape, self.a_flags)
+        if b is None:
+            return arity == 2 and a is self.a \
+                and _unchanged(self.a, self.a_dtype, self.a_shape, self.a_flags)
+        return arity == 3 and a is self.a and b is self.b \
+            and _unchanged(self.a, self.a_dtype, self.a_shape, self.a_flags) \
+            and _unchanged(self.b, self.b_dtype, self.b_shape, self.b_flags)
 
 
 def _unchanged(a, dtype, shape: tuple, flags: cython.int) -> cython.bint:
