@@ -106,10 +106,10 @@ class State:
         ``args`` (the State's constructor arguments): a callable taking the flat host arrays
         of the distinct buffers among ``args``, in argument order (those in lists of
         ``args`` in their place in them; an in-place operation's one buffer once), and
-        running the blocking call on them; what a call on new arrays
-        of the kind ``args`` were checked to be runs (aluminum/recall.py).  None (the
-        default, also where a run must read more than its arrays): such calls take
-        ``run_blocking`` on new arguments.  Raises as ``blocking_call``'s callable."""
+        running the blocking call on them; what a call on new arrays of the kind ``args``
+        were checked to be runs (aluminum/recall.py).  None (the default, also where a run
+        must read more than its arrays): such calls take ``run_blocking`` on new
+        arguments.  Raises as ``blocking_call``'s callable."""
         return None
 
     @classmethod
