@@ -9,8 +9,9 @@ checks of its buffers, so that they cannot drift apart:
 - the blocking and nonblocking calls hand the row's buffers and every other argument to the
   plan cache (``recall.call_blocking`` / ``call_nonblocking``), with the function that
   validates and builds the plan where nothing is remembered; a blocking call of at most two
-  buffers and three options first asks ``recall.ran_latest`` whether it repeats the op's
-  latest call, passing them as they are (no tuples made for the commonest repeat);
+  buffers and three options first asks ``recall.ran_known`` to run it where it is the op's
+  latest call again or new arrays of a kept kind, passing them as they are (one lookup, no
+  argument tuples);
 - that function checks the communicator, then what the row's facts call for
   (``validate.table_arguments``: root, peers, layouts, reduction op), then runs the
   operation's own checks (which return a ``validate.Checked``), then the stream, and builds
@@ -33,7 +34,7 @@ from .core.ops import OpSpec, spec
 from .core.reduction import ReductionOp
 from .engine import Request
 from .plan import Plan
-from .recall import call_blocking, call_nonblocking, layout, ran_latest
+from .recall import call_blocking, call_nonblocking, layout, ran_known
 from .validate import Checked, check_comm, check_stream, table_arguments
 
 __all__ = ["OpCalls", "calls_of", "public_forms"]
@@ -74,7 +75,7 @@ def public_forms(row: OpSpec, checks: Callable[..., Checked], module: str, doc: 
     arguments of their own (multisendrecv: lists of pairs), replaces the plan-cache call:
     ``call(call_blocking or call_nonblocking, name, make, *arguments)``."""
     names = _parameter_names(row)
-    namespace = {"__name__": module, "call_blocking": call_blocking, "ran_latest": ran_latest,
+    namespace = {"__name__": module, "call_blocking": call_blocking, "ran_known": ran_known,
                  "call_nonblocking": call_nonblocking, "layout": layout,
                  "make": _plan_maker(row, checks, names), "call": call, "SUM": ReductionOp.SUM,
                  "Plan": Plan, "Request": Request}
@@ -123,7 +124,7 @@ def _source(row: OpSpec, names: tuple[str, ...], custom_call: bool) -> str:
             pair = [*row.buffers, "None", "None"][:2]
             latest = ", ".join([*pair, "comm", "stream", str(len(options)),
                                 *[*options, "None", "None"][:3]])
-            blocking = (f"if not ran_latest({row.name!r}, {len(row.buffers)}, {latest}):\n"
+            blocking = (f"if not ran_known({row.name!r}, {len(row.buffers)}, {latest}):\n"
                         f"        {blocking}")
     return (f"def {row.name}({parameters}) -> None:\n"
             f"    {blocking}\n\n"

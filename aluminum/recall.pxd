@@ -52,6 +52,7 @@ cdef dict _recent, _kinds
 
 cdef bint _first_remembered(list entries, object first)
 cdef bint _differs(object x, object y)
+cdef bint _differs_from(tuple options, int k, object o1, object o2, object o3)
 cdef bint _unchanged(object a, object dtype, tuple shape, int flags)
 cdef int _flags(object a)
 

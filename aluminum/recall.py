@@ -111,29 +111,44 @@ def call_blocking(op: str, objects: tuple, comm, stream, options: tuple,
     _made(op, objects, comm, stream, options, make, args).run()
 
 
-@cython.locals(entry="_Entry", plan="Plan", count=cython.int, k=cython.int)
-def ran_latest(op: str, count: int, a, b, comm, stream, k: int, o1, o2, o3) -> bool:
-    """``call_blocking``'s first case with no tuple made: run the op's latest remembered
-    call if this is it again - ``count`` (0-2) buffer objects ``a``, ``b`` and the ``k``
-    (at most 3) options ``o1``, ``o2``, ``o3`` - and return True; False, having run
-    nothing, where it is not (the caller then calls ``call_blocking``)."""
+@cython.locals(entry="_Entry", kind="_Kind", plan="Plan", count=cython.int, k=cython.int)
+def ran_known(op: str, count: int, a, b, comm, stream, k: int, o1, o2, o3) -> bool:
+    """``call_blocking``'s two common cases for a call of ``count`` (0-2) buffer objects
+    ``a``, ``b`` and ``k`` (at most 3) options ``o1``, ``o2``, ``o3``, passed as they are:
+    a repeat of the op's latest call runs its plan (no tuple made), new numpy arrays of a
+    kept kind run that kind.  Returns True where it ran the call; False, having run
+    nothing, for everything else (other remembered calls, tensors, first calls), which
+    the caller then hands to ``call_blocking``."""
     entries = _recent.get(op)
-    if not entries:
+    if entries:
+        entry = entries[0]
+        if entry.first is a and entry.comm is comm and entry.stream is stream \
+                and len(entry.options) == k and not _differs_from(entry.options, k, o1, o2, o3) \
+                and entry.same_pair(count, a, b):
+            plan = entry.plan
+            request = plan._request
+            if request is None or request._done:
+                plan.run()
+                return True
+            return False
+        if _first_remembered(entries, a):
+            return False
+    if a is not None and type(a) is not _ndarray:
         return False
-    entry = entries[0]
-    if entry.first is not a or entry.comm is not comm or entry.stream is not stream:
+    objects = () if count == 0 else (a,) if count == 1 else (a, b)
+    options = (o1,) if k == 1 else (o1, o2) if k == 2 else (o1, o2, o3) if k == 3 else ()
+    kind = _kept(op, objects, comm, stream, options)
+    if kind is None:
         return False
-    options = entry.options
-    if len(options) != k or (k > 0 and _differs(options[0], o1)) \
-            or (k > 1 and _differs(options[1], o2)) or (k > 2 and _differs(options[2], o3)) \
-            or not entry.same_pair(count, a, b):
-        return False
-    plan = entry.plan
-    request = plan._request
-    if request is not None and not request._done:
-        return False
-    plan.run()
+    kind.run(objects)
     return True
+
+
+@cython.locals(k=cython.int)
+def _differs_from(options: tuple, k: int, o1, o2, o3) -> cython.bint:
+    """Whether the first ``k`` of ``options`` differ from ``o1``, ``o2``, ``o3``."""
+    return (k > 0 and _differs(options[0], o1)) or (k > 1 and _differs(options[1], o2)) \
+        or (k > 2 and _differs(options[2], o3))
 
 
 def _differs(x, y) -> cython.bint:
