@@ -48,6 +48,11 @@ def pipeline_chunks(nbytes: float) -> int:
 def read_inter_node_beta(read: Callable[[], float]) -> None:
     """Where ``pipeline_chunks`` reads the link's seconds per byte: ``read()`` (the tuning
     table's ``inter_model``; the selector registers it).  Every rank must read the same
-    value: the chunks' count sets the tags each call takes."""
+    value: the chunks' count sets the tags each call takes.
+
+    What surprises people: with 3 or more ranks per node or 3 or more nodes, the chunks'
+    count also sets which ring step adds which element, so a table with another
+    ``inter_model`` can change the last bits of a hierarchical float sum (the same on every
+    rank and in every mode; deterministic mode, in rank order, is unaffected)."""
     global _inter_node_beta
     _inter_node_beta = read

@@ -6,8 +6,6 @@ messages between one pair of ranks match in list order.
 """
 from __future__ import annotations
 
-import dataclasses
-
 from mpi4py import MPI
 
 from ....engine.state import Action, RunType
@@ -16,7 +14,7 @@ from .mpi_call import POINT_TO_POINT_TAG, spec
 from .mpi_errors import MPIState, operation_error
 from .native_calls import native_exchange
 from .persistent import PersistentRequests
-from .recv import check_received, count_error, message_error, message_errors
+from .recv import check_received, message_error, message_errors, receive_error
 
 
 class PassthroughMultiSendRecv(MPIState):
@@ -100,15 +98,13 @@ def persistent_pairs(comm, name: str, sends, recvs) -> PersistentRequests:
 
 
 def _exchange_error(name: str, recvs):
-    """``native_exchange``'s ``on_error`` for ``recvs``: the error a blocking run raises."""
-    expected = [(dataclasses.replace(buf, obj=None, array=None, address=None), peer)
-                for buf, peer in recvs]     # (only what the messages say: no arrays held)
+    """``native_exchange``'s ``on_error`` for ``recvs``: a receive's error is its own
+    (``recv.receive_error``), a send's names the operation."""
+    receives = [receive_error(buf, peer) for buf, peer in recvs]
 
     def error(code: int, index: int, count: int) -> Exception:
-        if not code:
-            return count_error(count, *expected[index])
-        if index < len(expected):
-            return message_error(MPI.Exception(code), expected[index][1])
+        if index < len(receives):
+            return receives[index](code, count)
         return operation_error(name, MPI.Exception(code))
     return error
 

@@ -100,16 +100,17 @@ def array_receive(receive, buf, src: int, arguments):
     ``receive(*arguments(array, datatype, status))`` (the receive's array last among the
     arrays), then the count check, raising as ``checked_receive``'s call."""
     datatype, count, Status = mpi_datatype(buf.dtype), buf.count, MPI.Status
-    expected = dataclasses.replace(buf, obj=None, array=None, address=None)  # (for messages)
+    error = receive_error(buf, src)
 
     def call(*arrays):
         status = Status()
         try:
             receive(*arguments(*arrays, datatype, status))
         except MPI.Exception as exc:
-            raise message_error(exc, src) from exc
-        if status.Get_count(datatype) != count:
-            check_received(status, expected, src)    # raises, saying what came
+            raise error(exc.Get_error_code(), -1) from exc
+        got = status.Get_count(datatype)
+        if got != count:
+            raise error(0, got)
     return call
 
 
