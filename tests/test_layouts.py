@@ -144,6 +144,29 @@ def test_shard_to_shard_on_two_mesh_dimensions_is_one_exchange_of_the_missing_el
     assert plan.bytes == lacking((2, 2), ("S0", "S1"), ("S1", "S0"), (4, 6)) * ITEMSIZE
 
 
+@pytest.mark.parametrize("ranks, sent", [((3, 1), {3: 120, 1: 120}),
+                                         ((0, 1, 2), {0: 120, 1: 120})],
+                         ids=["root-outside", "root-inside"])
+def test_summands_reduce_to_one_rank_in_one_step(ranks, sent):
+    """Summands on a mesh to the whole tensor on rank 2: one direct reduce, every summand
+    rank 2 lacks sent to it once (5 x 3 float64: 120 bytes each)."""
+    plan = ex.plan_redistribution(layout(("P",), (len(ranks),), ranks),
+                                  layout(("R",), (1,), (2,)), (5, 3), "float64")
+    assert plan.collectives == ["reduce"]
+    assert {r: plan.bytes_sent(r) for r in sent} == sent
+    assert plan.bytes_received(2) == 240 and plan.bytes == 240
+
+
+def test_summands_for_several_ranks_of_another_mesh_go_through_one_of_them():
+    """Summands on 4 ranks wanted whole on ranks 1, 2, 3 (4 x 4 float64, n = 128 bytes):
+    reduced to rank 1 (3n, its own summand stays), then sent on to ranks 2 and 3 (2n):
+    640 bytes, where reduce-scatter and gathering the blocks move 3n + 3 x 3n/4 = 672."""
+    plan = ex.plan_redistribution(layout(("P",), (4,)), layout(("R",), (3,), (1, 2, 3)),
+                                  (4, 4), "float64")
+    assert plan.collectives == ["reduce", "exchange"]
+    assert plan.bytes == 640
+
+
 @settings(max_examples=60, deadline=None, derandomize=True)
 @given(mesh=st.sampled_from(list(MESHES.values())), data=st.data(),
        shape=st.tuples(st.integers(1, 7), st.integers(1, 7)))

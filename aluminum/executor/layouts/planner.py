@@ -12,7 +12,9 @@ What it finds that DTensor's greedy planner does not: Shard -> Shard over severa
 dimensions in one exchange of exactly the missing pieces (DTensor gathers to Replicate
 first); Partial over two mesh dimensions resolved by reduce-scatter, allreduce of the
 smaller part, allgather (fewer bytes than two allreduces); Shard -> Partial by padding
-(DTensor refuses it); layouts on different meshes (rank subsets).
+(DTensor refuses it); layouts on different meshes (rank subsets); summands reduced to one
+rank (placement's replicas handing their gradients to an owner), and through one rank
+where that moves less.
 """
 from __future__ import annotations
 
@@ -22,7 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import ProgramError
-from .mesh import Layout
+from .mesh import DeviceMesh, Layout
 from .steps import Step, layouts_of, step_between
 
 
@@ -74,12 +76,21 @@ def plan_redistribution(src: Layout, dst: Layout, shape, dtype="float32",
     src.check(shape, "src")
     dst.check(shape, "dst")
     itemsize = np.dtype(dtype).itemsize
-    meshes = list(dict.fromkeys([src.mesh, dst.mesh, *via]))
+    meshes = list(dict.fromkeys([src.mesh, dst.mesh, *via, *_roots(src, dst)]))
     steps = _shortest(src, dst, shape, itemsize, meshes)
     if steps is None:
         raise ProgramError(f"redistribution: no route from {src} to {dst} for shape "
                            f"{list(shape)}")
     return Redistribution(src, dst, shape, str(np.dtype(dtype)), steps)
+
+
+def _roots(src: Layout, dst: Layout) -> list[DeviceMesh]:
+    """Where summands may be reduced to: one rank of either mesh (a ``reduce`` step, then
+    from there on), so that no other mesh could shorten the route."""
+    if not src.partial_dims:
+        return []
+    return [DeviceMesh((1,), (rank,)) for rank in dict.fromkeys(src.mesh.ranks +
+                                                                dst.mesh.ranks)]
 
 
 def _shortest(src: Layout, dst: Layout, shape, itemsize: int, meshes) -> list | None:

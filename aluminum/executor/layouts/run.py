@@ -20,7 +20,7 @@ from .planner import Redistribution, plan_redistribution
 from .steps import Step, exchange_pieces, split_bounds
 from .traffic import record
 
-_lines: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()   # comm -> {(mesh, dim): sub}
+_lines: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()   # comm -> {key: sub}
 
 
 def redistribute(local, src: Layout, dst: Layout, shape, comm=None, *, dtype=None,
@@ -88,10 +88,7 @@ def _check_local(local, src: Layout, shape, rank: int, dtype: str):
 def line_comm(comm, mesh, dim: int):
     """The sub-communicator of the mesh line along ``dim`` through this rank (None off
     the mesh); made on first use with ``comm.split``, collective over ``comm``."""
-    try:
-        table = _lines.setdefault(comm, {})
-    except TypeError:    # not weakly referenceable: keep it on the mesh instead
-        table = mesh.__dict__.setdefault("_lines", {})
+    table = _subs(comm, mesh)
     key = (mesh, dim)
     if key not in table:
         coord = mesh.coordinate(comm.rank)
@@ -102,6 +99,25 @@ def line_comm(comm, mesh, dim: int):
                 color = color * size + c
         table[key] = comm.split(color, key=0 if coord is None else coord[dim])
     return table[key]
+
+
+def ranks_comm(comm, ranks: tuple, mesh):
+    """The sub-communicator of ``ranks`` (sorted; this rank's rank there is its place
+    among them), None off them; made on first use with ``comm.split``, collective over
+    ``comm``; ``mesh``: one the ranks' step involves."""
+    table = _subs(comm, mesh)
+    key = ("ranks", ranks)
+    if key not in table:
+        inside = comm.rank in ranks
+        table[key] = comm.split(0 if inside else None, key=comm.rank)
+    return table[key]
+
+
+def _subs(comm, mesh) -> dict:
+    try:
+        return _lines.setdefault(comm, {})
+    except TypeError:    # not weakly referenceable: keep them on the mesh instead
+        return mesh.__dict__.setdefault("_lines", {})
 
 
 def run_step(step: Step, value, shape, comm, dtype: str):
@@ -115,6 +131,8 @@ def run_step(step: Step, value, shape, comm, dtype: str):
         return _COLLECTIVES[step.kind](step, value, shape, group, rank)
     if step.kind == "pad":
         return _pad(step, value, shape, rank)
+    if step.kind == "reduce":
+        return _reduce(step, value, shape, comm, np.dtype(dtype))
     out_box = step.dst.box(rank, shape)
     if out_box is None and rank not in (p.source for p in step.pieces):
         return None
@@ -212,6 +230,29 @@ def _alltoall(step, value, shape, group, rank):
         if box is not None:
             out[_within(out_box, box)] = recvbuf[start:start + count].reshape(_dims(box))
         start += count
+    return out
+
+
+def _reduce(step, value, shape, comm, dtype):
+    """The summands to the one rank of ``step.dst``: ``al.reduce`` with the direct
+    algorithm over the ranks of both meshes (rank order: the same bits every run); a
+    root holding no summand adds zeros at its place."""
+    root = step.dst.mesh.ranks[0]
+    ranks = tuple(sorted({*step.src.mesh.ranks, root}))
+    group = ranks_comm(comm, ranks, step.src.mesh)
+    if comm.rank not in ranks:
+        return None
+    dims = tuple(shape)
+    own = np.zeros(dims, dtype) if value is None else np.ascontiguousarray(value)
+    out = np.empty(dims, dtype) if comm.rank == root else None
+    al.reduce(own.reshape(-1), group, root=ranks.index(root),
+              recvbuf=None if out is None else out.reshape(-1), algo=al.Algorithm.DIRECT)
+    nbytes = own.nbytes
+    if comm.rank == root:
+        record("reduce", group.size, 0, nbytes * (len(step.src.mesh.ranks)
+                                                  - (root in step.src.mesh.ranks)))
+    else:
+        record("reduce", group.size, nbytes, 0)
     return out
 
 

@@ -11,13 +11,17 @@ One step changes a layout into another with one communication pattern (or none):
 | ``exchange`` | anything else without reducing (several mesh dimensions, another mesh) | ``al.multisendrecv`` | n_new - overlap |
 | ``reduce_scatter`` | P -> S(a) on one mesh dimension | ``al.reduce_scatterv`` on its lines | (p-1) n_new |
 | ``allreduce`` | P -> R on one mesh dimension | ``al.allreduce`` on its lines | (n - b) + (p-1) b |
+| ``reduce`` | P on every mesh dimension -> R on one rank | ``al.reduce``, direct | root: n per summand |
 
 The moving steps receive exactly what a rank lacks: each missing piece once, from one
 holder (of several replicas, the one nearest in mesh coordinates, so a one-dimension
 change stays inside the lines of that dimension).  A reduction counts the bytes of the
 bandwidth-optimal algorithm, reduce-scatter then allgather, with ``b`` the rank's
 ``array_split`` block of its ``n`` elements; a rank sends what the others receive from it,
-``(n - b) + (p - 1) b`` for an allreduce, ``n - n_new`` for a reduce-scatter.
+``(n - b) + (p - 1) b`` for an allreduce, ``n - n_new`` for a reduce-scatter.  A
+``reduce`` is the direct one (every summand to the root, summed there in rank order), the
+step placement's replicas take to hand their gradients to one owner (placement/transfers.py
+plans its transfers with this planner).
 """
 from __future__ import annotations
 
@@ -25,7 +29,8 @@ from dataclasses import dataclass, field
 
 from .mesh import Layout, Partial, Replicate, Shard, split_bounds
 
-KINDS = ("slice", "pad", "allgather", "alltoall", "exchange", "reduce_scatter", "allreduce")
+KINDS = ("slice", "pad", "allgather", "alltoall", "exchange", "reduce_scatter", "allreduce",
+         "reduce")
 
 
 @dataclass(frozen=True)
@@ -84,6 +89,8 @@ def step_between(src: Layout, dst: Layout, shape, itemsize: int) -> Step | None:
     """The one step from ``src`` to ``dst``, or None when there is none (a reduction of
     several mesh dimensions at once, a misaligned nested shard: those take several)."""
     if src.mesh != dst.mesh:
+        if _sums_to_one_rank(src, dst):
+            return _reduce_to_root(src, dst, shape, itemsize)
         if src.partial_dims or dst.partial_dims:
             return None
         return _moving("exchange", src, dst, None, shape, itemsize)
@@ -113,6 +120,24 @@ def step_between(src: Layout, dst: Layout, shape, itemsize: int) -> Step | None:
                                        _aligned(dst, src, dim, shape)):
         return Step("pad", src, dst, dim, (), _zeros(src, dst), _zeros(src, dst))
     return None
+
+
+def _sums_to_one_rank(src: Layout, dst: Layout) -> bool:
+    """Whether ``src`` is summands on every mesh dimension and ``dst`` the whole tensor on
+    one rank: what a ``reduce`` step does in one go."""
+    return len(src.partial_dims) == src.mesh.ndim and dst.mesh.size == 1 \
+        and not dst.partial_dims and all(isinstance(p, Replicate) for p in dst.placements)
+
+
+def _reduce_to_root(src: Layout, dst: Layout, shape, itemsize: int) -> Step:
+    """Every summand but the root's own (when the root holds one) sent to the root."""
+    root, nbytes = dst.mesh.ranks[0], volume(tuple((0, size) for size in shape)) * itemsize
+    sent, received = _zeros(src, dst), _zeros(src, dst)
+    for rank in src.mesh.ranks:
+        if rank != root:
+            sent[rank] += nbytes
+            received[root] += nbytes
+    return Step("reduce", src, dst, None, (), sent, received)
 
 
 def _zeros(*layouts) -> dict:
