@@ -192,7 +192,7 @@ def test_gradient_of_every_pair_equals_central_differences(comm):
     differences of L in every element of X."""
     shape = (3, 2)
     weights = np.random.default_rng(7).normal(size=shape)
-    pairs = [(m, m) for m in SAME_MESH] + [("3", "2x2"), ("2", "4")]
+    pairs = [(m, m) for m in SAME_MESH] + [("3", "2x2"), ("2", "4"), ("2", "1")]
     count = 0
     for seed, (a, src, b, dst, _) in enumerate(cases(pairs, [shape])):
         full = np.random.default_rng(seed).normal(size=shape)
@@ -209,7 +209,7 @@ def test_gradient_of_every_pair_equals_central_differences(comm):
                 assemble(a, grad_src, din, shape), numeric, rtol=1e-7, atol=1e-9,
                 err_msg=f"{a} {src} -> {b} {dst}, output gradient as {grad_dst}")
         count += 1
-    assert count == 4 * 4 * 4 + 16 * 16 + 4 * 16 + 4 * 4
+    assert count == 4 * 4 * 4 + 16 * 16 + 4 * 16 + 4 * 4 + 4 * 4
 
 
 def test_append_backward_goes_through_a_redistribution(comm):

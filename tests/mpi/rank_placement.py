@@ -186,6 +186,36 @@ def test_two_trainers_one_pserver(comm, opt):
 
 
 @needs(3)
+def test_a_step_moves_the_parameters_out_and_their_gradients_in_once(comm):
+    """Per step, counted by ``ex.count_traffic`` on each rank: the pserver sends every
+    parameter to both trainers and receives both trainers' gradients (57 float64 values:
+    5 x 8 + 8 + 8 + 1, 456 bytes each way per trainer), as the planner's routes of the
+    transfers (the layouts planner's) say for every rank."""
+    cluster = ex.Cluster.from_spec("trainer:2,pserver:1", comm)
+    main, startup, loss = build("sgd")
+    ex.place(main, ex.ParameterServerStrategy(), cluster)
+    placed = ex.plan_transfers(main)
+    scope = ex.Scope()
+    ex.Executor().run(startup, scope=scope)
+    trainers = cluster.roles["trainer"]
+    feed = {}
+    if comm.rank in trainers:
+        index = trainers.index(comm.rank)
+        feed = {name: ex.shard(value, 2, index) for name, value in zip("xy", data())}
+    runner = ex.ParallelExecutor(main, loss_name=loss.name, scope=scope, comm=comm)
+    runner.run([loss], feed)          # (first step: channels and plans made)
+    with ex.count_traffic() as traffic:
+        runner.run([loss], feed)
+    runner.close()
+    by_hand = (912, 912) if comm.rank == 2 else (456, 456)
+    assert (traffic.sent, traffic.received) == by_hand
+    planned = (sum(t.route.bytes_sent(comm.rank) for t in placed.transfers),
+               sum(t.route.bytes_received(comm.rank) for t in placed.transfers))
+    assert planned == by_hand
+    assert {t.kind for t in placed.transfers} == {"bcast", "reduce"}
+
+
+@needs(3)
 def test_float32_within_1e_5(comm):
     check_ps(comm, "trainer:2,pserver:1", "momentum", dtype="float32")
 

@@ -1,13 +1,14 @@
-"""Counting the bytes a rank's redistributions send and receive, from the buffers the
-runtime hands to aluminum's calls (not from the plan): ``with count_traffic() as t: ...``
-then ``t.sent``, ``t.received`` and ``t.calls``.
+"""Counting the bytes a rank's redistributions and placement's transfers send and receive,
+from the buffers the runtime hands to aluminum's calls (not from the plan):
+``with count_traffic() as t: ...`` then ``t.sent``, ``t.received`` and ``t.calls``.
 
 A call counts as its direct algorithm moves data: ``alltoallv``/``multisendrecv`` the
 blocks to and from other ranks; ``allgatherv`` this rank's block to each other rank and
 the others' blocks to it; ``reduce_scatterv`` this rank's summands of the other blocks out
 and the others' summands of its block in; ``allreduce`` that reduce-scatter then that
 allgather over ``array_split`` blocks of the buffer (what a bandwidth-optimal algorithm
-moves, whichever one the selector picks).
+moves, whichever one the selector picks); a ``bcast`` its root's buffer to each other
+rank, a ``reduce`` each summand to the root.
 """
 from __future__ import annotations
 
@@ -45,6 +46,8 @@ def count_traffic() -> Iterator[Traffic]:
 
 
 def record(call: str, group: int, sent: int, received: int) -> None:
+    if not _active:      # (nothing counts: no lock taken)
+        return
     with _lock:
         for traffic in _active:
             traffic.sent += sent

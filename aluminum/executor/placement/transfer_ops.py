@@ -21,8 +21,10 @@ What each moves, with the fewest passes over the data (as raw MPI would):
   blocking calls and the owner's plan exchange the same messages (the algorithm's, under
   its one tag, matched in the one order every rank of the group calls in).
 
-A variable whose declared shape has a batch dimension (-1) travels after a small header
-with its shape; a receiver keeps a buffer and plan per step shape (the last few).  A peer
+Each counts what it moves for ``ex.count_traffic`` as the planner's step does (the payload:
+a bcast's root sends its buffer to each other rank of the group, a reduce's root receives
+one summand from each; not a batch dimension's header).  A variable whose declared shape
+has a batch dimension (-1) travels after a small header with its shape; a receiver keeps a buffer and plan per step shape (the last few).  A peer
 that never arrives raises ``al.TimeoutError`` (under ``AL_TIMEOUT``) naming the peer's
 role, rank and endpoint.
 """
@@ -33,6 +35,7 @@ import numpy as np
 import aluminum as al
 
 from ..errors import ExecutionError
+from ..layouts.traffic import record
 from ..ops.registry import OpKind, register
 
 
@@ -106,6 +109,7 @@ class SendVar(_Transfer):
             channel.header[...] = value.shape
             al.send(channel.header, attrs["peer"], runtime.comm)
         al.send(value, attrs["peer"], runtime.comm)
+        record("send", 2, value.nbytes, 0)
         return {}
 
 
@@ -150,17 +154,19 @@ class BcastVar(_Transfer):
                 channel.header[...] = value.shape
                 al.bcast(channel.header, channel.comm, root=channel.root)
             al.bcast(value, channel.comm, root=channel.root)
+            record("bcast", channel.comm.size, value.nbytes * (channel.comm.size - 1), 0)
             return {}
         if _dynamic(attrs):
             channel = runtime.channel(attrs) or runtime.open_channel(attrs)
             al.bcast(channel.header, channel.comm, root=channel.root)
             buffer, plan = channel.for_shape(tuple(channel.header.tolist()), attrs["dtype"],
                                              self.plan)
-            plan.run()
-            return {"Out": [buffer]}
-        channel = runtime.channel(attrs) or runtime.open_channel(attrs, 1, self.plan)
-        channel.plan.run()
-        return {"Out": [channel.buffers[0]]}
+        else:
+            channel = runtime.channel(attrs) or runtime.open_channel(attrs, 1, self.plan)
+            buffer, plan = channel.buffers[0], channel.plan
+        plan.run()
+        record("bcast", channel.comm.size, 0, buffer.nbytes)
+        return {"Out": [buffer]}
 
     @staticmethod
     def plan(channel, buffer=None):
@@ -179,12 +185,16 @@ class ReduceVar(_Transfer):
     def move(self, runtime, ins, attrs):
         if "X" in ins:
             channel = runtime.channel(attrs) or runtime.open_channel(attrs)
-            al.reduce(_outgoing(ins, attrs).reshape(-1), channel.comm, root=channel.root,
+            value = _outgoing(ins, attrs)
+            al.reduce(value.reshape(-1), channel.comm, root=channel.root,
                       algo=al.Algorithm.DIRECT)   # flat: repeated calls take the fast path
+            record("reduce", channel.comm.size, value.nbytes, 0)
             return {}
         channel = runtime.channel(attrs) or runtime.open_channel(attrs, 2, self.plan)
         channel.plan.run()
-        return _received(channel.buffers[1], attrs)
+        total = channel.buffers[1]
+        record("reduce", channel.comm.size, 0, total.nbytes * (channel.comm.size - 1))
+        return _received(total, attrs)
 
     @staticmethod
     def plan(channel):

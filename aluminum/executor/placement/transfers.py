@@ -11,6 +11,13 @@ carries it (named after the variable):
 - a role's replicas to one rank: ``reduce`` (a sum, times ``1/replicas`` under the
   gradient scale "coeff_num_device"): each replica worked on its share of the batch, as
   the trainers' gradients a pserver owns;
+
+each the one-step route that the layouts' planner (layouts/planner.py) finds between the
+value's layout where it was made and where it is read: the whole value replicated on the
+making rank (or summands on the replicas) to the whole value replicated on the readers,
+each a one-dimensional mesh of those ranks.  The planner's step (a ``reduce``, or an
+``exchange`` to one rank or several) is the transfer's kind, and its bytes the transfer's
+(``Transfer.route``: what ``ex.count_traffic`` counts the transfer ops moving);
 - a sliced variable: one transfer per slice (rows of the whole variable to the slice's
   rank, or a slice to the ranks reading the whole), then ``concat`` on every reader.
 
@@ -27,6 +34,8 @@ from dataclasses import dataclass, field
 
 from ..errors import ProgramError
 from ..ir import Operator, Program
+from ..layouts.mesh import DeviceMesh, Layout, Partial, Replicate
+from ..layouts.planner import Redistribution, plan_redistribution
 from .cluster import Cluster, replicated
 from .place_pass import slice_rows, slices_of
 
@@ -49,6 +58,7 @@ class Transfer:
     dtype: str
     rows: tuple | None = None
     scale: float | None = None
+    route: Redistribution | None = None   # the planner's, for one row where a dimension is -1
 
     @property
     def group(self) -> tuple:
@@ -221,11 +231,13 @@ class PlacedProgram:
                                    "replicas can only sum values of one shape")
             scale = 1.0 / len(location.origin) if self.gradient_scale == "coeff_num_device" \
                 else 1.0
-            return Transfer("reduce", var, source, target, location.origin, receivers,
-                            shape, dtype, rows, scale)
-        kind = "send" if len(receivers) == 1 else "bcast"
-        return Transfer(kind, var, source, target, (location.origin[0],), receivers, shape,
-                        dtype, rows)
+            route = _route(location.origin, True, receivers, shape, dtype)
+            return Transfer(_kind(route, what), var, source, target, location.origin,
+                            receivers, shape, dtype, rows, scale, route)
+        senders = (location.origin[0],)
+        route = _route(senders, False, receivers, shape, dtype)
+        return Transfer(_kind(route, what), var, source, target, senders, receivers, shape,
+                        dtype, rows, route=route)
 
     def _to_slices(self, name: str, location: _Location, pieces, what: str) -> list:
         made = []
@@ -315,6 +327,29 @@ class PlacedProgram:
             lines.append(f"{edge.var} -> op #{edge.consumer} {consumer.type}: " +
                          "; ".join(str(t) for t in edge.transfers))
         return "\n".join(lines)
+
+
+def _route(senders: tuple, summands: bool, receivers: tuple, shape: tuple,
+           dtype: str) -> Redistribution:
+    """The planner's route from the value on ``senders`` (the whole value on each, or
+    summands) to the whole value on every one of ``receivers``; a dimension of -1 (the
+    batch) planned as one row."""
+    held = Layout(DeviceMesh((len(senders),), senders),
+                  (Partial() if summands else Replicate(),))
+    wanted = Layout(DeviceMesh((len(receivers),), tuple(sorted(receivers))), (Replicate(),))
+    return plan_redistribution(held, wanted, tuple(1 if d == -1 else d for d in shape),
+                               dtype)
+
+
+def _kind(route: Redistribution, what: str) -> str:
+    """The transfer kind of a one-step route: a ``reduce``, or an ``exchange`` from one
+    rank, to one rank (``send``) or several (``bcast``)."""
+    kinds = route.collectives
+    if len(route.steps) != 1 or kinds[0] not in ("reduce", "exchange"):
+        raise ProgramError(f"{what}: no one-step transfer for {route}")
+    if kinds[0] == "reduce":
+        return "reduce"
+    return "send" if route.dst.mesh.size == 1 else "bcast"
 
 
 def plan_transfers(program: Program, cluster: Cluster | None = None,
