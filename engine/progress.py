@@ -39,6 +39,11 @@ import time
 import warnings
 from typing import Callable
 
+try:
+    import cython
+except ImportError:   # (running uncompiled without Cython)
+    from ..core import pure_cython as cython
+
 from ..core import trace
 from ..core.errors import CommunicatorError, OperationError, TimeoutError
 from .config import EngineConfig, default_core, node_local_rank, pin_thread
@@ -65,8 +70,13 @@ _clock = time.perf_counter
 _yield = os.sched_yield
 
 
+@cython.cclass
 class ProgressEngine(Scheduler):
     """Drives submitted states on a background thread (see the module docstring)."""
+
+    __slots__ = ("name", "core", "_driver", "_wake_lock", "_sleeping", "_napping",
+                 "_callers_drive", "_stopping", "_abandon", "_closed", "_finished",
+                 "_thread", "_start_lock")
 
     def __init__(self, config: EngineConfig | None = None, name: str = "AlProgress") -> None:
         super().__init__(config if config is not None else EngineConfig.from_env())

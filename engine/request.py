@@ -6,6 +6,12 @@ engine's driver token is free they run engine passes themselves on the calling t
 ``MPI_Wait`` progressing MPI.  Under the GIL this is what makes a short operation cheap: the
 caller finishes it without handing the interpreter to the engine thread and back (each handoff
 is a 20-50 µs thread wake-up here).  See ``progress.py`` for the token.
+
+Compiled (aluminum/core/compiled.py), ``Request`` is an extension type with a fixed set of
+attributes, as the engine's ``Scheduler`` and ``ProgressEngine`` are: one is made per
+nonblocking call, and every field the engine reads or writes on the way is a C field.
+What surprises people: a Request takes no attributes of a caller's own (``__slots__``, also
+uncompiled).
 """
 from __future__ import annotations
 
@@ -14,6 +20,11 @@ import threading
 import time
 import warnings
 from typing import TYPE_CHECKING, Callable, Iterable
+
+try:
+    import cython
+except ImportError:   # (running uncompiled without Cython)
+    from ..core import pure_cython as cython
 
 from ..core.errors import ArgumentError, OperationError, TimeoutError
 from .completion import Completion, mark_done, wait_done
@@ -25,6 +36,7 @@ if TYPE_CHECKING:
 __all__ = ["Request", "test_all", "wait_all", "wait_any"]
 
 _running_callbacks = threading.local()   # .active: this thread is inside a done callback
+_callbacks_made = threading.Lock()        # guards only the making of a callback list
 
 
 def in_done_callback() -> bool:
@@ -32,6 +44,7 @@ def in_done_callback() -> bool:
     return getattr(_running_callbacks, "active", False)
 
 
+@cython.cclass
 class Request:
     """Handle of one nonblocking operation, returned by every ``al.nonblocking_*`` call.
 
@@ -40,26 +53,28 @@ class Request:
     returns or ``test`` returns True.
     """
 
-    # Fields most requests never change are class defaults: one made per nonblocking call,
-    # and each instance assignment is a measurable share of a small operation's cost.
-    queue = None       # once admitted: its stream queue, and its pipeline stage there
-    stage = 0
-    bounded = False    # counted against AL_PE_NUM_CONCURRENT_OPS (set on admission)
-    parked = False     # returned ADVANCE behind the head of its pipeline stage
-    detail = None      # optional (function, argument): function(argument) gives more words
-                       # for a timeout's or stall warning's message (who never arrived)
-    stall_warned = False   # AL_STALL_WARN_S's warning was given (once per operation)
-    on_stream = False  # wait_on_stream ordered a stream after it (the host did not wait)
-    _done = False
-    _error: BaseException | None = None
-    _event: threading.Event | None = None
-    _callbacks: list | None = None
+    __slots__ = ("state", "seq", "key", "_engine", "queue", "stage", "bounded", "parked",
+                 "detail", "stall_warned", "on_stream", "_done", "_error", "_event",
+                 "_callbacks", "__weakref__")
 
     def __init__(self, state: State, engine: ProgressEngine, seq: int, key=None) -> None:
         self.state = state
         self.seq = seq
         self.key = key         # the admission queue: compute stream, else communicator
         self._engine = engine
+        self.queue = None      # once admitted: its stream queue, and its pipeline stage there
+        self.stage = 0
+        self.bounded = False   # counted against AL_PE_NUM_CONCURRENT_OPS (set on admission)
+        self.parked = False    # returned ADVANCE behind the head of its pipeline stage
+        # optional (function, argument): function(argument) gives more words for a
+        # timeout's or stall warning's message (who never arrived)
+        self.detail = None
+        self.stall_warned = False  # AL_STALL_WARN_S's warning was given (once per operation)
+        self.on_stream = False  # wait_on_stream ordered a stream after it (the host did not)
+        self._done = False
+        self._error: BaseException | None = None
+        self._event: threading.Event | None = None
+        self._callbacks: list | None = None
 
     @property
     def done(self) -> bool:
@@ -129,8 +144,11 @@ class Request:
         the one that would have to drive it); it may start new operations.  An exception
         it raises is reported as a ``RuntimeWarning`` and does not affect the request.
         """
-        callbacks = self.__dict__.setdefault("_callbacks", [])   # atomic under the GIL
-        callbacks.append(fn)
+        if self._callbacks is None:
+            with _callbacks_made:
+                if self._callbacks is None:
+                    self._callbacks = []
+        self._callbacks.append(fn)
         if self._done:
             self._run_callbacks()
 
@@ -162,7 +180,7 @@ class Request:
         """
         if self._done:
             return False
-        if error is not None:   # (None is the class default: no store on the common path)
+        if error is not None:
             self._error = error
         mark_done(self)
         if self._callbacks is not None:

@@ -29,6 +29,11 @@ import collections
 import itertools
 from typing import Callable
 
+try:
+    import cython
+except ImportError:   # (running uncompiled without Cython)
+    from ..core import pure_cython as cython
+
 from ..core import trace
 from .config import EngineConfig
 from .request import Request
@@ -54,8 +59,12 @@ class _StreamQueue:
         self.running = 0
 
 
+@cython.cclass
 class Scheduler:
     """The engine's queues of requests and the passes over them (see the module docstring)."""
+
+    __slots__ = ("config", "_inbox", "_streams", "_queued", "_bounded", "_solo",
+                 "_completions", "_seq", "_last_seq", "_abandoned_owners")
 
     def __init__(self, config: EngineConfig) -> None:
         self.config = config

@@ -1,7 +1,8 @@
 """Which modules are compiled, and the switch that runs them uncompiled.
 
-The small-call hot path (the plan cache's lookup, a plan's prepared run) is written in
-Cython's pure-Python mode: each module below is one ``.py`` file that runs as it is and that
+The small-call hot path (the plan cache's lookup, a plan's prepared run, MPI's C calls, and
+the progress engine's requests, scheduler and solo path) is written in Cython's pure-Python
+mode: each module below is one ``.py`` file that runs as it is and that
 the install (setup.py) also compiles, where Cython and a C compiler are present, into an
 extension module next to it (``recall.cpython-311-x86_64-linux-gnu.so`` beside
 ``recall.py``).  Python imports the extension where both exist; both behave the same.
@@ -33,6 +34,11 @@ MODULES = (
     "aluminum.plan",
     "aluminum.backends.mpi.passthrough.native_calls",
     "aluminum.backends.mpi.passthrough.mpi_call",
+    "aluminum.engine.request",
+    "aluminum.engine.scheduler",
+    "aluminum.engine.progress",
+    "aluminum.engine.completion",
+    "aluminum.backends.mpi.passthrough.persistent",
 )
 
 PURE_PYTHON = os.environ.get("AL_PURE_PYTHON", "") not in ("", "0")
