@@ -133,6 +133,8 @@ def run_step(step: Step, value, shape, comm, dtype: str):
         return _pad(step, value, shape, rank)
     if step.kind == "reduce":
         return _reduce(step, value, shape, comm, np.dtype(dtype))
+    if _from_one_rank_whole(step, shape):
+        return _bcast(step, value, shape, comm, np.dtype(dtype))
     out_box = step.dst.box(rank, shape)
     if out_box is None and rank not in (p.source for p in step.pieces):
         return None
@@ -253,6 +255,35 @@ def _reduce(step, value, shape, comm, dtype):
                                                   - (root in step.src.mesh.ranks)))
     else:
         record("reduce", group.size, nbytes, 0)
+    return out
+
+
+def _from_one_rank_whole(step: Step, shape) -> bool:
+    """Whether ``step`` is an exchange of the whole tensor from one rank to several others
+    (the same on every rank: the step's pieces say)."""
+    whole = tuple((0, size) for size in shape)
+    return step.kind == "exchange" and len(step.pieces) > 1 \
+        and len({piece.source for piece in step.pieces}) == 1 \
+        and all(piece.box == whole for piece in step.pieces)
+
+
+def _bcast(step, value, shape, comm, dtype):
+    """The whole tensor from its one holder to the ranks that lack it: ``al.bcast`` over
+    those ranks (placement's ``bcast_var`` is the same call), not a send per rank."""
+    source = step.pieces[0].source
+    ranks = tuple(sorted({source, *(piece.target for piece in step.pieces)}))
+    group = ranks_comm(comm, ranks, step.dst.mesh)
+    if comm.rank not in ranks:
+        return None
+    root = ranks.index(source)
+    if comm.rank == source:
+        sent = np.ascontiguousarray(value)
+        al.bcast(sent.reshape(-1), group, root=root)
+        record("bcast", group.size, sent.nbytes * (group.size - 1), 0)
+        return value if step.dst.box(source, shape) is not None else None
+    out = np.empty(tuple(shape), dtype)
+    al.bcast(out.reshape(-1), group, root=root)
+    record("bcast", group.size, 0, out.nbytes)
     return out
 
 

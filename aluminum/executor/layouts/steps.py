@@ -8,10 +8,10 @@ One step changes a layout into another with one communication pattern (or none):
 | ``pad`` | R or S -> P on one mesh dimension | local: zeros but one summand | 0 |
 | ``allgather`` | S(a) -> R on one mesh dimension | ``al.allgatherv`` on its lines | n_new - n_old |
 | ``alltoall`` | S(a) -> S(b) on one mesh dimension | ``al.alltoallv`` on its lines | n_new - overlap |
-| ``exchange`` | anything else without reducing (several mesh dimensions, another mesh) | ``al.multisendrecv`` | n_new - overlap |
+| ``exchange`` | anything else without reducing (several mesh dimensions, another mesh) | ``al.multisendrecv``; the whole tensor from one rank to several: ``al.bcast`` | n_new - overlap |
 | ``reduce_scatter`` | P -> S(a) on one mesh dimension | ``al.reduce_scatterv`` on its lines | (p-1) n_new |
 | ``allreduce`` | P -> R on one mesh dimension | ``al.allreduce`` on its lines | (n - b) + (p-1) b |
-| ``reduce`` | P on every mesh dimension -> R on one rank | ``al.reduce``, direct | root: n per summand |
+| ``reduce`` | P on all mesh dims -> R on one rank | ``al.reduce`` | root: n per summand |
 
 The moving steps receive exactly what a rank lacks: each missing piece once, from one
 holder (of several replicas, the one nearest in mesh coordinates, so a one-dimension

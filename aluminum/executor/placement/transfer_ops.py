@@ -24,9 +24,9 @@ What each moves, with the fewest passes over the data (as raw MPI would):
 Each counts what it moves for ``ex.count_traffic`` as the planner's step does (the payload:
 a bcast's root sends its buffer to each other rank of the group, a reduce's root receives
 one summand from each; not a batch dimension's header).  A variable whose declared shape
-has a batch dimension (-1) travels after a small header with its shape; a receiver keeps a buffer and plan per step shape (the last few).  A peer
-that never arrives raises ``al.TimeoutError`` (under ``AL_TIMEOUT``) naming the peer's
-role, rank and endpoint.
+has a batch dimension (-1) travels after a small header with its shape; a receiver keeps a
+buffer and plan per step shape (the last few).  A peer that never arrives raises
+``al.TimeoutError`` (under ``AL_TIMEOUT``) naming the peer's role, rank and endpoint.
 """
 from __future__ import annotations
 

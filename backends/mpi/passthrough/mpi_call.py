@@ -6,7 +6,8 @@ persistent mpi4py methods), how their arguments are built from the State's own
 logical ops' 0/1).  Every form is derived from that by the code below:
 
 - nonblocking: the State itself, ``start`` calling ``I<op>``, ``step`` polling it (for a
-  plan's repeated starts, ``fresh`` makes the ``I<op>`` call and finish step once);
+  plan's repeated starts, ``fresh`` makes the ``I<op>`` call and finish step once: MPI's
+  C call made directly where ``native_calls`` can, else mpi4py's);
 - bound (``blocking_call``): ``<Op>`` with its arguments made once, for a plan's runs;
 - blocking (``run_blocking``): the bound form made and called at once;
 - persistent: ``<Op>_init`` on the plan's buffers, started for each of its runs;
@@ -32,7 +33,7 @@ from ....core.buffers import Buffer
 from ....engine.state import Action
 from ..datatypes import mpi_datatype
 from .mpi_errors import MPIState, operation_error
-from .native_calls import native_array_call, native_call
+from .native_calls import native_array_call, native_call, native_post
 from .persistent import PersistentRequest
 
 _CONTINUE, _COMPLETE = Action.CONTINUE, Action.COMPLETE
@@ -115,7 +116,9 @@ class MPICall(MPIState):
         directly where ``native_calls`` can, else mpi4py's."""
         mpi, arguments = comm.mpi_comm, cls.arguments(comm, *args)
         if cls.order_sensitive(comm, *args):
-            call = functools.partial(_wait, getattr(mpi, cls.calls.nonblocking), *arguments)
+            post = native_post(mpi, cls.calls.nonblocking, arguments)
+            call = functools.partial(_wait, post) if post is not None else \
+                functools.partial(_wait, getattr(mpi, cls.calls.nonblocking), *arguments)
         else:
             call = native_call(mpi, cls.calls.blocking, arguments) or \
                 functools.partial(getattr(mpi, cls.calls.blocking), *arguments)
@@ -187,8 +190,9 @@ class MPICall(MPIState):
         """``fresh``'s factory: States that call ``I<op>`` on arguments made here.  They
         are of a subclass of ``cls`` that runs ``MPICall``'s own ``start`` and ``step``
         (``_posted_class``): what ``cls`` overrides serves States built its own way."""
-        posted = functools.partial(getattr(comm.mpi_comm, cls.calls.nonblocking),
-                                   *cls.arguments(comm, *args))
+        arguments = cls.arguments(comm, *args)
+        posted = native_post(comm.mpi_comm, cls.calls.nonblocking, arguments) or \
+            functools.partial(getattr(comm.mpi_comm, cls.calls.nonblocking), *arguments)
         return functools.partial(_new_posted, _posted_class(cls), comm, args, posted,
                                  cls.finish_step(comm, *args))
 

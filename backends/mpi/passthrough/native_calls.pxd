@@ -44,8 +44,45 @@ cdef extern from *:
                     status);
         case 14: return ((int (*)(ptr, int, ptr, int, int, int, int, ptr, ptr))f)(
                     P(0), I(1), P(2), I(3), I(4), I(5), I(6), P(7), status);
+        /* The nonblocking calls (MPI_I<op>): a blocking signature + 100, the same
+           arguments, then the request (``status``) after the communicator. */
+        case 100: return ((int (*)(ptr, ptr))f)(P(0), status);
+        case 101: return ((int (*)(ptr, int, ptr, int, ptr, ptr))f)(
+                    P(0), I(1), P(2), I(3), P(4), status);
+        case 102: return ((int (*)(ptr, ptr, int, ptr, ptr, ptr, ptr))f)(
+                    P(0), P(1), I(2), P(3), P(4), P(5), status);
+        case 103: return ((int (*)(ptr, ptr, int, ptr, ptr, int, ptr, ptr))f)(
+                    P(0), P(1), I(2), P(3), P(4), I(5), P(6), status);
+        case 104: return ((int (*)(ptr, int, ptr, int, int, ptr, ptr))f)(
+                    P(0), I(1), P(2), I(3), I(4), P(5), status);
+        case 105: return ((int (*)(ptr, int, ptr, ptr, int, ptr, ptr, ptr))f)(
+                    P(0), I(1), P(2), P(3), I(4), P(5), P(6), status);
+        case 106: return ((int (*)(ptr, int, ptr, ptr, int, ptr, int, ptr, ptr))f)(
+                    P(0), I(1), P(2), P(3), I(4), P(5), I(6), P(7), status);
+        case 107: return ((int (*)(ptr, ptr, ptr, ptr, ptr, ptr, ptr))f)(
+                    P(0), P(1), P(2), P(3), P(4), P(5), status);
+        case 108: return ((int (*)(ptr, int, ptr, ptr, ptr, ptr, ptr, ptr, ptr))f)(
+                    P(0), I(1), P(2), P(3), P(4), P(5), P(6), P(7), status);
+        case 109: return ((int (*)(ptr, int, ptr, ptr, ptr, ptr, ptr, int, ptr, ptr))f)(
+                    P(0), I(1), P(2), P(3), P(4), P(5), P(6), I(7), P(8), status);
+        case 110: return ((int (*)(ptr, ptr, ptr, ptr, ptr, int, ptr, int, ptr, ptr))f)(
+                    P(0), P(1), P(2), P(3), P(4), I(5), P(6), I(7), P(8), status);
+        case 111: return ((int (*)(ptr, ptr, ptr, ptr, ptr, ptr, ptr, ptr, ptr, ptr))f)(
+                    P(0), P(1), P(2), P(3), P(4), P(5), P(6), P(7), P(8), status);
         }
         return -1;
+    }
+
+    /* MPI_Test(request, &flag, status) at address ``f``: the error code, *done the flag. */
+    static int _al_test(size_t f, void *request, int *done) {
+        size_t status[8];   /* an MPI_Status: 24 bytes in Open MPI */
+        return ((int (*)(void *, int *, void *))f)(request, done, status);
+    }
+
+    /* MPI_Wait(request, status) at address ``f``: the error code. */
+    static int _al_wait(size_t f, void *request) {
+        size_t status[8];
+        return ((int (*)(void *, void *))f)(request, status);
     }
     #undef P
     #undef I
@@ -127,6 +164,8 @@ cdef extern from *:
     size_t _al_array_data(object a)
     int _al_mpi_call(int signature, size_t f, const size_t *v, void *status) nogil
     int _al_get_count(size_t f, void *status, size_t datatype) nogil
+    int _al_test(size_t f, void *request, int *done) nogil
+    int _al_wait(size_t f, void *request) nogil
     int _al_exchange(const size_t *f, int n_recv, int n_send, size_t recv_specs,
                      size_t send_specs, int tag, size_t comm, int *failed, int *got) nogil
     int _al_exchange_arrays(const size_t *f, int n_recv, int n_send, size_t recv_specs,
@@ -136,7 +175,7 @@ cdef extern from *:
 
 cdef class NativeCall:
     cdef int signature, first_slot, second_slot
-    cdef size_t function
+    cdef size_t function, test_function, wait_function
     cdef size_t values[12]
     cdef object held, on_error
     cdef long long expected
@@ -151,3 +190,8 @@ cdef class NativeExchange:
     cdef object held, on_error, which
     cdef size_t which_address
     cdef Py_ssize_t distinct
+
+
+cdef class NativeRequest:
+    cdef size_t handle, test_function, wait_function
+    cdef object held

@@ -37,7 +37,7 @@ except ImportError:   # (running uncompiled without Cython)
 import numpy as np
 from mpi4py import MPI
 
-__all__ = ["native_call", "native_array_call", "native_exchange"]
+__all__ = ["native_call", "native_array_call", "native_exchange", "native_post"]
 
 _OPEN_MPI = MPI.get_vendor()[0] == "Open MPI"
 _INT_MAX = 2 ** 31 - 1
@@ -76,6 +76,20 @@ def native_call(mpi_comm, name: str, arguments: tuple, positions: tuple = (),
         count, datatype = _RECEIVING[name](values)
         call.check(get_count, count, datatype, on_error)
     return call
+
+
+def native_post(mpi_comm, name: str, arguments: tuple):
+    """A callable making the nonblocking ``mpi_comm.<name>(*arguments)`` (``Iallreduce``
+    ...) as one C call and returning its request, a ``NativeRequest`` (``Test()`` and
+    ``Wait()`` as mpi4py's); None where it cannot (see the module's docstring; and the
+    receives, whose States read their status)."""
+    blocking = _POSTED.get(name)
+    call = None if blocking is None else native_call(mpi_comm, blocking, arguments)
+    functions = [_function(f) for f in (name, "Test", "Wait")] if call is not None else [None]
+    if None in functions:
+        return None
+    call.posting(*functions)
+    return call.post
 
 
 def native_array_call(mpi_comm, name: str, arguments: tuple, positions: list, on_error=None):
@@ -275,6 +289,11 @@ _BUILDERS = {
     "Scatterv": _scatterv, "Alltoallv": _alltoallv, "Recv": _recv, "Sendrecv": _sendrecv,
     "Sendrecv_replace": _sendrecv_replace,
 }
+# The nonblocking calls made in C, by their blocking call (whose builder and signature, plus
+# NONBLOCKING, they take); not the receives, whose States check their status.
+_POSTED = {f"I{name[0].lower()}{name[1:]}": name for name in _BUILDERS
+           if name not in ("Recv", "Sendrecv", "Sendrecv_replace")}
+NONBLOCKING = 100
 # The receiving calls: (expected count, datatype handle) from their builder's C arguments.
 _RECEIVING = {"Recv": lambda values: (values[1], values[2]),
               "Sendrecv": lambda values: (values[6], values[7]),
@@ -386,7 +405,8 @@ class NativeCall:
     checks the count its status says (``check``)."""
 
     __slots__ = ("signature", "function", "values", "first_slot", "second_slot", "held",
-                 "on_error", "expected", "get_count", "count_type")
+                 "on_error", "expected", "get_count", "count_type", "test_function",
+                 "wait_function")
 
     def set(self, signature: int, function: int, values: list, slots: tuple, held) -> None:
         if len(values) > 12:
@@ -397,6 +417,28 @@ class NativeCall:
         if cython.compiled:
             for index, value in enumerate(values):
                 self.values[index] = value
+
+    def posting(self, function: int, test: int, wait: int) -> None:
+        """Make the call nonblocking: ``function`` (``MPI_I<op>``, at that address) on the
+        same arguments, its request tested and waited for with ``MPI_Test`` and
+        ``MPI_Wait`` at ``test`` and ``wait``; ``post()`` makes it."""
+        self.signature += NONBLOCKING
+        self.function, self.test_function, self.wait_function = function, test, wait
+
+    @cython.locals(code=cython.int, request="NativeRequest")
+    def post(self) -> NativeRequest:
+        """The nonblocking call (``posting``), made; its request."""
+        request = NativeRequest.__new__(NativeRequest)
+        request.held = self           # (the arrays stay alive while MPI may use them)
+        if not cython.compiled:
+            return request
+        request.test_function, request.wait_function = self.test_function, self.wait_function
+        with cython.nogil:
+            code = _al_mpi_call(self.signature, self.function, self.values,
+                                cython.address(request.handle))
+        if code != 0:
+            raise MPI.Exception(code)
+        return request
 
     def check(self, get_count: int, expected: int, datatype: int, on_error) -> None:
         """After each call, read the received count with ``MPI_Get_count`` (at address
@@ -444,6 +486,37 @@ class NativeCall:
             count = _al_get_count(self.get_count, status, self.count_type)
             if count != self.expected:
                 raise self.on_error(0, count)
+
+
+@cython.cclass
+class NativeRequest:
+    """The request of a nonblocking call ``NativeCall.post`` made: ``Test()`` and
+    ``Wait()`` as mpi4py's ``Request`` (``MPI.Exception`` for an error code)."""
+
+    __slots__ = ("handle", "test_function", "wait_function", "held")
+
+    @cython.locals(code=cython.int, done=cython.int)
+    def Test(self) -> bool:   # noqa: N802 (mpi4py's name)
+        """Whether the call completed (then the request is freed, as ``MPI_Test`` does)."""
+        if not cython.compiled:
+            return True
+        done = 0
+        with cython.nogil:
+            code = _al_test(self.test_function, cython.address(self.handle),
+                            cython.address(done))
+        if code != 0:
+            raise MPI.Exception(code)
+        return done != 0
+
+    @cython.locals(code=cython.int)
+    def Wait(self) -> None:   # noqa: N802
+        """Return once the call completed."""
+        if not cython.compiled:
+            return
+        with cython.nogil:
+            code = _al_wait(self.wait_function, cython.address(self.handle))
+        if code != 0:
+            raise MPI.Exception(code)
 
 
 @cython.cclass
