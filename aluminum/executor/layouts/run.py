@@ -271,19 +271,26 @@ def _bcast(step, value, shape, comm, dtype):
     """The whole tensor from its one holder to the ranks that lack it: ``al.bcast`` over
     those ranks (placement's ``bcast_var`` is the same call), not a send per rank."""
     source = step.pieces[0].source
-    ranks = tuple(sorted({source, *(piece.target for piece in step.pieces)}))
+    targets = {piece.target for piece in step.pieces}
+    ranks = tuple(sorted({source, *targets}))
     group = ranks_comm(comm, ranks, step.dst.mesh)
-    if comm.rank not in ranks:
-        return None
-    root = ranks.index(source)
-    if comm.rank == source:
+    rank = comm.rank
+    if rank in targets:
+        out = np.empty(tuple(shape), dtype)
+        al.bcast(out.reshape(-1), group, root=ranks.index(source))
+        record("bcast", group.size, 0, out.nbytes)
+        return out
+    if rank == source:
         sent = np.ascontiguousarray(value)
-        al.bcast(sent.reshape(-1), group, root=root)
+        al.bcast(sent.reshape(-1), group, root=ranks.index(source))
         record("bcast", group.size, sent.nbytes * (group.size - 1), 0)
-        return value if step.dst.box(source, shape) is not None else None
-    out = np.empty(tuple(shape), dtype)
-    al.bcast(out.reshape(-1), group, root=root)
-    record("bcast", group.size, 0, out.nbytes)
+    out_box = step.dst.box(rank, shape)     # the rest keep their own part
+    if out_box is None:
+        return None
+    out = np.empty(_dims(out_box), dtype)
+    src_box = step.src.box(rank, shape)
+    if value is not None and src_box is not None:   # (else an empty part: nothing to keep)
+        _copy_own(out, out_box, value, src_box)
     return out
 
 
