@@ -8,7 +8,7 @@ One step changes a layout into another with one communication pattern (or none):
 | ``pad`` | R or S -> P on one mesh dimension | local: zeros but one summand | 0 |
 | ``allgather`` | S(a) -> R on one mesh dimension | ``al.allgatherv`` on its lines | n_new - n_old |
 | ``alltoall`` | S(a) -> S(b) on one mesh dimension | ``al.alltoallv`` on its lines | n_new - overlap |
-| ``exchange`` | anything else without reducing (several mesh dimensions, another mesh) | ``al.multisendrecv``; the whole tensor from one rank to several: ``al.bcast`` | n_new - overlap |
+| ``exchange`` | anything else without reducing (several mesh dimensions, another mesh) | ``al.multisendrecv`` | n_new - overlap |
 | ``reduce_scatter`` | P -> S(a) on one mesh dimension | ``al.reduce_scatterv`` on its lines | (p-1) n_new |
 | ``allreduce`` | P -> R on one mesh dimension | ``al.allreduce`` on its lines | (n - b) + (p-1) b |
 | ``reduce`` | P on all mesh dims -> R on one rank | ``al.reduce`` | root: n per summand |
@@ -21,7 +21,8 @@ bandwidth-optimal algorithm, reduce-scatter then allgather, with ``b`` the rank'
 ``(n - b) + (p - 1) b`` for an allreduce, ``n - n_new`` for a reduce-scatter.  A
 ``reduce`` is the direct one (every summand to the root, summed there in rank order), the
 step placement's replicas take to hand their gradients to one owner (placement/transfers.py
-plans its transfers with this planner).
+plans its transfers with this planner).  An ``exchange`` of the whole tensor from one rank
+to several runs as ``al.bcast`` over those ranks (the bytes counted as the exchange's).
 """
 from __future__ import annotations
 
