@@ -8,8 +8,8 @@ transfers against raw MPI (issue 27).
    by ``ParameterServerStrategy`` on trainer:2,pserver:1 (the trainers split the batch);
    ``dp`` is the unplaced program under ``ParallelExecutor(comm=...)`` on all 3 ranks
    (allreduce, the batch in thirds).  Per rank: median step time and the payload bytes it
-   sends and receives per step (ps: its transfers, from the plan; dp: every gradient
-   allreduced, in and out).
+   sends and receives per step (ps: its transfers' routes, the layouts planner's, a bcast's
+   root sending to each receiver; dp: every gradient allreduced, in and out).
 2. The transfers alone, per size: placement's ``send_var``/``recv_var`` (rank 0 to 1) and
    ``bcast_var`` + ``reduce_var`` (the pserver's parameter to the trainers and their
    gradients back, the per-parameter pair of a PS step), each op run as the parallel
@@ -88,8 +88,8 @@ def training(comm, args) -> list[tuple]:
         feed = {"x": ex.shard(x, len(trainers), i), "y": ex.shard(y, len(trainers), i)}
     runner = ex.ParallelExecutor(main, loss_name=loss.name, scope=scope, comm=comm)
     seconds = step_times(runner, loss, feed, args.steps, world)
-    sent = sum(_nbytes(t) for t in placed.transfers if comm.rank in t.senders)
-    received = sum(_nbytes(t) for t in placed.transfers if comm.rank in t.receivers)
+    sent = sum(t.route.bytes_sent(comm.rank) for t in placed.transfers)
+    received = sum(t.route.bytes_received(comm.rank) for t in placed.transfers)
     rows.append(("ps", cluster.role_of(comm.rank), seconds, sent, received))
 
     main, startup, loss = build(args.hidden, args.hidden)
@@ -102,10 +102,6 @@ def training(comm, args) -> list[tuple]:
                 if v.is_parameter)
     rows.append(("dp", "worker", seconds, grads, grads))
     return world.gather(rows, root=0)
-
-
-def _nbytes(transfer) -> int:
-    return int(np.prod(transfer.shape)) * np.dtype(transfer.dtype).itemsize
 
 
 def transfer_program(count: int, kind: str):
