@@ -11,15 +11,15 @@ carries it (named after the variable):
 - a role's replicas to one rank: ``reduce`` (a sum, times ``1/replicas`` under the
   gradient scale "coeff_num_device"): each replica worked on its share of the batch, as
   the trainers' gradients a pserver owns;
-
-each the one-step route that the layouts' planner (layouts/planner.py) finds between the
-value's layout where it was made and where it is read: the whole value replicated on the
-making rank (or summands on the replicas) to the whole value replicated on the readers,
-each a one-dimensional mesh of those ranks.  The planner's step (a ``reduce``, or an
-``exchange`` to one rank or several) is the transfer's kind, and its bytes the transfer's
-(``Transfer.route``: what ``ex.count_traffic`` counts the transfer ops moving);
 - a sliced variable: one transfer per slice (rows of the whole variable to the slice's
   rank, or a slice to the ranks reading the whole), then ``concat`` on every reader.
+
+Each transfer is the one-step route that the layouts' planner (layouts/planner.py) finds
+from the value where it was made to where it is read, each side a one-dimensional mesh of
+its ranks: the whole value on the making rank (``Replicate``; summands on the replicas:
+``Partial``) to the whole value on every reader.  The step (a ``reduce``, or an
+``exchange`` to one rank or several) is the transfer's kind, and its bytes the transfer's
+(``Transfer.route``, what ``ex.count_traffic`` counts the transfer ops moving).
 
 A transfer goes right after the op that wrote the value it carries (at the start of the
 step for a value from the previous step), so gradients leave while the backward pass goes
@@ -344,10 +344,9 @@ def _route(senders: tuple, summands: bool, receivers: tuple, shape: tuple,
 def _kind(route: Redistribution, what: str) -> str:
     """The transfer kind of a one-step route: a ``reduce``, or an ``exchange`` from one
     rank, to one rank (``send``) or several (``bcast``)."""
-    kinds = route.collectives
-    if len(route.steps) != 1 or kinds[0] not in ("reduce", "exchange"):
+    if len(route.steps) != 1 or route.steps[0].kind not in ("reduce", "exchange"):
         raise ProgramError(f"{what}: no one-step transfer for {route}")
-    if kinds[0] == "reduce":
+    if route.steps[0].kind == "reduce":
         return "reduce"
     return "send" if route.dst.mesh.size == 1 else "bcast"
 
