@@ -14,7 +14,9 @@ derived as mpi4py derives them from the same specs (bytes over the datatype's ex
 rank where the call takes a count per rank); the v-variants' counts and displacements are
 held as C int arrays.  The receiving calls (``Recv``, ``Sendrecv``, ``Sendrecv_replace``)
 read their status in C and check the received count; ``native_exchange`` posts and waits
-for a multisendrecv's every message in one C call.
+for a multisendrecv's every message in one C call; ``native_post`` makes the nonblocking
+call (``MPI_I<op>`` on the blocking call's arguments) and returns its ``NativeRequest``,
+tested and waited for in C.
 
 The call releases the GIL as mpi4py does (other threads - the progress engine, the stall
 monitor - run while it waits) and raises ``MPI.Exception`` for an error code, as mpi4py
