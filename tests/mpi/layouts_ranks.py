@@ -148,7 +148,7 @@ def run_case(comm, a, src, b, dst, shape, seed):
     plan = ex.plan_redistribution(layout(a, src), layout(b, dst), shape, "float64")
     with ex.count_traffic() as traffic:
         out = ex.redistribute(local, layout(a, src), layout(b, dst), shape, comm,
-                              dtype="float64")
+                              dtype="float64", plan=plan)
     what = f"{a} {src} -> {b} {dst} {shape}: {plan}"
     np.testing.assert_allclose(assemble(b, dst, out, shape), full, rtol=1e-12, atol=1e-12,
                                err_msg=what)

@@ -85,9 +85,11 @@ def plan_redistribution(src: Layout, dst: Layout, shape, dtype="float32",
 
 
 def _roots(src: Layout, dst: Layout) -> list[DeviceMesh]:
-    """Where summands may be reduced to: one rank of either mesh (a ``reduce`` step, then
-    from there on), so that no other mesh could shorten the route."""
-    if not src.partial_dims:
+    """Where summands moving to another mesh may be reduced to: one rank of either mesh (a
+    ``reduce`` step, then from there on), so that no other mesh could shorten the route.
+    (On one mesh a detour through one rank moves no fewer bytes than the mesh's own
+    reductions: reduce and bcast back, 2(p-1)n, are an allreduce's.)"""
+    if not src.partial_dims or src.mesh == dst.mesh:
         return []
     return [DeviceMesh((1,), (rank,)) for rank in dict.fromkeys(src.mesh.ranks +
                                                                 dst.mesh.ranks)]
