@@ -116,9 +116,9 @@ class MPICall(MPIState):
         directly where ``native_calls`` can, else mpi4py's."""
         mpi, arguments = comm.mpi_comm, cls.arguments(comm, *args)
         if cls.order_sensitive(comm, *args):
-            post = native_post(mpi, cls.calls.nonblocking, arguments)
-            call = functools.partial(_wait, post) if post is not None else \
-                functools.partial(_wait, getattr(mpi, cls.calls.nonblocking), *arguments)
+            # (mpi4py's: ``run_blocking`` makes this form for one call, where building a
+            # native call in Python cost more than mpi4py's parsing of the specs)
+            call = functools.partial(_wait, getattr(mpi, cls.calls.nonblocking), *arguments)
         else:
             call = native_call(mpi, cls.calls.blocking, arguments) or \
                 functools.partial(getattr(mpi, cls.calls.blocking), *arguments)
