@@ -27,17 +27,19 @@ def my_host_counters() -> tuple[int, int]:
 
 
 def bytes_per_call(comm, call, repeats: int = 3) -> list[tuple[float, float]]:
-    """(received, sent) by each host, node by node, per ``call()`` (after one call that
-    opens the connections)."""
+    """(received, sent) by each host, node by node, for one ``call()``: the least over
+    ``repeats`` calls counted one by one (after one call that opens the connections), so
+    that a TCP retransmission in one of them does not count as the algorithm's bytes."""
     call()
-    comm.mpi_comm.Barrier()
-    before = my_host_counters()
-    comm.mpi_comm.Barrier()     # no host sends the measured calls' bytes before all have read
+    counted = []
     for _ in range(repeats):
+        comm.mpi_comm.Barrier()
+        before = my_host_counters()
+        comm.mpi_comm.Barrier()     # no host sends the call's bytes before all have read
         call()
-    comm.mpi_comm.Barrier()
-    after = my_host_counters()
-    mine = tuple((a - b) / repeats for a, b in zip(after, before))
+        comm.mpi_comm.Barrier()
+        counted.append([a - b for a, b in zip(my_host_counters(), before)])
+    mine = tuple(float(min(values)) for values in zip(*counted))
     counts = comm.mpi_comm.allgather(mine if comm.local_rank == 0 else None)
     return [counts[node[0]] for node in comm.nodes]
 
