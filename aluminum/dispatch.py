@@ -5,7 +5,7 @@ import functools
 
 from . import debug, watchdog
 from .core import trace
-from .engine.progress import submit, submit_made, wait_started
+from .engine.progress import submit, submit_made, wait_started_on
 
 
 def run(comm, op: str, state_class: type, nbytes: int, blocking: bool, args: tuple,
@@ -15,7 +15,7 @@ def run(comm, op: str, state_class: type, nbytes: int, blocking: bool, args: tup
     ``args`` are the State constructor's arguments after ``comm``: ``(stream, ...)``;
     ``detail`` is the request's ``(function, argument)`` naming late ranks (the caller
     counted its arrival).  A blocking call on a host backend first lets the operations
-    submitted before it on ``comm`` start (``progress.wait_started``), so that every rank
+    submitted before it on ``comm`` start (``progress.wait_started_on``), so that every rank
     starts its collectives in one order.
     """
     if trace.ENABLED:
@@ -26,7 +26,7 @@ def run(comm, op: str, state_class: type, nbytes: int, blocking: bool, args: tup
         state_class.run_blocking(comm, *args)
         return None
     if blocking and not watchdog.ENABLED:
-        wait_started(comm)
+        wait_started_on(comm)
         state_class.run_blocking(comm, *args)
         return None
     request = submit(state_class(comm, *args))
@@ -45,14 +45,14 @@ def checks_enabled() -> bool:
 
 def direct(comm) -> bool:
     """Whether repeated calls on ``comm`` may skip ``run``'s path, calling a prepared form
-    of their State after ``progress.wait_started`` instead: not while tracing, with AL_DEBUG
+    of their State after ``progress.wait_started_on`` instead: not while tracing, with AL_DEBUG
     or AL_TIMEOUT, nor on stream-bound backends."""
     return not (trace.ENABLED or checks_enabled() or comm.backend.uses_streams)
 
 
 def runner(comm, state_class: type, args: tuple, persistent=None):
     """What later blocking runs of the same call may call instead of ``run`` (where
-    ``direct``, after ``progress.wait_started``): ``persistent.run`` (``State.persistent``'s
+    ``direct``, after ``progress.wait_started_on``): ``persistent.run`` (``State.persistent``'s
     object) where given, else the State's bound form (``State.blocking_call``).  Its
     exceptions become ``state_class.call_error``'s."""
     if persistent is not None:
@@ -72,7 +72,7 @@ def starter(comm, state_class: type, args: tuple, persistent=None):
 
 def array_runner(comm, state_class: type, args: tuple):
     """What blocking runs on new arrays of the kind ``args`` were checked to be may call
-    instead of ``run`` (after ``progress.wait_started``): ``state_class.array_call`` for
+    instead of ``run`` (after ``progress.wait_started_on``): ``state_class.array_call`` for
     ``args``; None where every run must take ``run``'s path (not ``direct``) or the state
     has no such call."""
     if not direct(comm):

@@ -1,6 +1,7 @@
 # Cython declarations augmenting plan.py (pure-Python mode; aluminum/core/compiled.py).
 
 from aluminum.arrivals cimport Arrivals
+from aluminum.engine.progress cimport wait_started_on
 
 cdef class Plan:
     cdef public object comm, op, algo, nbytes, args, inplace
@@ -10,5 +11,3 @@ cdef class Plan:
     cdef object __weakref__
     cpdef run(self)
 
-
-cpdef started_before(comm)

@@ -23,8 +23,7 @@ from . import dispatch
 from .tuning import selector
 from .core.errors import ArgumentError, CommunicatorError
 from .core.ops import POINT_TO_POINT
-from .engine import progress
-from .engine.progress import wait_started
+from .engine.progress import wait_started_on
 
 __all__ = ["Plan"]
 
@@ -43,7 +42,7 @@ class Plan:
     ``watchdog.ArrivalCounters``), so a timeout or stall warning can name the ranks that
     never arrived.  A blocking run, and the making of MPI's persistent request (a
     collective itself), start on the calling thread after the nonblocking operations
-    submitted before them on the communicator have started (``progress.wait_started``), so
+    submitted before them on the communicator have started (``progress.wait_started_on``), so
     every rank starts its collectives in one order.
     """
 
@@ -90,7 +89,7 @@ class Plan:
         try:
             return self._persistent[state_class]
         except KeyError:
-            wait_started(self.comm)
+            wait_started_on(self.comm)
             made = self._persistent[state_class] = state_class.persistent(self.comm, *self.args)
             return made
 
@@ -146,12 +145,12 @@ class Plan:
         arrivals = self._arrivals
         try:
             if arrivals is None:
-                started_before(self.comm)
+                wait_started_on(self.comm)
                 run()       # the common repeat: everything else was checked before
                 return
             arrivals.enter(self)   # (counted, and marked for the stall monitor)
             try:
-                started_before(self.comm)
+                wait_started_on(self.comm)
                 run()
             finally:
                 arrivals.leave()
@@ -248,10 +247,3 @@ def chosen_class(call, classes: dict[bool, type], nonblocking: bool) -> type:
                                                    call.inplace, nonblocking)
     return found
 
-
-def started_before(comm) -> None:
-    """``progress.wait_started(comm)`` with its test written out: a run costs no Python
-    call where nothing is queued (compiled, two attribute reads)."""
-    engine = progress._engine
-    if engine is not None and (engine._queued or engine._inbox):
-        engine.wait_started(comm)

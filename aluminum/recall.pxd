@@ -1,7 +1,8 @@
 # Cython declarations augmenting recall.py (pure-Python mode; aluminum/core/compiled.py).
 
 from aluminum.arrivals cimport Arrivals
-from aluminum.plan cimport Plan, started_before
+from aluminum.engine.progress cimport wait_started_on
+from aluminum.plan cimport Plan
 
 cdef extern from *:
     """

@@ -53,7 +53,8 @@ from . import dispatch
 from .tuning import selector
 from .core.buffers import Buffer, checked_array_buffer, cpu_tensor_array
 from .core.ops import POINT_TO_POINT
-from .plan import Plan, chosen_class, started_before
+from .engine.progress import wait_started_on
+from .plan import Plan, chosen_class
 
 RECENT_PER_OP = 4
 KINDS_PER_CONTEXT = 32     # kinds of arrays kept per (op, communicator, stream, options)
@@ -541,7 +542,7 @@ class _Kind:
         if arrivals is not None:
             arrivals.enter(self)   # (counted, and marked for the stall monitor)
         try:
-            started_before(self.comm)
+            wait_started_on(self.comm)
             order = self.order
             if len(order) == 2:
                 direct(objects[order[0]], objects[order[1]])

@@ -6,3 +6,6 @@ cdef class ProgressEngine(Scheduler):
     cdef public object name, core, _driver, _wake_lock, _thread, _start_lock
     cdef public bint _sleeping, _napping, _callers_drive, _stopping, _abandon, _closed
     cdef public bint _finished
+
+
+cpdef wait_started_on(key)

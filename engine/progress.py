@@ -53,7 +53,8 @@ from .state import State
 
 __all__ = ["EngineConfig", "ProgressEngine", "abandoned_any", "abandoned_owner",
            "default_core", "drain", "drive_until", "finalize_timeout", "get_engine",
-           "node_local_rank", "shutdown", "submit", "submit_made"]
+           "node_local_rank", "shutdown", "submit", "submit_made",
+           "wait_started_on"]
 
 DEFAULT_FINALIZE_TIMEOUT_S = 30.0
 WAIT_YIELD_S = 2e-3   # a waiter driving a stalled operation yields this long, then backs off
@@ -570,9 +571,11 @@ def get_engine() -> ProgressEngine:
     return engine
 
 
-def wait_started(key) -> None:
+@cython.locals(engine=ProgressEngine)
+def wait_started_on(key) -> None:
     """Return once every operation submitted so far on ``key`` (a host communicator) has
-    started (``ProgressEngine.wait_started``); at once when nothing is in flight."""
+    started (``ProgressEngine.wait_started``); at once when nothing is in flight (compiled:
+    two field reads, what every blocking run pays)."""
     engine = _engine
     if engine is not None and (engine._queued or engine._inbox):
         engine.wait_started(key)

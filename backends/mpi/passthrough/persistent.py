@@ -9,21 +9,25 @@ from typing import Callable
 from mpi4py import MPI
 
 from ....engine.state import Action, State
+from .native_calls import native_persistent
 
 _CONTINUE, _COMPLETE = Action.CONTINUE, Action.COMPLETE
 
 
 class PersistentRequest:
     """One persistent MPI request; ``run()`` blocks, ``state()`` gives the engine a State
-    that starts and polls it; ``finish()`` post-processes each result (AVG, logical 0/1)."""
+    that starts and polls it; ``finish()`` post-processes each result (AVG, logical 0/1).
+    Its starts, tests and waits are MPI's C calls where ``native_persistent`` can make them
+    (mpi4py's methods otherwise); mpi4py's request object keeps the request and frees it."""
 
     def __init__(self, comm, name: str, request, finish: Callable[[], None] | None) -> None:
         self.comm, self.name, self.request, self.finish = comm, name, request, finish
+        self.calls = native_persistent(request) or request
 
     def run(self) -> None:
-        request = self.request
-        request.Start()
-        request.Wait()
+        calls = self.calls
+        calls.Start()
+        calls.Wait()
         if self.finish is not None:
             self.finish()
 
@@ -34,11 +38,11 @@ class PersistentRequest:
         return PersistentStart(self)
 
     def start(self) -> None:
-        self.request.Start()
+        self.calls.Start()
 
     def test(self) -> bool:
         """Whether the started run completed (then finished)."""
-        if not self.request.Test():
+        if not self.calls.Test():
             return False
         if self.finish is not None:
             self.finish()
@@ -47,7 +51,7 @@ class PersistentRequest:
     def free(self) -> None:
         """Free the MPI request; the plan waited for its last run first.  Runs still in
         flight keep this object alive, so a dropped plan frees it when they end."""
-        request, self.request = self.request, None
+        request, self.request, self.calls = self.request, None, None
         if request is not None and MPI is not None and MPI.Is_initialized() \
                 and not MPI.Is_finalized():   # (MPI is None when the interpreter exits)
             request.Free()
