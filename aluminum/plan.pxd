@@ -10,4 +10,5 @@ cdef class Plan:
     cdef public Arrivals _arrivals
     cdef object __weakref__
     cpdef run(self)
+    cpdef start(self)
 

@@ -1,13 +1,14 @@
 """AUTO_PARALLEL benchmark: the searched strategy against pure data and pure model
 parallelism, predicted (the search's cost model, calibrated on this machine) and measured.
 
-    python -m aluminum.run -n 4 python bench/auto_parallel.py [--steps 8] [--json out.json]
+    python -m aluminum.run -n 4 python bench/auto_parallel.py [--steps 15] [--json out.json]
 
 For a deep-narrow MLP, a wide MLP and a memory-bounded one (Adam, bound 0.95 x data
 parallelism's memory estimate): per strategy the predicted and measured step time (the
-slowest rank's, median over the steps), predicted/measured, the bytes moved per step
-(summed over ranks: the planner's prediction and the runtime's count), the memory estimate
-per rank and the search time.  Pure model parallel is Megatron's column/row alternation.
+slowest rank's, median over the steps; the three strategies of a model take turns, one step
+each), predicted/measured, the bytes moved per step (summed over ranks: the planner's
+prediction and the runtime's count), the memory estimate per rank and the search time.
+Pure model parallel is Megatron's column/row alternation.
 """
 from __future__ import annotations
 
@@ -49,7 +50,8 @@ def build(batch, widths, optimizer, shards):
     return main, startup, loss
 
 
-def measure(comm, model, spec, shards, steps, bound):
+def prepare(comm, model, spec, shards, bound) -> dict:
+    """One strategy's executor, made and warmed up (``shards`` None: the search's)."""
     batch, widths, optimizer, _ = spec
     mode = ex.ParallelMode.AUTO_PARALLEL if shards is None else \
         ex.ParallelMode.SEMI_AUTO_PARALLEL
@@ -60,28 +62,39 @@ def measure(comm, model, spec, shards, steps, bound):
     scope = ex.Scope()
     ex.Executor().run(startup, scope=scope)
     pe = ex.ParallelExecutor(main, loss_name=loss.name, scope=scope)
+    ex.reset_parallel_context()      # (the executor took what it needs from it)
     found = getattr(pe.program, "auto_parallel", None)
     strategies = found.strategies if found else shards
     rng = np.random.default_rng(0)
     feed = {"x": rng.normal(size=(batch, widths[0])), "t": rng.normal(size=(batch, widths[-1]))}
     for _ in range(4):      # (the first steps of a configuration make its sub-communicators)
         pe.run([loss.name], feed)
-    times, moved = [], 0
-    for _ in range(steps):
-        WORLD.Barrier()
-        start = time.perf_counter()
-        with ex.count_traffic() as traffic:
-            pe.run([loss.name], feed)
-        times.append(WORLD.allreduce(time.perf_counter() - start, op=MPI.MAX))
-        moved = WORLD.allreduce(traffic.received, op=MPI.SUM)
-    pe.close()
-    ex.reset_parallel_context()
     predicted = estimate(chain, comm.size, strategies, model)
-    return {"strategies": [list(map(list, s)) for s in strategies],
-            "predicted_ms": predicted.time * 1e3, "measured_ms": float(np.median(times)) * 1e3,
-            "bytes_predicted": predicted.moved, "bytes_measured": moved,
-            "memory_mb": predicted.memory / 2**20,
-            "search_ms": found.seconds * 1e3 if found else None}
+    return {"pe": pe, "loss": loss.name, "feed": feed, "times": [], "moved": 0,
+            "row": {"strategies": [list(map(list, s)) for s in strategies],
+                    "predicted_ms": predicted.time * 1e3, "bytes_predicted": predicted.moved,
+                    "memory_mb": predicted.memory / 2**20,
+                    "search_ms": found.seconds * 1e3 if found else None}}
+
+
+def measure(prepared: list[dict], steps: int) -> list[dict]:
+    """Each prepared strategy's row with its measured step time: the strategies take turns,
+    one step each, ``steps`` times (so a slow spell of the machine falls on all of them);
+    per step the slowest rank's time, then the median."""
+    for _ in range(steps):
+        for run in prepared:
+            WORLD.Barrier()
+            start = time.perf_counter()
+            with ex.count_traffic() as traffic:
+                run["pe"].run([run["loss"]], run["feed"])
+            run["times"].append(WORLD.allreduce(time.perf_counter() - start, op=MPI.MAX))
+            run["moved"] = WORLD.allreduce(traffic.received, op=MPI.SUM)
+    rows = []
+    for run in prepared:
+        run["pe"].close()
+        rows.append({**run["row"], "measured_ms": float(np.median(run["times"])) * 1e3,
+                     "bytes_measured": run["moved"]})
+    return rows
 
 
 def short(strategies) -> str:
@@ -94,7 +107,7 @@ def short(strategies) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--steps", type=int, default=8)
+    parser.add_argument("--steps", type=int, default=15)
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
     rows = []
@@ -110,9 +123,9 @@ def main() -> None:
                 main_, _, _ = build(batch, widths, optimizer, None)
                 chain, _ = fc_chain(main_)
                 bound = 0.95 * estimate(chain, size, dp, model).memory / 2**20
-            for label, shards in (("searched", None), ("data parallel", dp),
-                                  ("model parallel", mp)):
-                row = measure(comm, model, spec, shards, args.steps, bound)
+            labels = ("searched", "data parallel", "model parallel")
+            prepared = [prepare(comm, model, spec, shards, bound) for shards in (None, dp, mp)]
+            for label, row in zip(labels, measure(prepared, args.steps)):
                 rows.append({"model": name, "strategy": label, "bound_mb": bound, **row})
     if WORLD.rank == 0:
         load = open("/proc/loadavg").read().split()[:3]

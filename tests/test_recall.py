@@ -59,6 +59,40 @@ def test_a_reassigned_dtype_or_shape_is_validated_again(comm):
     np.testing.assert_array_equal(out, np.full((2, 2), 5.0 * comm.size))
 
 
+def test_a_nonblocking_repeat_sees_what_changed_in_place(comm):
+    """A nonblocking call repeated on the same arrays is validated again when one of them
+    changed dtype or became read-only, and otherwise gives a new call's results."""
+    send, out = np.arange(4.0), np.zeros(4)
+    al.nonblocking_allreduce(send, comm, recvbuf=out).wait()
+    out.flags.writeable = False
+    with pytest.raises(al.BufferError, match="recvbuf"):
+        al.nonblocking_allreduce(send, comm, recvbuf=out)
+    out.flags.writeable = True
+    out.dtype = np.int64                 # same memory, another dtype: must be rejected
+    with pytest.raises(al.BufferError, match="recvbuf"):
+        al.nonblocking_allreduce(send, comm, recvbuf=out)
+    out.dtype = np.float64
+    send[:] = [4.0, 3.0, 2.0, 1.0]
+    al.nonblocking_allreduce(send, comm, recvbuf=out).wait()
+    np.testing.assert_array_equal(out, [4.0 * comm.size, 3.0 * comm.size, 2.0 * comm.size,
+                                        1.0 * comm.size])
+
+
+def test_a_nonblocking_repeat_while_the_first_is_in_flight_runs_on_its_own(comm):
+    """The same nonblocking call made again before the first was waited for starts a run of
+    its own (the first's plan is busy), and each request completes its run."""
+    send, first_out, second_out = np.full(3, 2.0), np.zeros(3), np.zeros(3)
+    first = al.nonblocking_allreduce(send, comm, recvbuf=first_out)
+    second = al.nonblocking_allreduce(send, comm, recvbuf=first_out)
+    assert second is not first
+    first.wait()
+    second.wait()
+    np.testing.assert_array_equal(first_out, np.full(3, 2.0 * comm.size))
+    third = al.nonblocking_allreduce(send, comm, recvbuf=second_out)
+    third.wait()
+    np.testing.assert_array_equal(second_out, np.full(3, 2.0 * comm.size))
+
+
 def test_counts_changed_in_place_are_seen(comm):
     send, out = np.arange(3.0), np.zeros(5)
     counts = [3]
