@@ -79,11 +79,6 @@ cdef extern from *:
         return ((int (*)(void *, int *, void *))f)(request, done, status);
     }
 
-    /* MPI_Start(request) at address ``f``: the error code. */
-    static int _al_start(size_t f, void *request) {
-        return ((int (*)(void *))f)(request);
-    }
-
     /* MPI_Wait(request, status) at address ``f``: the error code. */
     static int _al_wait(size_t f, void *request) {
         size_t status[8];
@@ -169,7 +164,6 @@ cdef extern from *:
     size_t _al_array_data(object a)
     int _al_mpi_call(int signature, size_t f, const size_t *v, void *status) nogil
     int _al_get_count(size_t f, void *status, size_t datatype) nogil
-    int _al_start(size_t f, void *request) nogil
     int _al_test(size_t f, void *request, int *done) nogil
     int _al_wait(size_t f, void *request) nogil
     int _al_exchange(const size_t *f, int n_recv, int n_send, size_t recv_specs,
@@ -201,7 +195,3 @@ cdef class NativeExchange:
 cdef class NativeRequest:
     cdef size_t handle, test_function, wait_function
     cdef object held
-
-
-cdef class NativePersistent(NativeRequest):
-    cdef size_t start_function

@@ -16,8 +16,7 @@ held as C int arrays.  The receiving calls (``Recv``, ``Sendrecv``, ``Sendrecv_r
 read their status in C and check the received count; ``native_exchange`` posts and waits
 for a multisendrecv's every message in one C call; ``native_post`` makes the nonblocking
 call (``MPI_I<op>`` on the blocking call's arguments) and returns its ``NativeRequest``,
-tested and waited for in C; ``native_persistent`` starts, tests and waits for an MPI
-persistent request in C.
+tested and waited for in C.
 
 The call releases the GIL as mpi4py does (other threads - the progress engine, the stall
 monitor - run while it waits) and raises ``MPI.Exception`` for an error code, as mpi4py
@@ -40,8 +39,7 @@ except ImportError:   # (running uncompiled without Cython)
 import numpy as np
 from mpi4py import MPI
 
-__all__ = ["native_call", "native_array_call", "native_exchange", "native_persistent",
-           "native_post"]
+__all__ = ["native_call", "native_array_call", "native_exchange", "native_post"]
 
 _OPEN_MPI = MPI.get_vendor()[0] == "Open MPI"
 _INT_MAX = 2 ** 31 - 1
@@ -521,41 +519,6 @@ class NativeRequest:
             code = _al_wait(self.wait_function, cython.address(self.handle))
         if code != 0:
             raise MPI.Exception(code)
-
-
-@cython.cclass
-class NativePersistent(NativeRequest):
-    """An MPI persistent request (mpi4py's, which keeps it and frees it) started, tested
-    and waited for in C: ``Start()``, ``Test()`` and ``Wait()`` as mpi4py's ``Prequest``.
-    Testing a persistent request that completed leaves it inactive, not freed, so the
-    handle copied here stays the request's."""
-
-    __slots__ = ("start_function",)
-
-    @cython.locals(code=cython.int)
-    def Start(self) -> None:   # noqa: N802
-        """Start the request again (``MPI_Start``)."""
-        if not cython.compiled:
-            return
-        with cython.nogil:
-            code = _al_start(self.start_function, cython.address(self.handle))
-        if code != 0:
-            raise MPI.Exception(code)
-
-
-@cython.locals(native="NativePersistent")
-def native_persistent(request) -> NativePersistent | None:
-    """``request`` (an mpi4py ``Prequest``) as a ``NativePersistent``; None where it cannot
-    be (not compiled, an MPI other than Open MPI, a function not found)."""
-    functions = [_function(name) for name in ("Start", "Test", "Wait")]
-    if not cython.compiled or not _OPEN_MPI or not isinstance(request, MPI.Prequest) \
-            or None in functions:
-        return None
-    native = NativePersistent.__new__(NativePersistent)
-    native.held = request
-    native.handle = MPI._handleof(request) & (2 ** 64 - 1)
-    native.start_function, native.test_function, native.wait_function = functions
-    return native
 
 
 @cython.cclass

@@ -9,25 +9,21 @@ from typing import Callable
 from mpi4py import MPI
 
 from ....engine.state import Action, State
-from .native_calls import native_persistent
 
 _CONTINUE, _COMPLETE = Action.CONTINUE, Action.COMPLETE
 
 
 class PersistentRequest:
     """One persistent MPI request; ``run()`` blocks, ``state()`` gives the engine a State
-    that starts and polls it; ``finish()`` post-processes each result (AVG, logical 0/1).
-    Its starts, tests and waits are MPI's C calls where ``native_persistent`` can make them
-    (mpi4py's methods otherwise); mpi4py's request object keeps the request and frees it."""
+    that starts and polls it; ``finish()`` post-processes each result (AVG, logical 0/1)."""
 
     def __init__(self, comm, name: str, request, finish: Callable[[], None] | None) -> None:
         self.comm, self.name, self.request, self.finish = comm, name, request, finish
-        self.calls = native_persistent(request) or request
 
     def run(self) -> None:
-        calls = self.calls
-        calls.Start()
-        calls.Wait()
+        request = self.request
+        request.Start()
+        request.Wait()
         if self.finish is not None:
             self.finish()
 
@@ -38,11 +34,11 @@ class PersistentRequest:
         return PersistentStart(self)
 
     def start(self) -> None:
-        self.calls.Start()
+        self.request.Start()
 
     def test(self) -> bool:
         """Whether the started run completed (then finished)."""
-        if not self.calls.Test():
+        if not self.request.Test():
             return False
         if self.finish is not None:
             self.finish()
@@ -51,7 +47,7 @@ class PersistentRequest:
     def free(self) -> None:
         """Free the MPI request; the plan waited for its last run first.  Runs still in
         flight keep this object alive, so a dropped plan frees it when they end."""
-        request, self.request, self.calls = self.request, None, None
+        request, self.request = self.request, None
         if request is not None and MPI is not None and MPI.Is_initialized() \
                 and not MPI.Is_finalized():   # (MPI is None when the interpreter exits)
             request.Free()
