@@ -157,13 +157,27 @@ def test_summands_reduce_to_one_rank_in_one_step(ranks, sent):
     assert plan.bytes_received(2) == 240 and plan.bytes == 240
 
 
+def test_the_whole_tensor_from_one_rank_to_several_is_one_bcast():
+    """Rank 2's whole tensor (5 x 3 float64, 120 bytes) wanted on ranks 0, 1 and 3: one
+    bcast, 120 bytes to each; to one rank it is a plain exchange."""
+    plan = ex.plan_redistribution(layout(("R",), (1,), (2,)), layout(("R",), (3,), (0, 1, 3)),
+                                  (5, 3), "float64")
+    assert plan.collectives == ["bcast"]
+    assert plan.bytes_sent(2) == 360
+    assert [plan.bytes_received(r) for r in (0, 1, 3)] == [120, 120, 120]
+    alone = ex.plan_redistribution(layout(("R",), (1,), (2,)), layout(("R",), (1,), (0,)),
+                                   (5, 3), "float64")
+    assert alone.collectives == ["exchange"]
+
+
 def test_summands_for_several_ranks_of_another_mesh_go_through_one_of_them():
     """Summands on 4 ranks wanted whole on ranks 1, 2, 3 (4 x 4 float64, n = 128 bytes):
-    reduced to rank 1 (3n, its own summand stays), then sent on to ranks 2 and 3 (2n):
-    640 bytes, where reduce-scatter and gathering the blocks move 3n + 3 x 3n/4 = 672."""
+    reduced to rank 1 (3n, its own summand stays), then broadcast from it to ranks 2 and 3
+    (2n): 640 bytes, where reduce-scatter and gathering the blocks move 3n + 3 x 3n/4 =
+    672."""
     plan = ex.plan_redistribution(layout(("P",), (4,)), layout(("R",), (3,), (1, 2, 3)),
                                   (4, 4), "float64")
-    assert plan.collectives == ["reduce", "exchange"]
+    assert plan.collectives == ["reduce", "bcast"]
     assert plan.bytes == 640
 
 

@@ -15,9 +15,9 @@ import numpy as np
 import aluminum as al
 
 from ..errors import ExecutionError, ProgramError
-from .mesh import Layout, Partial, Replicate
+from .mesh import Layout, Replicate
 from .planner import Redistribution, plan_redistribution
-from .steps import Step, exchange_pieces, split_bounds
+from .steps import Step, split_bounds
 from .traffic import record
 
 _lines: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()   # comm -> {key: sub}
@@ -133,7 +133,7 @@ def run_step(step: Step, value, shape, comm, dtype: str):
         return _pad(step, value, shape, rank)
     if step.kind == "reduce":
         return _reduce(step, value, shape, comm, np.dtype(dtype))
-    if _from_one_rank_whole(step, shape):
+    if step.kind == "bcast":
         return _bcast(step, value, shape, comm, np.dtype(dtype))
     out_box = step.dst.box(rank, shape)
     if out_box is None and rank not in (p.source for p in step.pieces):
@@ -256,15 +256,6 @@ def _reduce(step, value, shape, comm, dtype):
     else:
         record("reduce", group.size, nbytes, 0)
     return out
-
-
-def _from_one_rank_whole(step: Step, shape) -> bool:
-    """Whether ``step`` is an exchange of the whole tensor from one rank to several others
-    (the same on every rank: the step's pieces say)."""
-    whole = tuple((0, size) for size in shape)
-    return step.kind == "exchange" and len(step.pieces) > 1 \
-        and len({piece.source for piece in step.pieces}) == 1 \
-        and all(piece.box == whole for piece in step.pieces)
 
 
 def _bcast(step, value, shape, comm, dtype):

@@ -9,6 +9,7 @@ One step changes a layout into another with one communication pattern (or none):
 | ``allgather`` | S(a) -> R on one mesh dimension | ``al.allgatherv`` on its lines | n_new - n_old |
 | ``alltoall`` | S(a) -> S(b) on one mesh dimension | ``al.alltoallv`` on its lines | n_new - overlap |
 | ``exchange`` | anything else without reducing (several mesh dimensions, another mesh) | ``al.multisendrecv`` | n_new - overlap |
+| ``bcast`` | an exchange of the whole tensor from one rank to several | ``al.bcast`` over them | n_new |
 | ``reduce_scatter`` | P -> S(a) on one mesh dimension | ``al.reduce_scatterv`` on its lines | (p-1) n_new |
 | ``allreduce`` | P -> R on one mesh dimension | ``al.allreduce`` on its lines | (n - b) + (p-1) b |
 | ``reduce`` | P on all mesh dims -> R on one rank | ``al.reduce`` | root: n per summand |
@@ -21,8 +22,9 @@ bandwidth-optimal algorithm, reduce-scatter then allgather, with ``b`` the rank'
 ``(n - b) + (p - 1) b`` for an allreduce, ``n - n_new`` for a reduce-scatter.  A
 ``reduce`` is the direct one (every summand to the root, summed there in rank order), the
 step placement's replicas take to hand their gradients to one owner (placement/transfers.py
-plans its transfers with this planner).  An ``exchange`` of the whole tensor from one rank
-to several runs as ``al.bcast`` over those ranks (the bytes counted as the exchange's).
+plans its transfers with this planner).  An exchange whose every piece is the whole tensor
+from one rank, to two ranks or more, is a ``bcast`` over those ranks (placement's updated
+parameters to the trainers); the other ranks of the meshes keep their own parts.
 """
 from __future__ import annotations
 
@@ -30,8 +32,8 @@ from dataclasses import dataclass, field
 
 from .mesh import Layout, Partial, Replicate, Shard, split_bounds
 
-KINDS = ("slice", "pad", "allgather", "alltoall", "exchange", "reduce_scatter", "allreduce",
-         "reduce")
+KINDS = ("slice", "pad", "allgather", "alltoall", "exchange", "bcast", "reduce_scatter",
+         "allreduce", "reduce")
 
 
 @dataclass(frozen=True)
@@ -94,7 +96,7 @@ def step_between(src: Layout, dst: Layout, shape, itemsize: int) -> Step | None:
             return _reduce_to_root(src, dst, shape, itemsize)
         if src.partial_dims or dst.partial_dims:
             return None
-        return _moving("exchange", src, dst, None, shape, itemsize)
+        return _from_one_rank(_moving("exchange", src, dst, None, shape, itemsize), shape)
     changed = [i for i, (a, b) in enumerate(zip(src.placements, dst.placements)) if a != b]
     if src.partial_dims == dst.partial_dims:
         kind, dim = "exchange", None
@@ -108,7 +110,7 @@ def step_between(src: Layout, dst: Layout, shape, itemsize: int) -> Step | None:
             step.kind, step.mesh_dim = "exchange", None
         elif kind == "allgather" and not _aligned(dst, src, dim, shape):
             step.kind = "alltoall"
-        return step
+        return _from_one_rank(step, shape)
     if len(changed) != 1:
         return None
     dim = changed[0]
@@ -121,6 +123,17 @@ def step_between(src: Layout, dst: Layout, shape, itemsize: int) -> Step | None:
                                        _aligned(dst, src, dim, shape)):
         return Step("pad", src, dst, dim, (), _zeros(src, dst), _zeros(src, dst))
     return None
+
+
+def _from_one_rank(step: Step, shape) -> Step:
+    """``step``, a ``bcast`` where it is an exchange of the whole tensor from one rank to
+    several."""
+    whole = tuple((0, size) for size in shape)
+    pieces = step.pieces
+    if step.kind == "exchange" and len(pieces) > 1 and all(
+            piece.source == pieces[0].source and piece.box == whole for piece in pieces):
+        step.kind = "bcast"
+    return step
 
 
 def _sums_to_one_rank(src: Layout, dst: Layout) -> bool:

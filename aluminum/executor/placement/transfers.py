@@ -342,13 +342,15 @@ def _route(senders: tuple, summands: bool, receivers: tuple, shape: tuple,
 
 
 def _kind(route: Redistribution, what: str) -> str:
-    """The transfer kind of a one-step route: a ``reduce``, or an ``exchange`` from one
-    rank, to one rank (``send``) or several (``bcast``)."""
-    if len(route.steps) != 1 or route.steps[0].kind not in ("reduce", "exchange"):
+    """The transfer kind of a one-step route: its step's (``reduce``, ``bcast``), an
+    ``exchange`` (from one rank) being a ``send``.  An empty value's exchange has no pieces
+    to tell a bcast by: its kind is read from its readers (one: ``send``)."""
+    if len(route.steps) != 1 or route.steps[0].kind not in ("reduce", "exchange", "bcast"):
         raise ProgramError(f"{what}: no one-step transfer for {route}")
-    if route.steps[0].kind == "reduce":
-        return "reduce"
-    return "send" if route.dst.mesh.size == 1 else "bcast"
+    kind = route.steps[0].kind
+    if kind == "exchange":
+        return "send" if route.dst.mesh.size == 1 else "bcast"
+    return kind
 
 
 def plan_transfers(program: Program, cluster: Cluster | None = None,
