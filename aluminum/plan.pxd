@@ -11,4 +11,3 @@ cdef class Plan:
     cdef object __weakref__
     cpdef run(self)
     cpdef start(self)
-

@@ -246,4 +246,3 @@ def chosen_class(call, classes: dict[bool, type], nonblocking: bool) -> type:
     found = classes[nonblocking] = selector.choose(call.comm, call.op, call.algo, call.nbytes,
                                                    call.inplace, nonblocking)
     return found
-
