@@ -1,14 +1,17 @@
 """AUTO_PARALLEL benchmark: the searched strategy against pure data and pure model
 parallelism, predicted (the search's cost model, calibrated on this machine) and measured.
 
-    python -m aluminum.run -n 4 python bench/auto_parallel.py [--steps 15] [--json out.json]
+    python -m aluminum.run -n 4 python bench/auto_parallel.py [--steps 15] [--refresh]
+        [--json out.json]
 
 For a deep-narrow MLP, a wide MLP and a memory-bounded one (Adam, bound 0.95 x data
 parallelism's memory estimate): per strategy the predicted and measured step time (the
 slowest rank's, median over the steps; the three strategies of a model take turns, one step
 each), predicted/measured, the bytes moved per step (summed over ranks: the planner's
 prediction and the runtime's count), the memory estimate per rank and the search time.
-Pure model parallel is Megatron's column/row alternation.
+Pure model parallel is Megatron's column/row alternation.  ``--refresh`` calibrates the
+machine again instead of reading the cached calibration (``calibrate.cache_path()``): one
+made while something else loaded the machine predicts every step too slow.
 """
 from __future__ import annotations
 
@@ -108,6 +111,8 @@ def short(strategies) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--steps", type=int, default=15)
+    parser.add_argument("--refresh", action="store_true",
+                        help="calibrate again instead of reading the cached calibration")
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
     rows = []
@@ -116,7 +121,8 @@ def main() -> None:
         for name, spec in MODELS.items():
             batch, widths, optimizer, bounded = spec
             depth = len(widths) - 1
-            model = program_model(build(batch, widths, optimizer, None)[0], comm)
+            model = program_model(build(batch, widths, optimizer, None)[0], comm,
+                                  refresh=args.refresh and name == next(iter(MODELS)))
             dp, mp = [data_parallel(size)] * depth, model_parallel(depth, size)
             bound = None
             if bounded:
