@@ -67,8 +67,12 @@ def test_a_frozen_peer_already_timed_out_on_ends_the_job_one_timeout_later(nproc
     frozen = nprocs - 1
     expect(reports, out, range(frozen), "frozen", "TimeoutError",
            match=rf"never arrived.*\[{frozen}\]")
-    # error at AL_TIMEOUT, finalize gives up one AL_TIMEOUT later (was 4 x AL_TIMEOUT)
-    expect(reports, out, range(frozen), "finalize_gave_up", within=2 * TIMEOUT_S + 1.5,
+    # error at AL_TIMEOUT, finalize gives up one AL_TIMEOUT later (was 4 x AL_TIMEOUT).  The
+    # first rank to give up exits non-zero and the launcher ends the job: a rank giving up
+    # in the same instant may be ended before it reports (seen on 3 ranks in CI).
+    gave_up = [rank for rank in range(frozen) if (rank, "finalize_gave_up") in reports]
+    assert gave_up, f"no rank's finalize gave up:\n{out}"
+    expect(reports, out, gave_up, "finalize_gave_up", within=2 * TIMEOUT_S + 1.5,
            match=re.escape(f"ranks [{frozen}] of this node, which an earlier "
                            f"al.TimeoutError of this rank named as never arrived, are stopped "
                            f"(SIGSTOP or a debugger) and have not reached it within "
