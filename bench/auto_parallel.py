@@ -116,13 +116,14 @@ def main() -> None:
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
     rows = []
+    refresh = args.refresh      # (the first model's calibration refreshes the cache)
     with al.MPICommunicator() as comm:
         size = comm.size
         for name, spec in MODELS.items():
             batch, widths, optimizer, bounded = spec
             depth = len(widths) - 1
-            model = program_model(build(batch, widths, optimizer, None)[0], comm,
-                                  refresh=args.refresh and name == next(iter(MODELS)))
+            model = program_model(build(batch, widths, optimizer, None)[0], comm, refresh)
+            refresh = False
             dp, mp = [data_parallel(size)] * depth, model_parallel(depth, size)
             bound = None
             if bounded:
