@@ -15,7 +15,7 @@ from .bcast import bcast, bcast_init, nonblocking_bcast
 from .communicator import (Communicator, HostTransferCommunicator, MPICommunicator,
                            NCCLCommunicator)
 from .core.dtypes import bfloat16
-from .core.names import Algorithm, Device, Mode, Placement
+from .core.names import Algorithm, Buffers, Device, Mode, Placement
 from .core.ops import OPS, OpSpec
 from .forms import OpCalls, calls_of
 from .engine import Request, test_all, wait_all, wait_any

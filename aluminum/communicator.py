@@ -30,7 +30,9 @@ _kept: list = []
 
 class Communicator:
     """Base class: group bookkeeping shared by every backend's communicator.  ``freed``
-    becomes True when ``free()`` (or ``al.finalize()``) releases it."""
+    becomes True when ``free()`` (or ``al.finalize()``) releases it; ``shares_buffers``
+    when ``al.shared_empty`` first allocates on it (the selector's tables may choose
+    otherwise for such communicators: their allreduces may run zero-copy)."""
 
     backend_name: str = ""
 
@@ -47,6 +49,7 @@ class Communicator:
                                          f"{type(self).__name__}()")
         self._mpi = group.ops
         self.freed = False   # an attribute, not a property: plans read it on every run
+        self.shares_buffers = False
         self._admin, self._local = group.admin, group.local
         self.local_rank, self.local_size = group.local_rank, group.local_size
         self.rank, self.size = group.rank, group.size

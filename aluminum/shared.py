@@ -8,7 +8,7 @@ import operator
 
 import numpy as np
 
-from . import validate
+from . import recall, validate
 from .core import dtypes
 from .core.errors import ArgumentError, UnsupportedError
 
@@ -26,6 +26,14 @@ def shared_empty(shape, dtype, comm) -> np.ndarray:
 
     The memory stays valid until ``comm.free()`` or ``al.finalize()``; an array still
     referenced then keeps its memory (with a ``RuntimeWarning``) instead of losing it.
+
+    What surprises people: from the first ``shared_empty`` on ``comm`` on, "automatic"
+    chooses for ``comm`` by the tuning table's rules for communicators with shared buffers
+    (``"buffers": "shared"``) - for every call on it, private buffers too, since every rank
+    must choose alike and cannot see the others' buffers.  The shipped table then takes
+    ``shared_memory`` from 64 KiB (out of place), where private buffers would do better
+    with MPI's own allreduce up to about 1 MiB: keep private allreduces of that size on
+    another communicator (``comm.copy()``).
     """
     comm = validate.check_comm(comm)
     allocate = comm.backend.allocate_shared
@@ -41,6 +49,9 @@ def shared_empty(shape, dtype, comm) -> np.ndarray:
         raise ArgumentError(f"dtype: aluminum does not communicate {dtype}")
     count = int(np.prod(shape, dtype=np.int64))
     segment = allocate(comm, count * dtype.itemsize)
+    if not comm.shares_buffers:   # every rank, at the same call: later calls choose again
+        comm.shares_buffers = True
+        recall.forget(comm)
     return segment.view(dtype).reshape(shape)
 
 

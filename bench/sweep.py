@@ -234,6 +234,10 @@ def run(config: Config, comm, world: MPI.Comm, peers: list) -> list[Series]:
     sync = world.Dup()
     zeros = _allocator(comm)
     shared_algos = list(config.shared)
+    # The [shared] series run on a communicator of their own: the selector chooses for a
+    # communicator with shared buffers otherwise (as a program keeping its gradient buckets
+    # in al.shared_empty memory), and the private series measure one without.
+    shared_comm = comm.copy() if shared_algos else None
     series = [Series(a, "ours") for a in config.algos] + \
         [Series(a + SHARED_SUFFIX, "ours") for a in shared_algos] + \
         [Series(peer.name, "peer") for peer in peers]
@@ -256,11 +260,12 @@ def run(config: Config, comm, world: MPI.Comm, peers: list) -> list[Series]:
     for index, size in enumerate(sizes):
         case = ops.build_case(spec, size, config.dtype, config.inplace, rank, p, zeros)
         shared_case = ops.build_case(spec, size, config.dtype, config.inplace, rank, p,
-                                     _shared_allocator(comm)) if shared_algos else None
+                                     _shared_allocator(shared_comm)) if shared_algos else None
         iters = scaled(config.iters, case.size, MIN_ITERS)
         warmup = scaled(config.warmup, case.size, MIN_WARMUP)
-        calls = {i: _prepare(entry, runner, shared_case if on_shared[i] else case, comm,
-                             config.nonblocking, world, on_new[i])
+        calls = {i: _prepare(entry, runner, shared_case if on_shared[i] else case,
+                             shared_comm if on_shared[i] else comm, config.nonblocking, world,
+                             on_new[i])
                  for i, (entry, runner) in enumerate(zip(series, runners))
                  if not entry.skipped}
         calls = {i: fn for i, fn in calls.items() if fn is not None}
@@ -283,11 +288,13 @@ def run(config: Config, comm, world: MPI.Comm, peers: list) -> list[Series]:
                 point.algo = selector.select_algorithm(
                     comm.backend.name, spec.name, p, spec.selector_bytes(case.size, p), default,
                     config.inplace if spec.name == "allreduce" else None,  # as al.allreduce
-                    config.nonblocking, selector.node_layout(comm))
+                    config.nonblocking, selector.node_layout(comm), on_shared[i])
             series[i].points.append(point)
         progress.point_done(case.size,
                             {series[i].name: pt.avg_us for i, pt in sorted(best.items())})
     sync.Free()
+    if shared_comm is not None:
+        shared_comm.free()
     return series
 
 

@@ -366,9 +366,10 @@ def test_placement_rules_apply_to_their_calls_only(tmp_path, monkeypatch):
     assert selector.parse_table(data).rules == selector.current_table().rules   # round trip
 
 
-# Placement and mode are validated alike.
+# Placement, mode and buffers are validated alike.
 LIMITS = pytest.mark.parametrize("key, value", [("placement", "inplace"),
-                                                ("mode", "nonblocking")])
+                                                ("mode", "nonblocking"),
+                                                ("buffers", "shared")])
 
 
 @LIMITS
@@ -420,6 +421,54 @@ def test_mode_rules_apply_to_their_calls_and_outrank_placement(tmp_path, monkeyp
     assert [r.get("mode") for r in data["rules"]] == [None, None, "nonblocking", "nonblocking",
                                                       "blocking"]
     assert selector.parse_table(data).rules == selector.current_table().rules   # round trip
+
+
+# --- buffers (our extension: rules for communicators with shared buffers or without) ------
+
+BY_BUFFERS = {"format": "aluminum-tuning/1", "rules": [
+    rule(2, [[0, "mpi_passthrough"], [65536, "shared_memory"]]),
+    {**rule(2, [[0, "mpi_passthrough"], [1 << 20, "shared_memory"]]), "buffers": "private"},
+    {**rule(2, [[0, "ring"]]), "placement": "inplace"},
+    {**rule(2, [[0, "recursive_doubling"]]), "placement": "inplace", "buffers": "shared"},
+    {**rule(2, [[0, "rabenseifner"]]), "mode": "nonblocking"},
+]}
+
+
+def test_buffers_rules_outrank_placement_and_are_outranked_by_mode(tmp_path, monkeypatch):
+    monkeypatch.setenv("AL_TUNING_FILE", str(write(tmp_path / "t.json", BY_BUFFERS)))
+    selector.set_known_algorithms(known)
+
+    def pick(inplace, shared, nonblocking=False, nbytes=65536):
+        return selector.select_algorithm("mpi", "allreduce", 2, nbytes, "DEFAULT", inplace,
+                                         nonblocking, None, shared)
+    assert pick(False, False) == "mpi_passthrough"          # the private rule
+    assert pick(False, False, nbytes=1 << 20) == "shared_memory"
+    assert pick(False, True) == "shared_memory"             # no shared rule: the general one
+    assert pick(False, None) == "shared_memory"             # unknown: the general one
+    assert pick(True, True) == "recursive_doubling"         # in place, shared
+    assert pick(True, False) == "mpi_passthrough"           # the private rule beats in place
+    assert pick(True, None) == "ring"                       # unknown: the in-place rule
+    assert pick(True, True, nonblocking=True) == "rabenseifner"   # a mode beats both
+    data = selector.current_table().to_json()
+    assert [r.get("buffers") for r in data["rules"]] == [None, "private", None, "shared", None]
+    assert selector.parse_table(data).rules == selector.current_table().rules   # round trip
+
+
+def test_automatic_asks_whether_the_communicator_has_shared_buffers(tmp_path, monkeypatch):
+    from types import SimpleNamespace
+
+    from aluminum.backends import get_backend
+    monkeypatch.setenv("AL_TUNING_FILE", str(write(tmp_path / "t.json", BY_BUFFERS)))
+    selector.reload()
+    mpi = get_backend("mpi")
+    private = SimpleNamespace(size=2, local_size=2, backend=mpi, shares_buffers=False)
+    shared = SimpleNamespace(size=2, local_size=2, backend=mpi, shares_buffers=True)
+    unknown = SimpleNamespace(size=2, local_size=2, backend=mpi)    # (no such attribute)
+    choose = lambda comm: selector.choose(comm, "allreduce", "automatic", 65536,  # noqa: E731
+                                          False, False).name
+    assert choose(private) == mpi.state_class("allreduce", "mpi_passthrough").name
+    assert choose(shared) == mpi.state_class("allreduce", "shared_memory").name
+    assert choose(unknown) == choose(private)
 
 
 def test_nonblocking_calls_follow_the_nonblocking_rules(tmp_path, monkeypatch):

@@ -50,6 +50,14 @@ class Mode(_Name):
     NONBLOCKING = "nonblocking"
 
 
+class Buffers(_Name):
+    """Which communicators a tuning rule applies to: those on which ``al.shared_empty``
+    allocated buffers (their allreduces may run zero-copy), or the others."""
+
+    SHARED = "shared"
+    PRIVATE = "private"
+
+
 class Device(_Name):
     """Where a buffer's memory lives (``Buffer.device``; torch's ``device.type`` names)."""
 

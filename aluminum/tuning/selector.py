@@ -17,7 +17,15 @@ place than out of place), so the fastest algorithm may too.  Likewise ``"mode":
 operation and takes precedence over placement: a nonblocking call runs another code path
 (Open MPI's libnbc ``MPI_Iallreduce`` reduces and broadcasts whole vectors on fewer than 4
 ranks, 1.9-2.9x slower than its blocking ``MPI_Allreduce`` at 1-16 MiB here), so its
-fastest algorithm may differ.
+fastest algorithm may differ.  And ``"buffers": "shared"`` (or ``"private"``) limits a rule to
+calls on communicators where ``al.shared_empty`` allocated buffers (or none): ``shared_memory``
+reduces such buffers without copies, many times faster than anything else from 64 KiB, while
+on private buffers it stages them and loses to MPI's own allreduce up to about 1 MiB.  The
+selector cannot see whether a call's own buffers are shared: every rank must choose alike,
+and one rank's buffers may be shared while another's are not.  Whether the communicator has
+shared buffers, every rank knows alike (``shared_empty`` is collective; it drops every rank's
+remembered plans of that communicator, so that later calls choose again).  A buffers key
+outranks a placement and is outranked by a mode.
 
 Where the table comes from, first usable wins: ``$AL_TUNING_FILE``, then ``user_table_path()``
 (``$XDG_CACHE_HOME/aluminum/tuning.json`` or ``~/.cache/aluminum/tuning.json``; silently
@@ -30,9 +38,9 @@ this machine cannot load (a GPU table on a CPU host) are kept, unchecked and nev
 
 Selection for (backend, op, comm_size, nbytes):
 
-- the rule of that comm size for the call's mode and placement (the most specific: a mode
-  beats a placement, which beats neither), or of the nearest measured comm size (ties go to
-  the smaller);
+- the rule of that comm size for the call's mode, buffers and placement (the most specific:
+  a mode beats buffers, which beat a placement, which beats neither), or of the nearest
+  measured comm size (ties go to the smaller);
   the entry with the nearest threshold <= nbytes wins; below the first threshold the table
   says nothing and the caller's ``default`` is returned (Open MPI's rule-file semantics);
 - no rule at all for (backend, op): the α-β model (``aluminum.tuning.costmodel``) picks among the
@@ -40,7 +48,8 @@ Selection for (backend, op, comm_size, nbytes):
   the table's ``model`` parameters (else ``DEFAULT_ALPHA``/``DEFAULT_BETA``);
 - otherwise ``default``.
 
-Decisions are cached per (backend, op, comm_size, nbytes, default, placement, mode); a hit
+Decisions are cached per (backend, op, comm_size, nbytes, default, placement, mode,
+nodes, buffers); a hit
 is one dict lookup.
 """
 
@@ -61,7 +70,7 @@ from typing import Any, Callable, Collection
 from . import costmodel, two_level_model
 from ..backends import select_algorithms_with
 from ..core.errors import AluminumError, ArgumentError
-from ..core.names import Algorithm, Mode, Placement
+from ..core.names import Algorithm, Buffers, Mode, Placement
 from ..core.ops import OPS
 from ..core.pieces import read_inter_node_beta
 
@@ -95,6 +104,7 @@ class Rule:
     placement: Placement | None = None   # None: both
     mode: Mode | None = None             # None: both
     nodes: int | None = None             # None: measured on one node (only used there)
+    buffers: Buffers | None = None       # None: both
 
     def choose(self, nbytes: int) -> str | None:
         """Return the algorithm of the nearest threshold <= nbytes; None below the first."""
@@ -113,19 +123,23 @@ class Table:
     inter_model: costmodel.AlphaBeta | None = None   # between nodes (two_level_model)
 
     def rules_for(self, backend: str, op: str, placement: str | None = None,
-                  mode: str | None = None, nodes: int = 1) -> dict[int, Rule]:
+                  mode: str | None = None, nodes: int = 1,
+                  buffers: str | None = None) -> dict[int, Rule]:
         """Return the rules of (backend, op) keyed by comm size: per size the most specific
-        rule that applies to calls of ``placement`` and ``mode`` (None: unknown, only rules
-        without that key apply); a matching mode outranks a matching placement.  On one node
-        only rules without ``nodes`` apply; on several, those of the nearest node count."""
+        rule that applies to calls of ``placement``, ``mode`` and ``buffers`` (None:
+        unknown, only rules without that key apply); a matching mode outranks matching
+        buffers, which outrank a matching placement.  On one node only rules without
+        ``nodes`` apply; on several, those of the nearest node count."""
         measured = {rule.nodes for rule in self.rules
                     if rule.backend == backend and rule.op == op and rule.nodes is not None}
         wanted = None if nodes == 1 else _nearest(measured, nodes) if measured else -1
-        chosen: dict[int, tuple[tuple[bool, bool], Rule]] = {}
+        chosen: dict[int, tuple[tuple[bool, bool, bool], Rule]] = {}
         for rule in self.rules:
             if rule.backend == backend and rule.op == op and rule.nodes == wanted \
-                    and rule.placement in (None, placement) and rule.mode in (None, mode):
-                rank = (rule.mode is not None, rule.placement is not None)
+                    and rule.placement in (None, placement) and rule.mode in (None, mode) \
+                    and rule.buffers in (None, buffers):
+                rank = (rule.mode is not None, rule.buffers is not None,
+                        rule.placement is not None)
                 if rule.comm_size not in chosen or rank > chosen[rule.comm_size][0]:
                     chosen[rule.comm_size] = (rank, rule)
         return {size: rule for size, (_, rule) in chosen.items()}
@@ -142,6 +156,7 @@ class Table:
                           **({"nodes": r.nodes} if r.nodes else {}),
                           **({"placement": r.placement} if r.placement else {}),
                           **({"mode": r.mode} if r.mode else {}),
+                          **({"buffers": r.buffers} if r.buffers else {}),
                           "by_bytes": [list(e) for e in r.by_bytes]} for r in self.rules]
         return data
 
@@ -189,6 +204,7 @@ def _parse_rule(where: str, raw: Any, known: KnownAlgorithms | None) -> Rule:
         raise TuningTableError(f"{where}.comm_size: expected an integer >= 1, got {comm_size}")
     placement = _member(Placement, raw, "placement", where)
     mode = _member(Mode, raw, "mode", where)
+    buffers = _member(Buffers, raw, "buffers", where)
     nodes = raw.get("nodes")
     if nodes is not None and (type(nodes) is not int or nodes < 2):
         raise TuningTableError(f"{where}.nodes: expected an integer >= 2 (a rule measured "
@@ -220,7 +236,7 @@ def _parse_rule(where: str, raw: Any, known: KnownAlgorithms | None) -> Rule:
         if unknown:
             raise TuningTableError(f"{where}: unknown {op} algorithm(s) {unknown} for backend "
                                    f"{backend!r}; expected one of {sorted(names)}")
-    return Rule(backend, op, comm_size, tuple(by_bytes), placement, mode, nodes)
+    return Rule(backend, op, comm_size, tuple(by_bytes), placement, mode, nodes, buffers)
 
 
 def parse_table(data: Any, source: str = "<memory>",
@@ -237,17 +253,19 @@ def parse_table(data: Any, source: str = "<memory>",
         raise TuningTableError(f"format: expected {FORMAT!r}, got {data['format']!r}")
     raw_rules = _require(data, "rules", list, "table")
     rules: list[Rule] = []
-    seen: dict[tuple[str, str, int, str | None, str | None, int | None], int] = {}
+    seen: dict[tuple, int] = {}
     for i, raw in enumerate(raw_rules):
         rule = _parse_rule(f"rules[{i}]", raw, known_algorithms)
-        key = (rule.backend, rule.op, rule.comm_size, rule.placement, rule.mode, rule.nodes)
+        key = (rule.backend, rule.op, rule.comm_size, rule.placement, rule.mode, rule.nodes,
+               rule.buffers)
         if key in seen:
             placement = "" if key[3] is None else f", placement {key[3]!r}"
             mode = "" if key[4] is None else f", mode {key[4]!r}"
             nodes = "" if key[5] is None else f", nodes {key[5]}"
+            buffers = "" if key[6] is None else f", buffers {key[6]!r}"
             raise TuningTableError(f"rules[{i}]: duplicates rules[{seen[key]}] for backend "
                                    f"{key[0]!r}, op {key[1]!r}, comm_size {key[2]}{placement}"
-                                   f"{mode}{nodes}")
+                                   f"{mode}{nodes}{buffers}")
         seen[key] = i
         rules.append(rule)
     model = _parse_model(data["model"]) if "model" in data else None
@@ -449,11 +467,17 @@ def mode_of(nonblocking: bool | None) -> Mode | None:
     return None if nonblocking is None else Mode.NONBLOCKING if nonblocking else Mode.BLOCKING
 
 
+def buffers_of(shared: bool | None) -> Buffers | None:
+    """The rule buffers of a call on a communicator with shared buffers or not; None when
+    unknown."""
+    return None if shared is None else Buffers.SHARED if shared else Buffers.PRIVATE
+
+
 def _decide(table: Table, backend: str, op: str, comm_size: int, nbytes: int,
             default: str, inplace: bool | None, nonblocking: bool | None,
-            nodes: tuple[int, int] | None = None) -> str:
+            nodes: tuple[int, int] | None = None, shared: bool | None = None) -> str:
     rules = table.rules_for(backend, op, placement_of(inplace), mode_of(nonblocking),
-                            1 if nodes is None else nodes[0])
+                            1 if nodes is None else nodes[0], buffers_of(shared))
     if rules:
         return rules[_nearest(rules, comm_size)].choose(nbytes) or default
     if nodes is not None:
@@ -499,7 +523,7 @@ def _decide_across_nodes(table: Table, backend: str, op: str, comm_size: int, nb
 
 def _select_uncached(backend: str, op: str, comm_size: int, nbytes: int,
                      default: str, inplace: bool | None, nonblocking: bool | None,
-                     nodes: tuple[int, int] | None = None) -> str:
+                     nodes: tuple[int, int] | None = None, shared: bool | None = None) -> str:
     comm_size, nbytes = operator.index(comm_size), operator.index(nbytes)
     if comm_size < 1:
         raise ArgumentError(f"comm_size: expected an integer >= 1, got {comm_size}")
@@ -507,35 +531,40 @@ def _select_uncached(backend: str, op: str, comm_size: int, nbytes: int,
         raise ArgumentError(f"nbytes: expected an integer >= 0, got {nbytes}")
     with _lock:
         algo = _decide(current_table(), backend, op, comm_size, nbytes, default, inplace,
-                       nonblocking, nodes)
+                       nonblocking, nodes, shared)
         if len(_cache) >= _CACHE_LIMIT:
             _cache.clear()
-        _cache[(backend, op, comm_size, nbytes, default, inplace, nonblocking, nodes)] = algo
+        _cache[(backend, op, comm_size, nbytes, default, inplace, nonblocking, nodes,
+                shared)] = algo
     return algo
 
 
 def select_algorithm(backend: str, op: str, comm_size: int, nbytes: int, default: str,
                      inplace: bool | None = None, nonblocking: bool | None = None,
-                     nodes: tuple[int, int] | None = None) -> str:
+                     nodes: tuple[int, int] | None = None, shared: bool | None = None) -> str:
     """Return the algorithm to run `op` on `backend` for comm_size ranks and nbytes bytes.
 
-    `inplace`, `nonblocking`: the call's placement and mode, for rules that depend on them
-    (None: unknown, only rules without that key apply).  `nodes`: (node count, ranks per
+    `inplace`, `nonblocking`, `shared`: the call's placement and mode, and whether its
+    communicator has shared buffers, for rules that depend on them (None: unknown, only
+    rules without that key apply).  `nodes`: (node count, ranks per
     node, 0 if nodes differ) of a communicator spanning several nodes, None on one node:
     then only rules measured across nodes apply, else the two-level model.  `default` is
     returned where neither the table nor a cost model decides. Loads the table on first
     use; a bad table warns once per load and never raises here."""
     try:
-        return _cache[(backend, op, comm_size, nbytes, default, inplace, nonblocking, nodes)]
+        return _cache[(backend, op, comm_size, nbytes, default, inplace, nonblocking, nodes,
+                       shared)]
     except KeyError:
         return _select_uncached(backend, op, comm_size, nbytes, default, inplace, nonblocking,
-                                nodes)
+                                nodes, shared)
 
 
 def choose(comm, op: str, algo: str, nbytes: int, inplace: bool | None = None,
            nonblocking: bool | None = None, backend=None) -> type:
     """The State class that runs ``op`` on ``backend`` (default ``comm``'s) with ``algo``;
-    "automatic" asks ``select_algorithm`` with the call's placement and mode when known.
+    "automatic" asks ``select_algorithm`` with the call's placement and mode when known,
+    and whether ``comm`` has shared buffers (``comm.shares_buffers``; False where it
+    has no such attribute).
 
     An automatic choice of an algorithm that cannot run on ``comm``'s nodes (``runs_on``)
     falls back to the default: a table measured on one node must not break a multi-node
@@ -546,7 +575,8 @@ def choose(comm, op: str, algo: str, nbytes: int, inplace: bool | None = None,
         return backend.state_class(op, algo)
     default = backend.default_for(op)
     chosen = select_algorithm(backend.name, op, comm.size, nbytes, default, inplace,
-                              nonblocking, node_layout(comm))
+                              nonblocking, node_layout(comm),
+                              getattr(comm, "shares_buffers", False))
     cls = backend.state_class(op, chosen)
     return cls if runs_on(comm, cls) else backend.state_class(op, default)
 

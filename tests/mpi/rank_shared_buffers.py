@@ -4,6 +4,10 @@ Buffers are views into shared segments allocated once per module (at varying off
 announced offsets are exercised); every result is checked against a numpy reference and,
 for inexact floats, for bit-identity across ranks.
 """
+import json
+import os
+from pathlib import Path
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -11,6 +15,7 @@ from hypothesis import strategies as st
 
 import aluminum as al
 from aluminum.backends.mpi.algorithms.shared_buffers import SharedBuffers
+from aluminum.tuning import selector
 from conftest import rank_data
 from rank_algorithms import assert_identical_on_all_ranks, inexact_data
 from rank_allreduce import CASES, SIZES, reference
@@ -116,3 +121,53 @@ def test_other_objects_over_shared_buffers_take_the_zero_copy_path(comm, pools, 
     np.testing.assert_array_equal(view, np.arange(300, dtype=np.float32)
                                   * (comm.size * (comm.size + 1) // 2))
     assert bool(registry.plans) == (comm.size > 1)
+
+
+@pytest.fixture
+def table_by_buffers(comm):
+    """The selector's table for this test: ring on communicators without shared buffers,
+    recursive doubling on those with them, at every size."""
+    path = Path(os.environ["AL_TEST_LOGDIR"]) / f"buffers_table.rank{comm.rank}.json"
+    rules = [{"backend": "mpi", "op": "allreduce", "comm_size": comm.size, "buffers": kind,
+              "by_bytes": [[0, algo]]}
+             for kind, algo in (("private", "ring"), ("shared", "recursive_doubling"))]
+    path.write_text(json.dumps({"format": "aluminum-tuning/1", "rules": rules}))
+    previous = os.environ.get("AL_TUNING_FILE")
+    os.environ["AL_TUNING_FILE"] = str(path)
+    selector.reload()
+    try:
+        yield
+    finally:
+        if previous is None:
+            del os.environ["AL_TUNING_FILE"]
+        else:
+            os.environ["AL_TUNING_FILE"] = previous
+        selector.reload()
+
+
+def test_automatic_chooses_again_once_the_communicator_has_shared_buffers(comm,
+                                                                           table_by_buffers):
+    """Rank 0 passes the same array on every call (its plan is remembered), the others new
+    ones, after ``shared_empty`` of a kind not seen before (views: chosen anew): every rank
+    must then run the shared buffers' rule, or rank 0's remembered ring would meet the
+    others' recursive doubling."""
+    fresh = comm.copy()
+    try:
+        count = 1000
+        kept = np.empty(count)
+        expected = np.full(count, comm.size * (comm.size + 1) / 2)
+
+        def allreduce_a_few_times(new_array):
+            for _ in range(3):
+                buf = kept if comm.rank == 0 else new_array()
+                buf[...] = comm.rank + 1.0
+                al.allreduce(buf, fresh)
+                np.testing.assert_array_equal(buf, expected)
+
+        assert al.allreduce_init(kept, fresh).algorithm == "allreduce/ring"
+        allreduce_a_few_times(lambda: np.empty(count))
+        al.shared_empty(16, np.float64, fresh)
+        assert al.allreduce_init(kept, fresh).algorithm == "allreduce/recursive_doubling"
+        allreduce_a_few_times(lambda: np.empty(count + 1)[1:])
+    finally:
+        fresh.free()
