@@ -16,11 +16,17 @@ transfers against raw MPI (issue 27).
    executor runs it (``PreparedOp``), against mpi4py's ``Send``/``Recv`` and ``Bcast`` +
    ``Reduce`` of the same bytes over the same ranks.  Before each timed run (untimed) the
    source is a new array just written (one of ``ROTATE``), as a producing op leaves it;
-   each side receives into a buffer of its own (raw: the root's reduce in place).  The two
-   take turns sample by sample after a barrier each.  Ours is timed from the op's start to
-   the value usable by the consumer, so it includes what raw MPI does not do: the owner's
-   scaling of the sum (x0.5).  Ratio = ours / raw (the target: at most 1.15 from
-   64 KiB); times are the max over ranks of each rank's median.
+   each side receives into a buffer of its own (raw: the root's reduce in place).  A third
+   column, ``bare``, makes the very aluminum calls the ops make (``al.send``, the receiver's
+   persistent plan, ``al.bcast`` at the root, ``al.reduce(..., algo="direct")`` and the
+   owner's reduce plan) without the executor around them: ours over bare is what the
+   executor's op costs, bare over raw what the library's calls do.  The three take turns
+   sample by sample, each after a barrier, in an order that rotates from sample to sample
+   (3 ranks on 2 cores: in a fixed order, the run after another one measured up to 1.5x
+   the same calls run first).  Ours is timed from the op's start to the value usable by the
+   consumer, so it includes what raw MPI does not do: the owner's scaling of the sum
+   (x0.5).  Ratio = ours / raw (the target: at most 1.15 from 64 KiB); times are the max
+   over ranks of each rank's median.
 """
 from __future__ import annotations
 
@@ -157,6 +163,21 @@ def transfers(comm, args) -> list[tuple]:
                 for op in ops:
                     op.run()
 
+            channels = []   # (made by the first run of ``ours``)
+
+            def bare(i):
+                value = values[i % ROTATE]
+                for op, (channel, sends) in zip(ops, channels):
+                    if not sends:
+                        channel.plan.run()
+                    elif op.op.type == "send_var":       # (on the job's communicator)
+                        al.send(value, op.op.attrs["peer"], comm)
+                    elif op.op.type == "bcast_var":
+                        al.bcast(value, channel.comm, root=channel.root)
+                    else:
+                        al.reduce(value, channel.comm, root=channel.root,
+                                  algo=al.Algorithm.DIRECT)
+
             def raw(i):
                 value = values[i % ROTATE]
                 if kind == "p2p":
@@ -168,23 +189,30 @@ def transfers(comm, args) -> list[tuple]:
                     world.Bcast(value if comm.rank == 2 else received, root=2)
                     world.Reduce(MPI.IN_PLACE if comm.rank == 2 else value,
                                  received if comm.rank == 2 else None, root=2)
-            medians = _interleaved(world, {"ours": ours, "raw": raw}, produce, args.repeats)
+            produce(0)
+            ours(0)
+            placement = runtime.context.placement
+            channels += [(placement.channel(op.op.attrs), "X" in op.op.inputs) for op in ops]
+            medians = _interleaved(world, {"ours": ours, "bare": bare, "raw": raw}, produce,
+                                   args.repeats)
             runtime.release(scope)
             worst = {k: world.allreduce(v, op=MPI.MAX) for k, v in medians.items()}
-            rows.append((kind, nbytes, worst["ours"], worst["raw"]))
+            rows.append((kind, nbytes, worst["ours"], worst["bare"], worst["raw"]))
     return rows
 
 
 def _interleaved(world, runs: dict, produce, repeats: int) -> dict:
-    """Median seconds of each run, the runs taking turns; ``produce(i)`` (untimed) makes
-    sample ``i``'s values first."""
+    """Median seconds of each run, the runs taking turns in an order rotating from sample
+    to sample; ``produce(i)`` (untimed) makes sample ``i``'s values first."""
     for i in range(2):
         for run in runs.values():
             produce(i)
             run(i)
     samples = {k: [] for k in runs}
+    labels = list(runs)
     for i in range(repeats):
-        for label, run in runs.items():
+        for label in labels[i % len(labels):] + labels[:i % len(labels)]:
+            run = runs[label]
             produce(i)
             world.Barrier()
             start = time.perf_counter()
@@ -216,11 +244,12 @@ def main(argv=None) -> int:
                 print(f"{mode:<5}{rank:>5} {role:<8}{seconds * 1e3:>10.3f}{sent:>12}"
                       f"{received:>12}")
         print("\n# transfers vs raw mpi4py, same bytes, same ranks (max over ranks of medians)")
-        print(f"{'edge':<5}{'bytes':>10}{'ours us':>11}{'raw us':>11}{'ratio':>8}")
-        for kind, nbytes, ours, raw in table:
+        print(f"{'edge':<5}{'bytes':>10}{'ours us':>11}{'bare us':>11}{'raw us':>11}"
+              f"{'ratio':>8}{'bare/raw':>10}")
+        for kind, nbytes, ours, bare, raw in table:
             label = "send" if kind == "p2p" else "r+b"
-            print(f"{label:<5}{nbytes:>10}{ours * 1e6:>11.1f}{raw * 1e6:>11.1f}"
-                  f"{ours / raw:>8.2f}")
+            print(f"{label:<5}{nbytes:>10}{ours * 1e6:>11.1f}{bare * 1e6:>11.1f}"
+                  f"{raw * 1e6:>11.1f}{ours / raw:>8.2f}{bare / raw:>10.2f}")
     return 0
 
 

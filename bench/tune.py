@@ -20,6 +20,12 @@ by a busy CPU) is preferred unless another algorithm is more than ``DEFAULT_PREF
 applies, so a size between two measured ones uses the smaller's choice (the selector's
 nearest-lower rule).
 
+Where zero-copy applies (allreduce on a backend with ``al.shared_empty``), every algorithm is
+also swept on shared buffers (on a communicator of their own, bench/sweep.py), and where their
+best choices differ from the private buffers' the table gets rules of its own for
+communicators with shared buffers (``"buffers": "shared"``): ``shared_memory`` reduces shared
+buffers without copies and wins from far smaller sizes than on private ones, which it stages.
+
 Nonblocking calls are swept the same way (each call timed to the end of its ``wait()``) and
 get rules of their own (``"mode": "nonblocking"``), since they take other code paths: Open
 MPI's nonblocking allreduce on fewer than 4 ranks reduces and broadcasts whole vectors, so
@@ -71,6 +77,7 @@ from typing import Sequence
 import numpy as np
 from mpi4py import MPI
 
+from aluminum import Buffers
 from aluminum.tuning import costmodel, selector
 
 from . import ops, report, sweep
@@ -159,9 +166,23 @@ def rules_from(backend: str, op: str, p: int, modes: Sequence[Sequence[Points]],
     return rules
 
 
+def shared_rules(private: Sequence[selector.Rule],
+                 shared: Sequence[selector.Rule]) -> list[selector.Rule]:
+    """The rules measured on shared buffers (``rules_from``'s) that choose otherwise than
+    the private buffers' rule a call of the same placement would take, limited to
+    communicators with shared buffers."""
+    def taken(placement):
+        return next((r for r in private if r.placement == placement),
+                    next(r for r in private if r.placement is None))
+    return [dataclasses.replace(rule, buffers=Buffers.SHARED) for rule in shared
+            if rule.by_bytes != taken(rule.placement).by_bytes]
+
+
 def _placement_words(rule: selector.Rule) -> str:
     """" (nonblocking inplace calls)" and the like: whom a rule is limited to."""
     words = " ".join(w for w in (rule.mode, rule.placement) if w)
+    if rule.buffers is not None:
+        words = f"{words} {rule.buffers}-buffer".strip()
     return f" ({words} calls)" if words else ""
 
 
@@ -218,7 +239,7 @@ def merge(path: Path, rules: Sequence[selector.Rule]) -> list[selector.Rule]:
                     if (r.backend, r.op, r.comm_size, r.mode) not in fresh]
     return sorted(kept + list(rules),
                   key=lambda r: (r.backend, r.op, r.comm_size, r.mode or "",
-                                 r.placement or ""))
+                                 r.buffers or "", r.placement or ""))
 
 
 def run(comm, world: MPI.Comm, sizes: list[int], *, iters: int, warmup: int, rounds: int,
@@ -294,16 +315,27 @@ def _tune_op(comm, world: MPI.Comm, op: str, sizes: list[int], placements: Seque
     return the rules chosen (on rank 0; an empty list elsewhere, and in recording jobs)."""
     backend, p, rank = comm.backend, world.Get_size(), world.Get_rank()
     form = "nonblocking" if nonblocking else "blocking"
-    modes = []
+    zero_copy = op == "allreduce" and backend.allocate_shared is not None
+    modes, shared_modes = [], []
     for inplace in placements:
-        config = sweep.Config(op, sizes, backend.algorithms(op), backend=backend.name,
-                              inplace=inplace, nonblocking=nonblocking, **sweep_options)
+        algos = backend.algorithms(op)
+        config = sweep.Config(op, sizes, algos, backend=backend.name, inplace=inplace,
+                              nonblocking=nonblocking, shared=list(algos) if zero_copy else [],
+                              **sweep_options)
         series = sweep.run(config, comm, world, [])
         if rank == 0:
             result = sweep.Result(op, backend.name, p, "float32", inplace, nonblocking, series)
             print("\n".join(report.format_matrix(result)), flush=True)
             key = f"{op}/{form}/{selector.placement_of(inplace)}"
-            modes.append(jobs.decide_by(key, {s.name: s.points for s in series if s.points}))
+            measured = {s.name: s.points for s in series if s.points}
+            suffix = sweep.SHARED_SUFFIX
+            modes.append(jobs.decide_by(key, {name: points for name, points in measured.items()
+                                              if not name.endswith(suffix)}))
+            if zero_copy:
+                shared_modes.append(jobs.decide_by(
+                    f"{key}/shared", {name[:-len(suffix)]: points
+                                      for name, points in measured.items()
+                                      if name.endswith(suffix)}))
     if rank != 0 or jobs.record is not None:
         return []
     if jobs.earlier:
@@ -312,8 +344,11 @@ def _tune_op(comm, world: MPI.Comm, op: str, sizes: list[int], placements: Seque
     if not all(modes):
         print(f"[tune] {op} ({form}): no algorithm could run; no rule", file=sys.stderr)
         return []
-    rules = rules_from(backend.name, op, p, modes, placements,
-                       backend.default_algorithm or next(iter(modes[0])))
+    default = backend.default_algorithm or next(iter(modes[0]))
+    rules = rules_from(backend.name, op, p, modes, placements, default)
+    if shared_modes and all(shared_modes):
+        rules += shared_rules(rules, rules_from(backend.name, op, p, shared_modes, placements,
+                                                default))
     if nonblocking:
         rules = [dataclasses.replace(rule, mode="nonblocking") for rule in rules]
     for rule in rules:

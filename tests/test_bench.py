@@ -362,6 +362,21 @@ def test_tuner_writes_a_table_the_selector_accepts(tmp_path):
         tune.write(path, [selector.Rule("mpi", "allreduce", 2, ((0, "bogus"),))], None, {})
 
 
+def test_shared_buffer_rules_are_kept_where_they_choose_otherwise():
+    def rule(by_bytes, placement=None):
+        return selector.Rule("mpi", "allreduce", 2, by_bytes, placement)
+    passthrough, late = ((0, "mpi_passthrough"),), ((0, "mpi_passthrough"),
+                                                     (1 << 20, "shared_memory"))
+    early = ((0, "mpi_passthrough"), (65536, "shared_memory"))
+    private = [rule(passthrough), rule(late, "outofplace")]
+    shared = [rule(early), rule(late, "outofplace"), rule(passthrough, "inplace")]
+    # the general rule differs; out of place agrees; in place agrees with the general one,
+    # which private in-place calls take
+    kept = tune.shared_rules(private, shared)
+    assert [(r.by_bytes, r.placement, r.buffers) for r in kept] == [(early, None, "shared")]
+    assert tune._placement_words(kept[0]) == " (shared-buffer calls)"
+
+
 def test_tuner_keeps_nonblocking_rules_apart(tmp_path):
     """Rules for nonblocking calls are stored, merged and shown as rules of their own."""
     path = tmp_path / "tuning.json"
