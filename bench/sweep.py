@@ -234,9 +234,10 @@ def run(config: Config, comm, world: MPI.Comm, peers: list) -> list[Series]:
     sync = world.Dup()
     zeros = _allocator(comm)
     shared_algos = list(config.shared)
-    # The [shared] series run on a communicator of their own: the selector chooses for a
-    # communicator with shared buffers otherwise (as a program keeping its gradient buckets
-    # in al.shared_empty memory), and the private series measure one without.
+    # The [shared] series run on a communicator of their own: once al.shared_empty has
+    # allocated on a communicator, "automatic" chooses for shared buffers on it (as for a
+    # program keeping its gradient buckets there), and the private series measure one
+    # without.
     shared_comm = comm.copy() if shared_algos else None
     series = [Series(a, "ours") for a in config.algos] + \
         [Series(a + SHARED_SUFFIX, "ours") for a in shared_algos] + \

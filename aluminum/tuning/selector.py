@@ -19,8 +19,8 @@ operation and takes precedence over placement: a nonblocking call runs another c
 ranks, 1.9-2.9x slower than its blocking ``MPI_Allreduce`` at 1-16 MiB here), so its
 fastest algorithm may differ.  And ``"buffers": "shared"`` (or ``"private"``) limits a rule to
 calls on communicators where ``al.shared_empty`` allocated buffers (or none): ``shared_memory``
-reduces such buffers without copies, many times faster than anything else from 64 KiB, while
-on private buffers it stages them and loses to MPI's own allreduce up to about 1 MiB.  The
+reduces such buffers without copies, far faster than anything else from about 64 KiB, while
+on private buffers it stages them and may lose to MPI's own allreduce well beyond that.  The
 selector cannot see whether a call's own buffers are shared: every rank must choose alike,
 and one rank's buffers may be shared while another's are not.  Whether the communicator has
 shared buffers, every rank knows alike (``shared_empty`` is collective; it drops every rank's
@@ -48,9 +48,8 @@ Selection for (backend, op, comm_size, nbytes):
   the table's ``model`` parameters (else ``DEFAULT_ALPHA``/``DEFAULT_BETA``);
 - otherwise ``default``.
 
-Decisions are cached per (backend, op, comm_size, nbytes, default, placement, mode,
-nodes, buffers); a hit
-is one dict lookup.
+Decisions are cached per (backend, op, comm_size, nbytes, default, placement, mode, nodes,
+buffers); a hit is one dict lookup.
 """
 
 from __future__ import annotations
@@ -546,9 +545,9 @@ def select_algorithm(backend: str, op: str, comm_size: int, nbytes: int, default
 
     `inplace`, `nonblocking`, `shared`: the call's placement and mode, and whether its
     communicator has shared buffers, for rules that depend on them (None: unknown, only
-    rules without that key apply).  `nodes`: (node count, ranks per
-    node, 0 if nodes differ) of a communicator spanning several nodes, None on one node:
-    then only rules measured across nodes apply, else the two-level model.  `default` is
+    rules without that key apply).  `nodes`: (node count, ranks per node, 0 if nodes
+    differ) of a communicator spanning several nodes, None on one node: then only rules
+    measured across nodes apply, else the two-level model.  `default` is
     returned where neither the table nor a cost model decides. Loads the table on first
     use; a bad table warns once per load and never raises here."""
     try:
