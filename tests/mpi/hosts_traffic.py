@@ -1,15 +1,11 @@
 """Across emulated hosts only (tests/test_multirank.py::test_ranks_across_hosts): what
 crosses between hosts, read from each host's own ``eth0`` counter, and what the communicator
 knows of its nodes."""
-import json
-import os
-from pathlib import Path
-
 import numpy as np
 import pytest
 
 import aluminum as al
-from aluminum.tuning import selector
+from conftest import tuning_table
 
 HEADERS = 1.08     # TCP/IP/Ethernet framing of full-size segments, plus MPI's own headers
 BOTH_WAYS = 1.12   # and the acknowledgements of as much coming the other way
@@ -73,21 +69,10 @@ def test_the_communicator_knows_its_nodes(comm, hosts):
 def table_picking_shared_memory(comm, hosts):
     """The selector's table for this test: shared_memory at every size, in rules measured
     on one node and across this many nodes."""
-    path = Path(os.environ["AL_TEST_LOGDIR"]) / f"shared_memory_table.rank{comm.rank}.json"
     rules = [{"backend": "mpi", "op": "allreduce", "comm_size": comm.size,
               "by_bytes": [[0, "shared_memory"]], **nodes} for nodes in ({}, {"nodes": hosts})]
-    path.write_text(json.dumps({"format": "aluminum-tuning/1", "rules": rules}))
-    previous = os.environ.get("AL_TUNING_FILE")
-    os.environ["AL_TUNING_FILE"] = str(path)
-    selector.reload()
-    try:
+    with tuning_table("shared_memory_table", comm.rank, rules):
         yield
-    finally:
-        if previous is None:
-            del os.environ["AL_TUNING_FILE"]
-        else:
-            os.environ["AL_TUNING_FILE"] = previous
-        selector.reload()
 
 
 def test_single_node_algorithms_are_neither_offered_nor_chosen(comm, hosts,

@@ -4,10 +4,6 @@ Buffers are views into shared segments allocated once per module (at varying off
 announced offsets are exercised); every result is checked against a numpy reference and,
 for inexact floats, for bit-identity across ranks.
 """
-import json
-import os
-from pathlib import Path
-
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -15,8 +11,7 @@ from hypothesis import strategies as st
 
 import aluminum as al
 from aluminum.backends.mpi.algorithms.shared_buffers import SharedBuffers
-from aluminum.tuning import selector
-from conftest import rank_data
+from conftest import rank_data, tuning_table
 from rank_algorithms import assert_identical_on_all_ranks, inexact_data
 from rank_allreduce import CASES, SIZES, reference
 
@@ -127,22 +122,11 @@ def test_other_objects_over_shared_buffers_take_the_zero_copy_path(comm, pools, 
 def table_by_buffers(comm):
     """The selector's table for this test: ring on communicators without shared buffers,
     recursive doubling on those with them, at every size."""
-    path = Path(os.environ["AL_TEST_LOGDIR"]) / f"buffers_table.rank{comm.rank}.json"
     rules = [{"backend": "mpi", "op": "allreduce", "comm_size": comm.size, "buffers": kind,
               "by_bytes": [[0, algo]]}
              for kind, algo in (("private", "ring"), ("shared", "recursive_doubling"))]
-    path.write_text(json.dumps({"format": "aluminum-tuning/1", "rules": rules}))
-    previous = os.environ.get("AL_TUNING_FILE")
-    os.environ["AL_TUNING_FILE"] = str(path)
-    selector.reload()
-    try:
+    with tuning_table("buffers_table", comm.rank, rules):
         yield
-    finally:
-        if previous is None:
-            del os.environ["AL_TUNING_FILE"]
-        else:
-            os.environ["AL_TUNING_FILE"] = previous
-        selector.reload()
 
 
 def test_automatic_chooses_again_once_the_communicator_has_shared_buffers(comm,
