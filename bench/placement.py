@@ -22,8 +22,8 @@ transfers against raw MPI (issue 27).
    owner's reduce plan) without the executor around them: ours over bare is what the
    executor's op costs, bare over raw what the library's calls do.  The three take turns
    sample by sample, each after a barrier, in an order that rotates from sample to sample
-   (3 ranks on 2 cores: in a fixed order, the run after another one measured up to 1.5x
-   the same calls run first).  Ours is timed from the op's start to the value usable by the
+   (3 ranks on 2 cores: in a fixed order, a run measured slower after another one than the
+   same calls run first).  Ours is timed from the op's start to the value usable by the
    consumer, so it includes what raw MPI does not do: the owner's scaling of the sum
    (x0.5).  Ratio = ours / raw (the target: at most 1.15 from 64 KiB); times are the max
    over ranks of each rank's median.
