@@ -30,10 +30,10 @@ def shared_empty(shape, dtype, comm) -> np.ndarray:
     What surprises people: from the first ``shared_empty`` on ``comm`` on, "automatic"
     chooses for ``comm`` by the tuning table's rules for communicators with shared buffers
     (``"buffers": "shared"``) - for every call on it, private buffers too, since every rank
-    must choose alike and cannot see the others' buffers.  The shipped table then takes
-    ``shared_memory`` from 64 KiB (out of place), where private buffers would do better
-    with MPI's own allreduce up to about 1 MiB: keep private allreduces of that size on
-    another communicator (``comm.copy()``).
+    must choose alike and cannot see the others' buffers.  Those rules take
+    ``shared_memory`` from far smaller sizes than the private ones (it stages private
+    buffers, and then MPI's own allreduce is often faster): keep private mid-size
+    allreduces on another communicator (``comm.copy()``).
     """
     comm = validate.check_comm(comm)
     allocate = comm.backend.allocate_shared

@@ -169,13 +169,14 @@ def rules_from(backend: str, op: str, p: int, modes: Sequence[Sequence[Points]],
 def shared_rules(private: Sequence[selector.Rule],
                  shared: Sequence[selector.Rule]) -> list[selector.Rule]:
     """The rules measured on shared buffers (``rules_from``'s) that choose otherwise than
-    the private buffers' rule a call of the same placement would take, limited to
-    communicators with shared buffers."""
-    def taken(placement):
-        return next((r for r in private if r.placement == placement),
-                    next(r for r in private if r.placement is None))
+    the private buffers' rule a call of the same placement would take (the selector's own
+    ``rules_for``), limited to communicators with shared buffers."""
+    table = selector.Table(tuple(private))
+
+    def taken(rule):
+        return table.rules_for(rule.backend, rule.op, rule.placement)[rule.comm_size]
     return [dataclasses.replace(rule, buffers=Buffers.SHARED) for rule in shared
-            if rule.by_bytes != taken(rule.placement).by_bytes]
+            if rule.by_bytes != taken(rule).by_bytes]
 
 
 def _placement_words(rule: selector.Rule) -> str:

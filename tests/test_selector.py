@@ -466,8 +466,8 @@ def test_automatic_asks_whether_the_communicator_has_shared_buffers(tmp_path, mo
     unknown = SimpleNamespace(size=2, local_size=2, backend=mpi)    # (no such attribute)
     choose = lambda comm: selector.choose(comm, "allreduce", "automatic", 65536,  # noqa: E731
                                           False, False).name
-    assert choose(private) == mpi.state_class("allreduce", "mpi_passthrough").name
-    assert choose(shared) == mpi.state_class("allreduce", "shared_memory").name
+    assert choose(private) == "allreduce/mpi_passthrough"
+    assert choose(shared) == "allreduce/shared_memory"
     assert choose(unknown) == choose(private)
 
 
