@@ -291,3 +291,21 @@ def test_a_wrong_local_part_is_a_program_error_before_anything_moves():
         with pytest.raises(ex.ProgramError, match=r"the mesh .* is larger than the "
                                                   r"communicator \(1 ranks\)"):
             ex.redistribute(np.zeros((2, 2)), layout(("S0",), (2,)), src, (4, 2), comm)
+
+
+def test_a_route_or_layout_read_before_is_checked_as_strictly_again():
+    """Routes and layouts read from JSON are remembered (ops read theirs on every run); a
+    call that the first would have refused is refused after it too, and the route found
+    again is the same one."""
+    src, dst = layout(("S1",), (2,)), layout(("R",), (2,))
+    first = ex.plan_redistribution(src, dst, (4, 6), "float64")
+    assert ex.plan_redistribution(src, dst, [4, 6], np.float64).steps == first.steps
+    with pytest.raises(ex.ProgramError, match=r"shape: expected the tensor's sizes"):
+        ex.plan_redistribution(src, dst, (4, True), "float64")
+    data = src.to_dict()
+    assert ex.Layout.from_dict(data) == src and ex.Layout.from_dict(data) == src
+    for bad in ({**data, "placements": tuple(data["placements"])},
+                {**data, "mesh": {"shape": [2], "ranks": [0, True]}},   # == [0, 1]
+                {**data, "extra": 1}):
+        with pytest.raises(ex.ProgramError, match=r"where(\.mesh)?: expected"):
+            ex.Layout.from_dict(bad, "where")

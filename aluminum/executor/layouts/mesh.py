@@ -222,7 +222,22 @@ class Layout:
 
     @classmethod
     def from_dict(cls, data, where: str = "layout") -> Layout:
-        """The layout ``to_dict`` wrote; ``ProgramError`` naming ``where`` otherwise."""
+        """The layout ``to_dict`` wrote; ``ProgramError`` naming ``where`` otherwise.
+        Layouts read before are remembered (ops read theirs from their attributes on
+        every run)."""
+        key = _layout_key(data)
+        found = None if key is None else _read.get(key)
+        if found is not None:
+            return found
+        layout = cls._parse(data, where)
+        if key is not None:
+            if len(_read) > LAYOUTS_KEPT:
+                _read.clear()
+            _read[key] = layout
+        return layout
+
+    @classmethod
+    def _parse(cls, data, where: str) -> Layout:
         expected = ("expected an object {'mesh': {'shape': [...], 'ranks': [...]}, "
                     "'placements': ['R' | 'P' | 'S(d)', ...]}")
         if not isinstance(data, dict) or set(data) != {"mesh", "placements"} or \
@@ -241,6 +256,28 @@ class Layout:
             raise ProgramError(f"{where}: {exc}") from None
 
 
+def _layout_key(data) -> tuple | None:
+    """``(shape, ranks, placements)`` of a dict of exactly ``Layout.to_dict``'s form (lists
+    of integers, a list of hashable placements), else None."""
+    if type(data) is not dict or len(data) != 2:
+        return None
+    mesh, placements = data.get("mesh"), data.get("placements")
+    if type(mesh) is not dict or len(mesh) != 2 or type(placements) is not list:
+        return None
+    shape, ranks = mesh.get("shape"), mesh.get("ranks")
+    if type(shape) is not list or type(ranks) is not list or \
+            not all(type(x) is int for x in shape + ranks):
+        return None
+    key = tuple(shape), tuple(ranks), tuple(placements)
+    try:
+        hash(key)
+    except TypeError:
+        return None
+    return key
+
+
+LAYOUTS_KEPT = 10_000
+_read: dict = {}      # (shape, ranks, placements) -> the Layout from_dict made of them
 _comms: dict = {}     # (shape, ranks) -> the communicator a mesh of them was made over
 
 

@@ -28,7 +28,7 @@ from .mesh import DeviceMesh, Layout
 from .steps import Step, layouts_of, step_between
 
 
-@dataclass
+@dataclass(frozen=True)
 class Redistribution:
     """The route from ``src`` to ``dst`` for a tensor of ``shape`` and ``dtype``."""
 
@@ -36,7 +36,7 @@ class Redistribution:
     dst: Layout
     shape: tuple
     dtype: str
-    steps: list
+    steps: tuple
 
     @property
     def bytes(self) -> int:
@@ -65,11 +65,19 @@ def plan_redistribution(src: Layout, dst: Layout, shape, dtype="float32",
                         via=()) -> Redistribution:
     """The route with the fewest bytes from ``src`` to ``dst`` for a tensor of ``shape``
     (the whole tensor's, not a rank's) and ``dtype``; ``via``: more meshes the route may
-    pass through."""
+    pass through.  Routes are remembered: the redistribute ops of a program plan theirs on
+    every run (a search costs tens of microseconds, a lookup one)."""
+    shape = tuple(shape)
+    try:
+        key = (src, dst, shape, dtype, tuple(via))
+        found = _plans.get(key)
+    except TypeError:       # (something unhashable: the checks below name it)
+        found = key = None
+    if found is not None and all(type(d) is int for d in shape):
+        return found
     for name, layout in (("src", src), ("dst", dst)):
         if not isinstance(layout, Layout):
             raise ProgramError(f"{name}: expected a Layout, got {type(layout).__name__}")
-    shape = tuple(shape)
     if not all(type(d) is int and d >= 0 for d in shape):
         raise ProgramError(f"shape: expected the tensor's sizes (integers >= 0), got "
                            f"{list(shape)}")
@@ -81,7 +89,16 @@ def plan_redistribution(src: Layout, dst: Layout, shape, dtype="float32",
     if steps is None:
         raise ProgramError(f"redistribution: no route from {src} to {dst} for shape "
                            f"{list(shape)}")
-    return Redistribution(src, dst, shape, str(np.dtype(dtype)), steps)
+    plan = Redistribution(src, dst, shape, str(np.dtype(dtype)), tuple(steps))
+    if key is not None:
+        if len(_plans) > PLANS_KEPT:
+            _plans.clear()
+        _plans[key] = plan
+    return plan
+
+
+PLANS_KEPT = 10_000
+_plans: dict = {}
 
 
 def _roots(src: Layout, dst: Layout) -> list[DeviceMesh]:

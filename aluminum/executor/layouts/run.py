@@ -8,6 +8,7 @@ box of the whole tensor (``Layout.box``), a summand of it along Partial dimensio
 """
 from __future__ import annotations
 
+import math
 import weakref
 
 import numpy as np
@@ -158,14 +159,6 @@ def _pad(step: Step, value, shape, rank):
     return out
 
 
-def _axis_first(value, axis: int) -> np.ndarray:
-    return np.ascontiguousarray(np.moveaxis(value, axis, 0))
-
-
-def _blocks(rows: int, rest: int, p: int) -> list[int]:
-    return [(b - a) * rest for a, b in split_bounds(rows, p)]
-
-
 def _allreduce(step, value, shape, group, rank):
     out = np.array(value, order="C", copy=True)
     if group.size > 1:
@@ -177,34 +170,63 @@ def _allreduce(step, value, shape, group, rank):
     return out
 
 
+def _line_blocks(whole: tuple, axis: int, parts: int) -> list[tuple]:
+    """The shapes of the ``parts`` blocks of an array of shape ``whole`` split along
+    ``axis`` like ``numpy.array_split``."""
+    return [whole[:axis] + (b - a,) + whole[axis + 1:]
+            for a, b in split_bounds(whole[axis], parts)]
+
+
+def _leading(whole: tuple, axis: int) -> bool:
+    """Whether blocks along ``axis`` lie one after another in a C-ordered array of shape
+    ``whole`` (every dimension before ``axis`` has size 1)."""
+    return math.prod(whole[:axis]) == 1
+
+
 def _reduce_scatter(step, value, shape, group, rank):
+    """The line's sum of ``value``, this rank's block of the sharded axis: each block is
+    sent C-contiguous (one copy where the axis is not the leading one) and this rank's
+    arrives in its own layout, no copy after."""
     axis = step.dst.placements[step.mesh_dim].dim
-    moved = _axis_first(value, axis)
-    rest = moved[0].size if moved.shape[0] else int(np.prod(moved.shape[1:]))
-    counts = _blocks(moved.shape[0], rest, group.size)
-    out_box = step.dst.box(rank, shape)
-    local = tuple(b - a for a, b in out_box)
-    recv = np.empty(counts[group.rank], moved.dtype)
-    al.reduce_scatterv(moved.reshape(-1), counts, group, recvbuf=recv)
-    record("reduce_scatterv", group.size, moved.nbytes - recv.nbytes,
+    blocks = _line_blocks(value.shape, axis, group.size)
+    counts = [math.prod(block) for block in blocks]
+    if _leading(value.shape, axis):
+        send = np.ascontiguousarray(value).reshape(-1)
+    else:
+        send = np.empty(value.size, value.dtype)
+        start, index = 0, [slice(None)] * value.ndim
+        for (a, b), count, block in zip(split_bounds(value.shape[axis], group.size), counts,
+                                        blocks):
+            index[axis] = slice(a, b)
+            send[start:start + count].reshape(block)[...] = value[tuple(index)]
+            start += count
+    recv = np.empty(counts[group.rank], value.dtype)
+    al.reduce_scatterv(send, counts, group, recvbuf=recv)
+    record("reduce_scatterv", group.size, send.nbytes - recv.nbytes,
            recv.nbytes * (group.size - 1))
-    shaped = recv.reshape((local[axis],) + moved.shape[1:])
-    return np.ascontiguousarray(np.moveaxis(shaped, 0, axis))
+    return recv.reshape(blocks[group.rank])
 
 
 def _allgather(step, value, shape, group, rank):
+    """Every rank's block of the sharded axis, joined: gathered straight into the result
+    where the axis is the leading one, else gathered as they lie and joined with one
+    copy."""
     axis = step.src.placements[step.mesh_dim].dim
-    out_box = step.dst.box(rank, shape)
-    local = tuple(b - a for a, b in out_box)
-    moved = _axis_first(value, axis)
-    whole = (local[axis],) + moved.shape[1:]
-    rest = int(np.prod(whole[1:]))
-    counts = _blocks(local[axis], rest, group.size)
-    recv = np.empty(whole, moved.dtype)
-    al.allgatherv(moved.reshape(-1), counts, None, group, recvbuf=recv.reshape(-1))
-    record("allgatherv", group.size, moved.nbytes * (group.size - 1),
-           recv.nbytes - moved.nbytes)
-    return np.ascontiguousarray(np.moveaxis(recv, 0, axis))
+    whole = tuple(b - a for a, b in step.dst.box(rank, shape))
+    blocks = _line_blocks(whole, axis, group.size)
+    counts = [math.prod(block) for block in blocks]
+    mine = np.ascontiguousarray(value).reshape(-1)
+    if _leading(whole, axis):
+        out = np.empty(whole, value.dtype)
+        al.allgatherv(mine, counts, None, group, recvbuf=out.reshape(-1))
+    else:
+        recv = np.empty(sum(counts), value.dtype)
+        al.allgatherv(mine, counts, None, group, recvbuf=recv)
+        starts = np.cumsum([0] + counts[:-1]).tolist()
+        out = np.concatenate([recv[start:start + count].reshape(block) for start, count, block
+                              in zip(starts, counts, blocks)], axis=axis)
+    record("allgatherv", group.size, mine.nbytes * (group.size - 1), out.nbytes - mine.nbytes)
+    return out
 
 
 def _alltoall(step, value, shape, group, rank):
