@@ -1,7 +1,7 @@
 """AUTO_PARALLEL benchmark: the searched strategy against pure data and pure model
 parallelism, predicted (the search's cost model, calibrated on this machine) and measured.
 
-    python -m aluminum.run -n 4 python bench/auto_parallel.py [--steps 15] [--refresh]
+    python -m aluminum.run -n 4 python bench/auto_parallel.py [--steps 15] [--cached]
         [--json out.json]
 
 For a deep-narrow MLP, a wide MLP and a memory-bounded one (Adam, bound 0.95 x data
@@ -9,9 +9,10 @@ parallelism's memory estimate): per strategy the predicted and measured step tim
 slowest rank's, median over the steps; the three strategies of a model take turns, one step
 each), predicted/measured, the bytes moved per step (summed over ranks: the planner's
 prediction and the runtime's count), the memory estimate per rank and the search time.
-Pure model parallel is Megatron's column/row alternation.  ``--refresh`` calibrates the
-machine again instead of reading the cached calibration (``calibrate.cache_path()``): one
-made while something else loaded the machine predicts every step too slow.
+Pure model parallel is Megatron's column/row alternation.  The machine is calibrated
+afresh for the first model (a few seconds), since a calibration made under another load (or
+another state of the VM) predicts every step too slow or too fast; ``--cached`` reads the
+cached one instead (``calibrate.cache_path()``), as the search does outside the bench.
 """
 from __future__ import annotations
 
@@ -111,12 +112,12 @@ def short(strategies) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--steps", type=int, default=15)
-    parser.add_argument("--refresh", action="store_true",
-                        help="calibrate again instead of reading the cached calibration")
+    parser.add_argument("--cached", action="store_true",
+                        help="read the cached calibration instead of calibrating again")
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
     rows = []
-    refresh = args.refresh      # (the first model's calibration refreshes the cache)
+    refresh = not args.cached   # (the first model's calibration refreshes the cache)
     with al.MPICommunicator() as comm:
         size = comm.size
         for name, spec in MODELS.items():
@@ -137,6 +138,8 @@ def main() -> None:
     if WORLD.rank == 0:
         load = open("/proc/loadavg").read().split()[:3]
         print(f"# {size} ranks, float64, {args.steps} steps; last cost model: op {model.op:.3g} s, "
+              f"compute_scale {model.compute_scale:.2f}, call {model.call * 1e6:.0f} us, "
+              f"reduction_call {model.reduction_call * 1e6:.0f} us, overlap {model.overlap:g}, "
               f"{len(model.steps)} step kinds and {len(model.kernels)} layer kernels measured")
         print(f"# load average {' '.join(load)} on {os.cpu_count()} CPUs")
         print("| model | strategy | strategies | predicted ms | measured ms | pred/meas | "

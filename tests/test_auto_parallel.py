@@ -186,6 +186,22 @@ def test_a_reduction_hides_under_the_previous_layers_gradients():
         assert two == pytest.approx(2 * one - min(reduction, backward), rel=1e-12)
 
 
+def test_without_cores_to_spare_a_reduction_hides_nothing():
+    """``overlap=0`` (each rank's communication thread takes turns with its computation on
+    one core): two data-parallel layers cost twice one; ``overlap_share`` gives 0 where a
+    node's ranks have fewer than two cores each, 1 where they have two."""
+    key = (4, 4, 4, True, 0)
+    model = CostModel(op=0.0, kernels=((key, 1e-3, 1e-2),), steps=(("allreduce", 2, 1e-3, 0.0),),
+                      overlap=0.0)
+    layer = Layer(8, 4, 4)
+    one = estimate([layer], 2, [data_parallel(2)], model).time
+    assert one == pytest.approx(1e-3 + 1e-2 + 2e-3, rel=1e-12)
+    assert estimate([layer, layer], 2, [data_parallel(2)] * 2, model).time == \
+        pytest.approx(2 * one, rel=1e-12)
+    assert [calibrate.overlap_share(ranks, cores) for ranks, cores in
+            ((2, 2), (4, 2), (2, 3), (2, 4), (1, 2), (8, 16))] == [0, 0, 0, 1, 1, 1]
+
+
 def test_program_model_measures_every_candidate_layer():
     """The kernels measured for a program are those of its layers at the local shapes the
     search may try (one rank: the whole ones), and its loss at the last layer's output,

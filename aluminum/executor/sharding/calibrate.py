@@ -11,9 +11,12 @@
 - ``steps``: each redistribution step kind's α and β on lines of every length
   (``profile.step_times``);
 - ``compute_scale``, ``call`` and ``reduction_call`` are fitted to whole training steps of
-  four small MLPs (``fit_training_steps``): how much slower kernels run inside a step, what
+  five small MLPs (``fit_training_steps``): how much slower kernels run inside a step, what
   each collective on the critical path costs beyond its α there, and what each
   parameter-gradient reduction (run on the communication stream, overlapped) does;
+
+- ``overlap`` (``overlap_share``): whether a gradient reduction can run under computation,
+  from the cores this rank may use and its node's ranks (not measured, not cached);
 
 all in a few seconds on every rank at once (so under the load the job itself makes)
 and averaged over the ranks; rank 0 keeps them in ``$AL_AUTO_PARALLEL_FILE``, else
@@ -50,6 +53,18 @@ def alpha_beta() -> "al.tuning.AlphaBeta":
     """The tuning table's α, β (what ``python -m aluminum.bench model`` uses)."""
     return al.tuning.current_table().model or al.tuning.AlphaBeta(al.tuning.DEFAULT_ALPHA,
                                                                   al.tuning.DEFAULT_BETA)
+
+
+def overlap_share(local_ranks: int, cores: int) -> float:
+    """``CostModel.overlap`` on a node where ``local_ranks`` ranks share ``cores``: 1 where
+    each rank has a second core for the executor's communication thread, else 0 (the
+    thread and the computation take turns on one core: a reduction's time adds to the
+    step's whatever it overlaps)."""
+    return 1.0 if cores >= 2 * local_ranks else 0.0
+
+
+def _overlap(comm) -> float:
+    return overlap_share(1 if comm is None else comm.local_size, len(os.sched_getaffinity(0)))
 
 
 def _best(fn, repeats: int) -> float:
@@ -131,6 +146,7 @@ def machine_model(comm=None, itemsize: int = 8, refresh: bool = False) -> CostMo
     key = f"ranks={size},itemsize={itemsize}"
     rank = 0 if comm is None else comm.rank
     steps = profile.step_keys(size)
+    overlap = _overlap(comm)
     cached = None if refresh or rank != 0 else _read_cache(key, len(steps))
     values = np.zeros(1 + len(RATES) + 2 * len(steps))
     if cached is not None:
@@ -146,19 +162,19 @@ def machine_model(comm=None, itemsize: int = 8, refresh: bool = False) -> CostMo
             al.allreduce(values, comm, op=al.SUM)
             values /= size
         # (the same on every rank: measured as the slowest rank's, estimated alike)
-        fitted = fit_training_steps(comm, _model(ab, itemsize, values, steps))
+        fitted = fit_training_steps(comm, _model(ab, itemsize, values, steps, overlap))
         for name, value in zip(FITTED, fitted):
             values[1 + RATES.index(name)] = value
         if rank == 0:
             _write_cache(key, {**dict(zip(RATES, values[1:1 + len(RATES)].tolist())),
                                "steps": values[1 + len(RATES):].reshape(-1, 2).tolist()})
-    return _model(ab, itemsize, values, steps)
+    return _model(ab, itemsize, values, steps, overlap)
 
 
-def _model(ab, itemsize: int, values, steps) -> CostModel:
+def _model(ab, itemsize: int, values, steps, overlap: float) -> CostModel:
     rates = dict(zip(RATES, values[1:1 + len(RATES)].tolist()))
     fitted = values[1 + len(RATES):].reshape(-1, 2).tolist()
-    return CostModel(alpha=ab.alpha, beta=ab.beta, itemsize=itemsize, **rates,
+    return CostModel(alpha=ab.alpha, beta=ab.beta, itemsize=itemsize, overlap=overlap, **rates,
                      steps=tuple((kind, group, a, b) for (kind, group), (a, b)
                                  in zip(steps, fitted)))
 
@@ -166,12 +182,14 @@ def _model(ab, itemsize: int, values, steps) -> CostModel:
 # (batch, widths, strategy per layer of a 1-D mesh of n ranks; None: Megatron's): steps of
 # parameter-gradient reductions (data parallel, narrow and square), of computation alone
 # (unsharded) and of critical-path collectives (Megatron: a Partial output's allreduce
-# forward, an input gradient's backward).
+# forward, an input gradient's backward; column-parallel layers: an allgather of every
+# output forward, an allreduce of every input gradient backward).
 _FIT_PROGRAMS = (
     (256, (64,) * 5, lambda n: ((n, 1), (1, 1))),
     (64, (256,) * 3, lambda n: ((n, 1), (1, 1))),
     (64, (256,) * 3, lambda n: ((1, 1), (1, 1))),
     (64, (256,) * 5, None),
+    (128, (128,) * 5, lambda n: ((1, 1), (1, n))),
 )
 FITTED = ("compute_scale", "call", "reduction_call")
 _LOWER = np.array([0.1, 0.0, 0.0])
@@ -179,15 +197,16 @@ _LOWER = np.array([0.1, 0.0, 0.0])
 
 def fit_training_steps(comm, model: CostModel, steps: int = 15) -> tuple[float, float, float]:
     """``(compute_scale, call, reduction_call)`` fitted by least squares to whole training
-    steps of four small MLPs (``_FIT_PROGRAMS``) run by the ParallelExecutor on ``comm``'s
+    steps of five small MLPs (``_FIT_PROGRAMS``) run by the ParallelExecutor on ``comm``'s
     ranks: each measured step (the slowest rank's median) against ``model``'s estimate of
     it with those three free.  Kernels run slower inside a step than alone where ranks
     share cores with each other and with their communication (``compute_scale``, from
     every program); a collective on the critical path costs the executor's path and the
-    wait for the slowest rank besides its α (``call``: Megatron's, and the split loss's
-    sum); a parameter-gradient reduction runs on the communication stream under later
-    gradients (``reduction_call``: data parallelism's).  Four equations for three unknowns;
-    the estimate is linear in them but for the overlap credit (a min), so the fit is
+    wait for the slowest rank besides its α (``call``: Megatron's, column-parallel
+    layers', the split loss's sum); a parameter-gradient reduction runs on the
+    communication stream under later gradients (``reduction_call``: data parallelism's).
+    Five equations for three unknowns; the estimate is linear in them but for the overlap
+    credit (a min), so the fit is
     Gauss-Newton (``fit_step_costs``), each within its bound (scale ≥ 0.1, calls ≥ 0).
     Without communication (one rank) both calls are 0.  Collective over ``comm``."""
     from ..executor import Executor

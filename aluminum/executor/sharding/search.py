@@ -13,7 +13,8 @@ per pair of neighbours (edge), the way the pass (program_pass.py) would lay it o
 - edge(strategy, next strategy): the redistribution from one layer's output layout to the
   next one's input layout, and its gradient's route back, less the overlap of the later
   layer's parameter-gradient reductions with the earlier layer's gradient computation
-  (the executor runs them on its communication stream meanwhile).
+  (the executor runs them on its communication stream meanwhile), where ranks have cores
+  to spare for it (``CostModel.overlap``).
 
 Measured kernel and step times (profile.py, ``calibrate.program_model``) replace the rates
 where the model has them.
@@ -63,7 +64,11 @@ class CostModel:
     costs less than ``call`` (and is partly hidden, ``ChainCost.edge``);
     ``activation``: seconds per element of tanh (transcendental: not bandwidth-bound);
     ``itemsize``: bytes per element; ``compute_scale``: how much slower kernels run inside
-    a training step than measured alone (ranks and their communication sharing cores).
+    a training step than measured alone (ranks and their communication sharing cores);
+    ``overlap``: the share of a layer's parameter-gradient reductions that runs under the
+    earlier layer's gradient computation where that takes longer -- 1 where every rank has
+    a core to spare for the executor's communication thread, 0 where it has not (the
+    thread then takes turns with the computation on the rank's core, and hides nothing).
     The defaults are guesses of this machine's order; ``calibrate.machine_model`` measures
     them (``call``, ``reduction_call`` and ``compute_scale`` fitted to whole training
     steps).
@@ -83,6 +88,7 @@ class CostModel:
     reduction_call: float = 0.0
     activation: float = 0.0
     compute_scale: float = 1.0
+    overlap: float = 1.0
     steps: tuple = ()
     kernels: tuple = ()
     tail: tuple = ()
@@ -278,12 +284,14 @@ class ChainCost:
 
     def _edge(self, before: Layer, s: int, after: Layer, t: int) -> Estimate:
         """The redistributions between two layers, less the part of the later layer's
-        gradient reductions that runs while the earlier one computes its gradients."""
+        gradient reductions that runs while the earlier one computes its gradients
+        (``CostModel.overlap``)."""
         out = _sharding(self.strategies[s], self.nranks).layout("mn", output=True)
         out = out.for_gradient()
         wanted = _sharding(self.strategies[t], self.nranks).layout("mk")
         shape = (before.batch, before.outputs)
-        hidden = min(self.node(after, t).reduction, self.node(before, s).backward)
+        hidden = self.model.overlap * min(self.node(after, t).reduction,
+                                          self.node(before, s).backward)
         return _redistribution(out, wanted, shape, self.model) + \
             _redistribution(wanted, out, shape, self.model, copy=False) + \
             Estimate(time=-hidden)
