@@ -15,6 +15,7 @@ import pytest
 
 import aluminum.executor as ex
 from aluminum.executor import layers
+from aluminum.executor.parallel_executor import spare_core
 from aluminum.executor.sharding import calibrate
 from aluminum.executor.sharding.auto import fc_chain, search_program
 from aluminum.executor.sharding.search import (ChainCost, CostModel, Layer, brute_force,
@@ -188,8 +189,9 @@ def test_a_reduction_hides_under_the_previous_layers_gradients():
 
 def test_without_cores_to_spare_a_reduction_hides_nothing():
     """``overlap=0`` (each rank's communication thread takes turns with its computation on
-    one core): two data-parallel layers cost twice one; ``overlap_share`` gives 0 where a
-    node's ranks have fewer than two cores each, 1 where they have two."""
+    one core): two data-parallel layers cost twice one.  A rank has a core to spare (and
+    the executor a second thread, the model overlap 1) where the node's ranks have two
+    cores each."""
     key = (4, 4, 4, True, 0)
     model = CostModel(op=0.0, kernels=((key, 1e-3, 1e-2),), steps=(("allreduce", 2, 1e-3, 0.0),),
                       overlap=0.0)
@@ -198,7 +200,7 @@ def test_without_cores_to_spare_a_reduction_hides_nothing():
     assert one == pytest.approx(1e-3 + 1e-2 + 2e-3, rel=1e-12)
     assert estimate([layer, layer], 2, [data_parallel(2)] * 2, model).time == \
         pytest.approx(2 * one, rel=1e-12)
-    assert [calibrate.overlap_share(ranks, cores) for ranks, cores in
+    assert [spare_core(ranks, cores) for ranks, cores in
             ((2, 2), (4, 2), (2, 3), (2, 4), (1, 2), (8, 16))] == [0, 0, 0, 1, 1, 1]
 
 

@@ -10,6 +10,7 @@ order gives it (the SSA graph's edges, and the events between streams), and accu
 """
 from __future__ import annotations
 
+import os
 from dataclasses import KW_ONLY, dataclass
 from typing import Callable
 
@@ -33,7 +34,11 @@ from .streams import SYNC_MODES, make_streams, uses_cupy
 
 @dataclass
 class ExecutionStrategy:
-    """How a graph runs.  ``num_threads``: workers, the caller included.  ``sync``: how an
+    """How a graph runs.  ``num_threads``: workers, the caller included; None (the
+    default): ``default_threads(comm)``, 2 where every rank on the node has a second core,
+    else 1: a second thread on a rank's only core takes turns with the first (and its
+    GIL) instead of overlapping communication with computation, and costs a wake-up per
+    handoff.  ``sync``: how an
     op waits for a producer on another stream: ``"event"`` (its stream waits for the
     producer's event, the host goes on) or ``"wait"`` (the host blocks until the producer's
     stream has run it); see streams.py.  ``before_op``: called with each op handle just
@@ -41,7 +46,7 @@ class ExecutionStrategy:
     check every float feed and every op's float outputs for NaN and Inf, naming the first
     op found (see nan_inf.py); off by default, and then it costs nothing."""
 
-    num_threads: int = 2
+    num_threads: int | None = None
     _: KW_ONLY
     sync: str = "event"
     before_op: Callable[[OpHandle], None] | None = None
@@ -51,8 +56,21 @@ class ExecutionStrategy:
         if self.sync not in SYNC_MODES:
             raise ProgramError(f"sync: expected one of {', '.join(SYNC_MODES)}, got "
                                f"{self.sync!r}")
-        if self.num_threads < 1:
+        if self.num_threads is not None and self.num_threads < 1:
             raise ProgramError(f"num_threads: expected at least 1, got {self.num_threads}")
+
+
+def spare_core(local_ranks: int, cores: int) -> bool:
+    """Whether each of ``local_ranks`` ranks sharing ``cores`` cores has a second one."""
+    return cores >= 2 * local_ranks
+
+
+def default_threads(comm=None) -> int:
+    """``ExecutionStrategy.num_threads`` where none is given, for a rank of ``comm`` (None:
+    a lone process): 2 where it has a core to spare (``spare_core``, over the cores this
+    process may run on and the communicator's ranks on this node), else 1."""
+    local = 1 if comm is None else getattr(comm, "local_size", 1)
+    return 2 if spare_core(local, len(os.sched_getaffinity(0))) else 1
 
 
 @dataclass
@@ -174,7 +192,8 @@ class ParallelExecutor:
         self._plans: dict[tuple, RunPlan] = {}
         self._streams: dict | None = None          # made on the first run
         self._destinations: dict = {}               # by op index, on the first run
-        self._pool = WorkerPool(self.exec_strategy.num_threads - 1)
+        threads = self.exec_strategy.num_threads or default_threads(comm)
+        self._pool = WorkerPool(threads - 1)
 
     def run(self, fetch_list=None, feed: dict | None = None) -> list[np.ndarray]:
         """Run the graph once; return numpy copies of the fetched values (everything is

@@ -15,8 +15,8 @@
   each collective on the critical path costs beyond its α there, and what each
   parameter-gradient reduction (run on the communication stream, overlapped) does;
 
-- ``overlap`` (``overlap_share``): whether a gradient reduction can run under computation,
-  from the cores this rank may use and its node's ranks (not measured, not cached);
+- ``overlap``: whether a gradient reduction can run under computation (where the executor
+  runs a second thread, ``default_threads``; not measured, not cached);
 
 all in a few seconds on every rank at once (so under the load the job itself makes)
 and averaged over the ranks; rank 0 keeps them in ``$AL_AUTO_PARALLEL_FILE``, else
@@ -55,16 +55,11 @@ def alpha_beta() -> "al.tuning.AlphaBeta":
                                                                   al.tuning.DEFAULT_BETA)
 
 
-def overlap_share(local_ranks: int, cores: int) -> float:
-    """``CostModel.overlap`` on a node where ``local_ranks`` ranks share ``cores``: 1 where
-    each rank has a second core for the executor's communication thread, else 0 (the
-    thread and the computation take turns on one core: a reduction's time adds to the
-    step's whatever it overlaps)."""
-    return 1.0 if cores >= 2 * local_ranks else 0.0
-
-
 def _overlap(comm) -> float:
-    return overlap_share(1 if comm is None else comm.local_size, len(os.sched_getaffinity(0)))
+    """``CostModel.overlap``: 1 where the ParallelExecutor runs a second thread, on which a
+    gradient reduction overlaps the computation, else 0 (``default_threads``)."""
+    from ..parallel_executor import default_threads
+    return 1.0 if default_threads(comm) > 1 else 0.0
 
 
 def _best(fn, repeats: int) -> float:
