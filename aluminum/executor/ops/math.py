@@ -276,11 +276,11 @@ class Scale(OpKind):
     def compute(self, ins, attrs, ctx, out):
         x = ins["X"][0]
         return {"Out": [(x * x.dtype.type(attrs.get("scale", 1.0))
-                         + x.dtype.type(attrs.get("bias", 0.0))).astype(x.dtype)]}
+                         + x.dtype.type(attrs.get("bias", 0.0))).astype(x.dtype, copy=False)]}
 
     def backward(self, ins, outs, douts, attrs, out):
         d = douts["Out"][0]
-        return {"X": [(d * d.dtype.type(attrs.get("scale", 1.0))).astype(d.dtype)]}
+        return {"X": [(d * d.dtype.type(attrs.get("scale", 1.0))).astype(d.dtype, copy=False)]}
 
 
 @register

@@ -1,5 +1,7 @@
 """Parameter updates: ``sgd``, ``momentum``, ``adam`` (each writes its parameter in place,
-i.e. its ``ParamOut`` is the ``Param`` variable)."""
+i.e. its ``ParamOut`` is the ``Param`` variable).  Each result is a new array of the
+parameter's dtype, converted only where the arithmetic gave another (a float64 learning
+rate on float32 parameters)."""
 from __future__ import annotations
 
 import numpy as np
@@ -20,7 +22,7 @@ class SGD(_Update):
 
     def compute(self, ins, attrs, ctx, out):
         param, grad, lr = ins["Param"][0], ins["Grad"][0], ins["LearningRate"][0]
-        return {"ParamOut": [(param - lr[0] * grad).astype(param.dtype)]}
+        return {"ParamOut": [(param - lr[0] * grad).astype(param.dtype, copy=False)]}
 
 
 @register
@@ -32,8 +34,8 @@ class Momentum(_Update):
     def compute(self, ins, attrs, ctx, out):
         param, grad, lr = ins["Param"][0], ins["Grad"][0], ins["LearningRate"][0]
         velocity = attrs.get("mu", 0.9) * ins["Velocity"][0] + grad
-        return {"ParamOut": [(param - lr[0] * velocity).astype(param.dtype)],
-                "VelocityOut": [velocity.astype(param.dtype)]}
+        return {"ParamOut": [(param - lr[0] * velocity).astype(param.dtype, copy=False)],
+                "VelocityOut": [velocity.astype(param.dtype, copy=False)]}
 
 
 @register
@@ -50,9 +52,9 @@ class Adam(_Update):
         rate = lr[0] * np.sqrt(1 - b2[0]) / (1 - b1[0])
         updated = param - rate * m1 / (np.sqrt(m2) + epsilon)
         dtype = param.dtype
-        return {"ParamOut": [updated.astype(dtype)], "Moment1Out": [m1.astype(dtype)],
-                "Moment2Out": [m2.astype(dtype)], "Beta1PowOut": [(b1 * beta1).astype(dtype)],
-                "Beta2PowOut": [(b2 * beta2).astype(dtype)]}
+        outs = {"ParamOut": updated, "Moment1Out": m1, "Moment2Out": m2,
+                "Beta1PowOut": b1 * beta1, "Beta2PowOut": b2 * beta2}
+        return {slot: [value.astype(dtype, copy=False)] for slot, value in outs.items()}
 
 
 @register
