@@ -65,8 +65,8 @@ def plan_redistribution(src: Layout, dst: Layout, shape, dtype="float32",
                         via=()) -> Redistribution:
     """The route with the fewest bytes from ``src`` to ``dst`` for a tensor of ``shape``
     (the whole tensor's, not a rank's) and ``dtype``; ``via``: more meshes the route may
-    pass through.  Routes are remembered: the redistribute ops of a program plan theirs on
-    every run (a search costs tens of microseconds, a lookup one)."""
+    pass through.  Routes are remembered (the redistribute ops of a program ask for theirs
+    on every run, and the search costs far more than the lookup)."""
     shape = tuple(shape)
     try:
         key = (src, dst, shape, dtype, tuple(via))

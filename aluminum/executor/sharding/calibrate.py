@@ -14,7 +14,6 @@
   five small MLPs (``fit_training_steps``): how much slower kernels run inside a step, what
   each collective on the critical path costs beyond its α there, and what each
   parameter-gradient reduction (run on the communication stream, overlapped) does;
-
 - ``overlap``: whether a gradient reduction can run under computation (where the executor
   runs a second thread, ``default_threads``; not measured, not cached);
 
@@ -201,9 +200,9 @@ def fit_training_steps(comm, model: CostModel, steps: int = 15) -> tuple[float, 
     layers', the split loss's sum); a parameter-gradient reduction runs on the
     communication stream under later gradients (``reduction_call``: data parallelism's).
     Five equations for three unknowns; the estimate is linear in them but for the overlap
-    credit (a min), so the fit is
-    Gauss-Newton (``fit_step_costs``), each within its bound (scale ≥ 0.1, calls ≥ 0).
-    Without communication (one rank) both calls are 0.  Collective over ``comm``."""
+    credit (a min), so the fit is Gauss-Newton (``fit_step_costs``), each within its bound
+    (scale ≥ 0.1, calls ≥ 0).  Without communication (one rank) both calls are 0.
+    Collective over ``comm``."""
     from ..executor import Executor
     from ..parallel_context import ParallelMode, set_parallel_context, swapped_context
     from ..parallel_executor import ParallelExecutor
