@@ -184,7 +184,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--batch", type=int, default=64, help="samples per rank")
     parser.add_argument("--steps", type=int, default=20)
-    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--threads", type=int, default=None,
+                        help="executor threads per rank (default: the executor's, "
+                             "ex.default_threads: 1 where a rank has no core to spare)")
     parser.add_argument("--no-torch", action="store_true")
     hosts.add_options(parser)
     args = parser.parse_args(argv)
@@ -214,7 +216,8 @@ def main(argv: list[str] | None = None) -> int:
         compute = rows[1][1][0]
         print(f"# np={comm.size} on {comm.node_count} host(s), batch {args.batch}/rank, "
               f"MLP {WIDTHS} ({gradients_mb:.0f} "
-              f"MiB of float32 gradients), {args.threads} threads, median of {args.steps}, "
+              f"MiB of float32 gradients), {args.threads or ex.default_threads(comm)} threads, "
+              f"median of {args.steps}, "
               f"{cores_per_rank(comm):g} cores per rank")
         print(f"{'set-up':30s} {'step ms':>9s} {'samples/s':>10s} {'comm wait':>10s} "
               f"{'CPU busy':>9s}")

@@ -18,7 +18,8 @@ from .layouts import (DeviceMesh, Layout, Partial, Redistribution, Replicate, Sh
 from .optimizer import SGD, Adam, Momentum
 from .parallel_context import (GradReducer, ParallelMode, get_parallel_context,
                                reset_parallel_context, set_parallel_context)
-from .parallel_executor import BuildStrategy, ExecutionStrategy, ParallelExecutor
+from .parallel_executor import (BuildStrategy, ExecutionStrategy, ParallelExecutor,
+                                default_threads)
 from .placement import (Cluster, HandPlacement, ParameterServerStrategy, explain_placement,
                         parse_place_group, place, place_guard, plan_transfers, set_cluster)
 from .scope import Scope, global_scope
@@ -34,6 +35,7 @@ __all__ = ["Adam", "Block", "BuildStrategy", "Cluster", "DeviceMesh", "HandPlace
            "PlaceGroup", "Program", "ProgramError", "SGD", "SSAGraph", "Scope", "VarHandle",
            "Variable", "append_backward", "broadcast_parameters", "build_graph",
            "data_parallel_program", "default_main_program", "default_startup_program",
+           "default_threads",
            "get_parallel_context", "global_scope", "join", "layers", "program_guard",
            "reset_parallel_context", "reset_unique_names", "set_parallel_context", "shard",
            "shard_program"]
