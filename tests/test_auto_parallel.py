@@ -9,13 +9,13 @@ the measured kernel and step costs and the overlap of gradient reductions.
 """
 import dataclasses
 import json
+import os
 
 import numpy as np
 import pytest
 
 import aluminum.executor as ex
 from aluminum.executor import layers
-from aluminum.executor.parallel_executor import spare_core
 from aluminum.executor.sharding import calibrate
 from aluminum.executor.sharding.auto import fc_chain, search_program
 from aluminum.executor.sharding.search import (ChainCost, CostModel, Layer, brute_force,
@@ -189,9 +189,7 @@ def test_a_reduction_hides_under_the_previous_layers_gradients():
 
 def test_without_cores_to_spare_a_reduction_hides_nothing():
     """``overlap=0`` (each rank's communication thread takes turns with its computation on
-    one core): two data-parallel layers cost twice one.  A rank has a core to spare (and
-    the executor a second thread, the model overlap 1) where the node's ranks have two
-    cores each."""
+    one core): two data-parallel layers cost twice one."""
     key = (4, 4, 4, True, 0)
     model = CostModel(op=0.0, kernels=((key, 1e-3, 1e-2),), steps=(("allreduce", 2, 1e-3, 0.0),),
                       overlap=0.0)
@@ -200,8 +198,16 @@ def test_without_cores_to_spare_a_reduction_hides_nothing():
     assert one == pytest.approx(1e-3 + 1e-2 + 2e-3, rel=1e-12)
     assert estimate([layer, layer], 2, [data_parallel(2)] * 2, model).time == \
         pytest.approx(2 * one, rel=1e-12)
-    assert [spare_core(ranks, cores) for ranks, cores in
-            ((2, 2), (4, 2), (2, 3), (2, 4), (1, 2), (8, 16))] == [0, 0, 0, 1, 1, 1]
+
+
+
+@pytest.mark.parametrize("local_size, cores, threads", [(2, 2, 1), (4, 2, 1), (2, 3, 1),
+                                                        (2, 4, 2), (1, 2, 2), (8, 16, 2)])
+def test_the_executor_runs_a_second_thread_only_on_a_core_to_spare(monkeypatch, local_size,
+                                                                   cores, threads):
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(cores)))
+    assert ex.default_threads(_Node(local_size)) == threads
+    assert ex.default_threads(None) == (2 if cores >= 2 else 1)
 
 
 def test_program_model_measures_every_candidate_layer():
@@ -301,7 +307,8 @@ def test_the_fit_holds_a_call_at_zero_and_one_rank_fits_only_the_scale():
 
 
 class _Node:
-    """A communicator as ``profile.stride_seconds`` sees it: ``local_size`` ranks here."""
+    """A communicator as ``profile.stride_seconds`` and ``default_threads`` see it:
+    ``local_size`` ranks on this node."""
 
     def __init__(self, local_size):
         self.local_size = local_size

@@ -60,17 +60,17 @@ class ExecutionStrategy:
             raise ProgramError(f"num_threads: expected at least 1, got {self.num_threads}")
 
 
-def spare_core(local_ranks: int, cores: int) -> bool:
-    """Whether each of ``local_ranks`` ranks sharing ``cores`` cores has a second one."""
-    return cores >= 2 * local_ranks
+def cores_per_rank(comm=None) -> float:
+    """The cores this process may run on, shared out among ``comm``'s ranks on this node
+    (``comm.local_size``; None: a lone process has them all)."""
+    local = 1 if comm is None else getattr(comm, "local_size", 1)
+    return len(os.sched_getaffinity(0)) / local
 
 
 def default_threads(comm=None) -> int:
-    """``ExecutionStrategy.num_threads`` where none is given, for a rank of ``comm`` (None:
-    a lone process): 2 where it has a core to spare (``spare_core``, over the cores this
-    process may run on and the communicator's ranks on this node), else 1."""
-    local = 1 if comm is None else getattr(comm, "local_size", 1)
-    return 2 if spare_core(local, len(os.sched_getaffinity(0))) else 1
+    """``ExecutionStrategy.num_threads`` where none is given, for a rank of ``comm``: 2
+    where it has a core to spare (``cores_per_rank`` at least 2), else 1."""
+    return 2 if cores_per_rank(comm) >= 2 else 1
 
 
 @dataclass

@@ -222,9 +222,11 @@ def _allgather(step, value, shape, group, rank):
     else:
         recv = np.empty(sum(counts), value.dtype)
         al.allgatherv(mine, counts, None, group, recvbuf=recv)
-        starts = np.cumsum([0] + counts[:-1]).tolist()
-        out = np.concatenate([recv[start:start + count].reshape(block) for start, count, block
-                              in zip(starts, counts, blocks)], axis=axis)
+        parts, start = [], 0
+        for count, block in zip(counts, blocks):
+            parts.append(recv[start:start + count].reshape(block))
+            start += count
+        out = np.concatenate(parts, axis=axis)
     record("allgatherv", group.size, mine.nbytes * (group.size - 1), out.nbytes - mine.nbytes)
     return out
 

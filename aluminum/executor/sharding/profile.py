@@ -71,8 +71,8 @@ def stride_seconds(comm=None) -> float:
         except ValueError:
             warnings.warn(f"aluminum: AL_PROFILE_STRIDE_S: expected seconds, got {given!r}; "
                           "using the default", RuntimeWarning, stacklevel=2)
-    local = 1 if comm is None else comm.local_size
-    return STRIDE_S if local > len(os.sched_getaffinity(0)) else 0.0
+    from ..parallel_executor import cores_per_rank
+    return STRIDE_S if cores_per_rank(comm) < 1 else 0.0
 
 
 def _in_stride(fn, least: float, repeats: int = 3) -> float:
