@@ -1,5 +1,7 @@
 """Several places in one process (aluminum/executor/places.py) and parallel_do, which lowers
 onto them: training on P places equals the sequential executor on the whole batch."""
+import threading
+
 import numpy as np
 import pytest
 
@@ -145,3 +147,21 @@ def test_parallel_do_misuse_is_a_clear_error():
                 pd.write_output(x)
     with pytest.raises(ex.ProgramError, match="at least one place"):
         layers.ParallelDo([])
+
+
+def test_close_ends_the_workers_and_lets_go_of_the_last_run():
+    """No worker outlives ``close()``: a sleeping worker held its last run (and the bucket
+    views of its ops), so a communicator freed right after found its shared buckets still
+    referenced, depending on which thread ran the last op."""
+    main, startup, loss, feed = _mlp()
+    scope = ex.Scope()
+    ex.Executor().run(startup, scope=scope)
+    before = {thread for thread in threading.enumerate()}
+    runner = ex.ParallelExecutor(main, loss_name=loss.name, scope=scope,
+                                 places=["cpu:0", "cpu:1"], exec_strategy=ex.ExecutionStrategy(3))
+    for _ in range(3):
+        runner.run([loss], feed)
+    workers = [thread for thread in threading.enumerate() if thread not in before]
+    assert workers, "the executor started no worker threads"
+    runner.close()
+    assert not [thread for thread in workers if thread.is_alive()]

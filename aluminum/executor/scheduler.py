@@ -38,6 +38,7 @@ from .ssa_graph import COMMUNICATION, FETCH, OpHandle
 from .streams import wait_for
 
 _clock = time.perf_counter
+CLOSE_WAIT_S = 10.0   # how long close() waits for a worker still finishing an op
 
 
 class WorkerPool:
@@ -75,6 +76,7 @@ class WorkerPool:
                         self.sleepers -= 1
                         run.helpers_busy += 1
                         break
+                    run = None   # (asleep, hold no run: its ops hold the buckets' views)
                     self.wakes.wait()
                     self.sleepers -= 1
             try:
@@ -86,10 +88,15 @@ class WorkerPool:
                         run.caller_wakes.notify_all()
 
     def close(self) -> None:
-        """Stop the workers (idempotent)."""
+        """Stop the workers and wait for them to end (idempotent), so that nothing of
+        the last run (its ops, the buckets they view) outlives the call."""
         with self.lock:
             self.closing = True
             self.wakes.notify_all()
+        me = threading.current_thread()
+        for thread in self.threads:
+            if thread is not me:
+                thread.join(CLOSE_WAIT_S)
 
 
 class Run:
