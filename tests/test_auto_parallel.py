@@ -336,3 +336,19 @@ def test_the_stride_setting_wins_and_a_bad_one_warns(monkeypatch):
     monkeypatch.setenv("AL_PROFILE_STRIDE_S", "ten ms")
     with pytest.warns(RuntimeWarning, match="AL_PROFILE_STRIDE_S"):
         assert profile.stride_seconds(_Node(4)) == 0.01
+
+
+@pytest.mark.parametrize("state", [0, 1, 2])
+def test_every_layer_shape_of_every_strategy_is_timed_forward_and_backward(state):
+    """The kernels of a chain whose arrays outgrow one layer's (timed on several sets of
+    arrays in turn, as a step reads them) run forward then backward with each optimizer;
+    one timing per distinct local shape, none missing, none extra."""
+    from aluminum.executor.sharding import profile
+    chain = [Layer(96, 48, 48, True, None, state) for _ in range(6)] + \
+        [Layer(96, 48, 8, False, None, state)]
+    strategies = [((1, 1), (1, 1)), ((2, 1), (1, 1)), ((1, 1), (1, 2)), ((1, 2), (2, 1))]
+    timed = profile.layer_times(chain, strategies)
+    shapes = {(-(-layer.batch // m), -(-layer.inputs // k), -(-layer.outputs // n),
+               layer.act, state) for layer in chain for (m, k), (_, n) in strategies}
+    assert sorted(key for key, _, _ in timed) == sorted(shapes)
+    assert all(forward > 0 and backward > 0 for _, forward, backward in timed)

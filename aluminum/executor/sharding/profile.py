@@ -41,6 +41,7 @@ import aluminum as al
 STEP_KINDS = ("allreduce", "reduce_scatter", "allgather", "alltoall")
 _REPEATS = 5
 STRIDE_S = 0.01     # seconds: a few scheduler slices
+MAX_COPIES = 32     # sets of arrays a layer's kernels are timed on, at most
 
 
 def run_times(fn, repeats: int) -> list[float]:
@@ -112,16 +113,22 @@ def layer_key(layer, strategy) -> tuple:
             bool(layer.act), layer.state)
 
 
-def _layer_kernels(key: tuple, dtype):
+def layer_bytes(key: tuple, itemsize: int) -> int:
+    """What one layer of ``key`` holds on a rank: its input, weight and bias, their
+    gradients and optimizer arrays, and its forward outputs and their gradients."""
+    rows, inner, cols, act, state = key
+    parameters = (inner + 1) * cols * (2 + state)
+    return itemsize * (rows * inner * 2 + parameters + rows * cols * (3 + bool(act)))
+
+
+def _layer_kernels(key: tuple, dtype, copies: int = 1):
     """Two calls running a layer's kernels once, as the executor runs them: the forward
-    ones, then the gradients' and the optimizer's."""
+    ones, then the gradients' and the optimizer's; each call on the next of ``copies``
+    sets of arrays in turn, so that the kernels read as much memory between two uses of
+    an array as a step of the whole chain does (``layer_times``)."""
     from ..ops.registry import ANYWHERE, get
     rows, inner, cols, act, state = key
     rng = np.random.default_rng(0)
-    x = rng.random((rows, inner)).astype(dtype)
-    w = rng.random((inner, cols)).astype(dtype) / max(inner, 1)
-    b = rng.random(cols).astype(dtype)
-    dout = rng.random((rows, cols)).astype(dtype)
     matmul, add, tanh = get("matmul"), get("elementwise_add"), get("tanh")
     update = get({0: "sgd", 1: "momentum"}.get(state, "adam"))
     lr = np.full(1, 1e-3, dtype)
@@ -135,24 +142,42 @@ def _layer_kernels(key: tuple, dtype):
                        Beta1Pow=[np.full(1, 0.9, dtype)], Beta2Pow=[np.full(1, 0.999, dtype)])
         return ins
 
-    updates = (optimizer_inputs(w), optimizer_inputs(b))
-    made = {}
+    sets = []
+    for _ in range(copies):
+        x = rng.random((rows, inner)).astype(dtype)
+        w = rng.random((inner, cols)).astype(dtype) / max(inner, 1)
+        b = rng.random(cols).astype(dtype)
+        sets.append({"x": x, "w": w, "b": b, "dout": rng.random((rows, cols)).astype(dtype),
+                     "updates": (optimizer_inputs(w), optimizer_inputs(b))})
+    turn = {"forward": 0, "backward": 0}
+
+    def next_set(call: str) -> dict:
+        arrays = sets[turn[call]]
+        turn[call] = (turn[call] + 1) % copies
+        return arrays
 
     def forward():
+        made = next_set("forward")
+        x, w, b = made["x"], made["w"], made["b"]
         made["y"] = y = matmul.compute({"X": [x], "Y": [w]}, {}, None, ANYWHERE)["Out"][0]
         made["z"] = z = add.compute({"X": [y], "Y": [b]}, {}, None, ANYWHERE)["Out"][0]
         if act:
             made["a"] = tanh.compute({"X": [z]}, {}, None, ANYWHERE)["Out"][0]
 
     def backward():
-        y, z, d = made["y"], made["z"], dout
+        made = next_set("backward")
+        y, z, d = made["y"], made["z"], made["dout"]
         if act:
-            d = tanh.backward({"X": [z]}, {"Out": [made["a"]]}, {"Out": [dout]}, {},
+            d = tanh.backward({"X": [z]}, {"Out": [made["a"]]}, {"Out": [d]}, {},
                               ANYWHERE)["X"][0]
-        add.backward({"X": [y], "Y": [b]}, {"Out": [z]}, {"Out": [d]}, {}, ANYWHERE)
-        matmul.backward({"X": [x], "Y": [w]}, {"Out": [y]}, {"Out": [d]}, {}, ANYWHERE)
-        for ins in updates:
+        add.backward({"X": [y], "Y": [made["b"]]}, {"Out": [z]}, {"Out": [d]}, {}, ANYWHERE)
+        matmul.backward({"X": [made["x"]], "Y": [made["w"]]}, {"Out": [y]}, {"Out": [d]}, {},
+                        ANYWHERE)
+        for ins in made["updates"]:
             update.compute(ins, {}, None, ANYWHERE)
+
+    for _ in range(copies):   # (every set has its forward outputs for the backward)
+        forward()
     return forward, backward
 
 
@@ -162,12 +187,18 @@ def layer_times(layers, strategies, comm=None, itemsize: int = 8) -> tuple:
     the optimizer's update); collective over ``comm`` (every rank passes the same
     layers)."""
     dtype = {8: np.float64, 4: np.float32, 2: np.float16}[itemsize]
-    keys = sorted({layer_key(layer, s) for layer in layers for s in strategies})
+    footprint: dict[tuple, int] = {}   # key -> the most a chain using it holds per rank
+    for strategy in strategies:
+        chain = [layer_key(layer, strategy) for layer in layers]
+        held = sum(layer_bytes(key, itemsize) for key in chain)
+        for key in chain:
+            footprint[key] = max(footprint.get(key, 0), held)
+    keys = sorted(footprint)
     seconds = np.zeros((len(keys), 2))
     stride = stride_seconds(comm)
     for row, key in zip(seconds, keys):
-        forward, backward = _layer_kernels(key, dtype)
-        forward()
+        copies = min(MAX_COPIES, max(1, round(footprint[key] / layer_bytes(key, itemsize))))
+        forward, backward = _layer_kernels(key, dtype, copies)
         _together(comm)     # every rank runs the same kernels at once, as in a step
         row[:] = _in_stride(forward, stride), _in_stride(backward, stride)
     if comm is not None and comm.size > 1:
