@@ -12,7 +12,9 @@ are measured on this machine, on every rank at once (the load the job makes is i
   columns, activation, optimizer) a layer can have under the candidate strategies, one run
   of the executor's own kernels -- matmul, bias add, tanh, their gradients, the optimizer
   update of weight and bias -- median of a few, averaged over the ranks (so every rank
-  searches with the same numbers);
+  searches with the same numbers); each run on the next of as many sets of arrays as the
+  chain holds per rank (``layer_bytes``), so that a layer finds in the caches what a step
+  of the chain leaves there, not its own arrays of the run before;
 - ``tail_times(program, layers, strategies, comm)``: the loss ops after the chain
   (``square_error_cost``, ``mean``, ...) and their gradients, run by their kernels on each
   part of the last layer's output;
@@ -41,7 +43,8 @@ import aluminum as al
 STEP_KINDS = ("allreduce", "reduce_scatter", "allgather", "alltoall")
 _REPEATS = 5
 STRIDE_S = 0.01     # seconds: a few scheduler slices
-MAX_COPIES = 32     # sets of arrays a layer's kernels are timed on, at most
+MAX_COPIES = 32     # sets of arrays a layer's kernels are timed on, at most,
+COPIES_BYTES = 256 << 20   # ...holding at most this (past most CPUs' caches: cold anyway)
 
 
 def run_times(fn, repeats: int) -> list[float]:
@@ -197,7 +200,8 @@ def layer_times(layers, strategies, comm=None, itemsize: int = 8) -> tuple:
     seconds = np.zeros((len(keys), 2))
     stride = stride_seconds(comm)
     for row, key in zip(seconds, keys):
-        copies = min(MAX_COPIES, max(1, round(footprint[key] / layer_bytes(key, itemsize))))
+        held = min(footprint[key], COPIES_BYTES)
+        copies = min(MAX_COPIES, max(1, round(held / layer_bytes(key, itemsize))))
         forward, backward = _layer_kernels(key, dtype, copies)
         _together(comm)     # every rank runs the same kernels at once, as in a step
         row[:] = _in_stride(forward, stride), _in_stride(backward, stride)
