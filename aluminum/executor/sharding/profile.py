@@ -45,6 +45,28 @@ _REPEATS = 5
 STRIDE_S = 0.01     # seconds: a few scheduler slices
 MAX_COPIES = 32     # sets of arrays a layer's kernels are timed on, at most,
 COPIES_BYTES = 256 << 20   # ...holding at most this (past most CPUs' caches: cold anyway)
+# Just under glibc's ceiling for its dynamic mmap threshold (32 MiB on 64-bit): freeing
+# an array of this size raises the threshold to it, and the trim threshold to twice it.
+SETTLING_BYTES = 31 << 20
+_settled = False
+
+
+def settle_allocator() -> None:
+    """Once per process: free one array of ``SETTLING_BYTES`` (never touched), so that the
+    C library's allocator runs the kernels as it runs them in a process that has been
+    training for a while.
+
+    glibc starts by mapping each array of 128 KiB or more on its own and by returning
+    freed memory to the system past 128 KiB at the top of its heap; it raises both limits
+    itself the first time a larger mapped array is freed.  Until then a kernel whose
+    temporaries are about 128 KiB (the Adam update of a 128 x 128 float64 layer)
+    page-faults on every call when timed alone, and a profile taken first thing in a
+    process (a cached calibration, then the search) priced such layers up to twice what
+    they take in a step.  Elsewhere the free changes nothing."""
+    global _settled
+    if not _settled:
+        _settled = True
+        np.empty(SETTLING_BYTES, np.uint8)
 
 
 def run_times(fn, repeats: int) -> list[float]:
@@ -189,6 +211,7 @@ def layer_times(layers, strategies, comm=None, itemsize: int = 8) -> tuple:
     ``layer_key`` of ``layers`` under ``strategies`` (module docstring; backward includes
     the optimizer's update); collective over ``comm`` (every rank passes the same
     layers)."""
+    settle_allocator()
     dtype = {8: np.float64, 4: np.float32, 2: np.float16}[itemsize]
     footprint: dict[tuple, int] = {}   # key -> the most a chain using it holds per rank
     for strategy in strategies:
@@ -261,6 +284,7 @@ def tail_times(program, layers, strategies, comm=None) -> tuple:
     the executor runs for them (each op, its gradient, the loss gradient's fill); empty
     where a loss op cannot be run alone.  Collective over ``comm``."""
     from .auto import loss_tail
+    settle_allocator()
     ops, output = loss_tail(program)
     block = program.global_block()
     last = layers[-1]
