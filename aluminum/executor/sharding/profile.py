@@ -61,7 +61,7 @@ def settle_allocator() -> None:
     itself the first time a larger mapped array is freed.  Until then a kernel whose
     temporaries are about 128 KiB (the Adam update of a 128 x 128 float64 layer)
     page-faults on every call when timed alone, and a profile taken first thing in a
-    process (a cached calibration, then the search) priced such layers up to twice what
+    process (a cached calibration, then the search) priced such layers far above what
     they take in a step.  Elsewhere the free changes nothing."""
     global _settled
     if not _settled:
