@@ -161,7 +161,8 @@ def test_close_ends_the_workers_and_lets_go_of_the_last_run():
                                  places=["cpu:0", "cpu:1"], exec_strategy=ex.ExecutionStrategy(3))
     for _ in range(3):
         runner.run([loss], feed)
-    workers = [thread for thread in threading.enumerate() if thread not in before]
+    workers = [thread for thread in threading.enumerate()
+               if thread not in before and thread.name.startswith("al-executor")]
     assert workers, "the executor started no worker threads"
     runner.close()
     assert not [thread for thread in workers if thread.is_alive()]
