@@ -31,6 +31,7 @@ outnumber its cores, each kernel is timed in a stride of back-to-back calls
 """
 from __future__ import annotations
 
+import itertools
 import math
 import os
 import time
@@ -174,15 +175,10 @@ def _layer_kernels(key: tuple, dtype, copies: int = 1):
         b = rng.random(cols).astype(dtype)
         sets.append({"x": x, "w": w, "b": b, "dout": rng.random((rows, cols)).astype(dtype),
                      "updates": (optimizer_inputs(w), optimizer_inputs(b))})
-    turn = {"forward": 0, "backward": 0}
-
-    def next_set(call: str) -> dict:
-        arrays = sets[turn[call]]
-        turn[call] = (turn[call] + 1) % copies
-        return arrays
+    forward_sets, backward_sets = itertools.cycle(sets), itertools.cycle(sets)
 
     def forward():
-        made = next_set("forward")
+        made = next(forward_sets)
         x, w, b = made["x"], made["w"], made["b"]
         made["y"] = y = matmul.compute({"X": [x], "Y": [w]}, {}, None, ANYWHERE)["Out"][0]
         made["z"] = z = add.compute({"X": [y], "Y": [b]}, {}, None, ANYWHERE)["Out"][0]
@@ -190,7 +186,7 @@ def _layer_kernels(key: tuple, dtype, copies: int = 1):
             made["a"] = tanh.compute({"X": [z]}, {}, None, ANYWHERE)["Out"][0]
 
     def backward():
-        made = next_set("backward")
+        made = next(backward_sets)
         y, z, d = made["y"], made["z"], made["dout"]
         if act:
             d = tanh.backward({"X": [z]}, {"Out": [made["a"]]}, {"Out": [d]}, {},
@@ -201,7 +197,9 @@ def _layer_kernels(key: tuple, dtype, copies: int = 1):
         for ins in made["updates"]:
             update.compute(ins, {}, None, ANYWHERE)
 
-    for _ in range(copies):   # (every set has its forward outputs for the backward)
+    # Every set gets its forward outputs first: forward and backward are timed in strides
+    # of different lengths, so the backward may reach a set the forward has not.
+    for _ in range(copies):
         forward()
     return forward, backward
 
