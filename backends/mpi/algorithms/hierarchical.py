@@ -81,22 +81,29 @@ class HierarchicalAllreduce(ProgramState):
         if len(node) > 1 and SharedBuffers.find(self.comm) is not None:
             shared = yield from shared_arrays(self, node, self.sendbuf.array,
                                               self.recvbuf.array)
-        result = result_buffer(self.sendbuf, self.recvbuf) if shared is None else \
-            self.recvbuf.array             # (filled block by block from the shared arrays)
+        # Out of place, each chunk's contribution is copied into ``result`` as the chunk
+        # starts (a copy of the whole vector first would hold the link idle meanwhile);
+        # with shared arrays, ``result`` is filled block by block from them.
+        result = self.recvbuf.array
+        source = self.sendbuf.array if shared is None and self.sendbuf is not self.recvbuf \
+            else None
         bounds = partition(result.size, len(self.tags))
         yield from self.interleave(deque(
             self.three_rings(result, bounds[c], bounds[c + 1], node, local, across, tag,
-                             shared)
+                             shared, source)
             for c, tag in enumerate(self.tags)))
         if shared is not None:             # nobody overwrites a buffer another still reads
             yield from node_barrier(self, node)
         self.op.finish(result, self.comm.size)
 
-    def three_rings(self, result, low, high, node, local, across, tag, shared):
+    def three_rings(self, result, low, high, node, local, across, tag, shared, source):
         """The whole algorithm on ``result[low:high]``, its messages tagged ``tag``;
         ``shared``: every local rank's (send, recv) arrays, read and written directly
-        inside the node instead of the node's rings (None: private buffers)."""
+        inside the node instead of the node's rings (None: private buffers); ``source``:
+        the send array to copy this chunk's contribution from first (None: in place)."""
         part = result[low:high]
+        if source is not None:
+            copy_vector(part, source[low:high])
         offsets = partition(part.size, len(node))
         blocks = [part[offsets[b]:offsets[b + 1]] for b in range(len(node))]
         scratch = np.empty(offsets[1], part.dtype)
