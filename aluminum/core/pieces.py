@@ -36,12 +36,12 @@ def chain_pieces(nbytes: float) -> int:
     return max(1, min(MOST_CHAIN_PIECES, int(nbytes) // CHAIN_PIECE_BYTES))
 
 
-def pipeline_chunks(nbytes: float) -> int:
+def pipeline_chunks(nbytes: float, inter_node_beta: float | None = None) -> int:
     """How many chunks the hierarchical allreduce's vector of ``nbytes`` crosses nodes in:
-    one per ``PIPELINE_CHUNK_S`` of the link's time (``inter_node_beta``), within the
-    bounds above."""
-    chunk = min(PIPELINE_MAX_BYTES, max(PIPELINE_MIN_BYTES,
-                                        PIPELINE_CHUNK_S / _inter_node_beta()))
+    one per ``PIPELINE_CHUNK_S`` of the link's time (``inter_node_beta`` seconds per byte;
+    by default what ``read_inter_node_beta`` registered), within the bounds above."""
+    beta = _inter_node_beta() if inter_node_beta is None else inter_node_beta
+    chunk = min(PIPELINE_MAX_BYTES, max(PIPELINE_MIN_BYTES, PIPELINE_CHUNK_S / beta))
     return max(1, min(PIPELINE_CHUNKS, int(nbytes // chunk)))
 
 

@@ -13,12 +13,17 @@ Allreduce of ``n`` bytes:
   per node crosses to the next node, and that step waits for it:
   ``2(p − 1)(α_x + (n/p)·β_x)`` (on one node, the one-level ring with intra parameters).
 - ``hierarchical``: a ring reduce-scatter and allgather inside the node,
-  ``2(L − 1)(α_i + (n/L)·β_i)``, plus a ring allreduce across nodes of each rank's ``n/L``
-  shard, all ``L`` shards over the node's link at once: ``2(N − 1)(α_x + (n/N)·β_x)``.
+  ``inside = 2(L − 1)(α_i + (n/L)·β_i)``, and a ring allreduce across nodes of each rank's
+  ``n/L`` shard, all ``L`` shards over the node's link at once:
+  ``across = 2(N − 1)(α_x + (n/N)·β_x)``.  The vector goes in ``C`` chunks
+  (``pipeline_chunks`` at ``β_x``), each crossing while others are reduced in the node, so
+  the slower phase sets the pace and the other adds one chunk's worth:
+  ``max(inside, across) + min(inside, across)/C`` (``C = 1``: their sum).
 - ``recursive_doubling``: ``log2 L`` rounds inside the node (``α_i + n·β_i``), ``log2 N``
   across (``α_x + L·n·β_x``: every rank of the node sends its whole vector).
-- ``rabenseifner``: recursive halving then doubling, rounds at distance ``q/2, q/4, ...``
-  moving ``n/2, n/4, ...``; a round at distance ≥ ``L`` crosses nodes with ``L`` messages.
+- ``rabenseifner``: recursive halving then doubling, rounds at distance ``1, 2, 4, ...``
+  moving ``n/2, n/4, ...``; a round at distance ≥ ``L`` crosses nodes with ``L`` messages
+  (so the large early rounds stay inside the node).
 
 Non-power-of-two rank counts add the one-level model's fold step at inter-node cost.
 - ``mpi_passthrough``, MPI's own allreduce: its algorithm is the library's choice, among
@@ -54,7 +59,7 @@ from typing import NamedTuple
 
 from .costmodel import AlphaBeta, predict as predict_one_level
 from ..core.errors import ArgumentError
-from ..core.pieces import DEFAULT_INTER_NODE_BETA, chain_pieces
+from ..core.pieces import DEFAULT_INTER_NODE_BETA, chain_pieces, pipeline_chunks
 
 # The algorithms modelled across nodes, by operation; ties go to the earlier.  On one rank
 # per node the hierarchical allreduce is the ring, in pipelined chunks: it wins their tie.
@@ -113,7 +118,9 @@ def _allreduce(algo, count, local, n, intra, inter) -> float:
     if algo == "ring":
         return 2 * (p - 1) * (ax + n / p * bx)
     if algo == "hierarchical":
-        return 2 * (local - 1) * (ai + n / local * bi) + 2 * (count - 1) * (ax + n / count * bx)
+        inside = 2 * (local - 1) * (ai + n / local * bi)
+        across = 2 * (count - 1) * (ax + n / count * bx)
+        return max(inside, across) + min(inside, across) / pipeline_chunks(n, bx)
     q = 1 << (p.bit_length() - 1)
     fold = 0.0 if q == p else 2 * (ax + n * bx)
     total = fold
@@ -123,11 +130,11 @@ def _allreduce(algo, count, local, n, intra, inter) -> float:
             total += (ax + local * n * bx) if distance >= local else (ai + n * bi)
             distance *= 2
         return total
-    distance, share = q // 2, n / 2                     # rabenseifner
-    while distance >= 1:
+    distance, share = 1, n / 2                          # rabenseifner
+    while distance < q:
         step = (ax + local * share * bx) if distance >= local else (ai + share * bi)
         total += 2 * step                               # halving, then doubling back
-        distance, share = distance // 2, share / 2
+        distance, share = distance * 2, share / 2
     return total
 
 

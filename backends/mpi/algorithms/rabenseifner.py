@@ -13,10 +13,16 @@ class RabenseifnerAllreduce(ProgramState):
     """Allreduce by recursive halving then recursive doubling, for any number of ranks.
 
     The vector is cut into one block per participant.  Halving: each round a rank swaps half
-    of its current window of blocks with the partner differing in the round's (highest
-    remaining) bit and reduces the half it keeps, until it owns its own block.  Doubling: the
-    owned windows are swapped back, doubling each round.  Non-powers of two fold first (see
-    power_of_two.py).  Each block is reduced by one rank only: identical bits everywhere.
+    of its current window of blocks with the partner differing in the round's bit, lowest
+    first, and reduces the half it keeps, until it owns one block (rank ``r`` the block at
+    ``r``'s bits reversed).  Doubling: the owned windows are swapped back, doubling each round,
+    highest bit first.  Non-powers of two fold first (see power_of_two.py).  Each block is
+    reduced by one rank only: identical bits everywhere.
+
+    The nearest partners swap the most, as in MPICH: ranks numbered node by node swap half
+    the vector inside the node and only the last rounds' small windows cross between nodes
+    (2 nodes of 2 ranks: a node sends the vector's size over its link, the least any
+    allreduce can; partners farthest first would send twice that).
     """
 
     name = "allreduce/rabenseifner"
@@ -46,24 +52,25 @@ class RabenseifnerAllreduce(ProgramState):
                 return result[offsets[first]:offsets[stop]]
 
             lo, hi = 0, fold.size                       # my window, in blocks
-            mask = fold.size >> 1
-            while mask:                                 # recursive halving reduce-scatter
-                partner = fold.real_rank(me ^ mask)
-                mid = lo + mask
+            mask = 1
+            while mask < fold.size:                     # recursive halving reduce-scatter
+                partner = fold.real_rank(me ^ mask)     # (same window: same lower bits)
+                mid = (lo + hi) // 2
                 keep, give = ((lo, mid), (mid, hi)) if me & mask == 0 else ((mid, hi), (lo, mid))
                 kept = blocks(*keep)
                 partial = incoming[:kept.size]
                 yield from self.exchange(blocks(*give), partner, partial, partner)
                 self.op.reduce_into(kept, partial)
                 lo, hi = keep
-                mask >>= 1
+                mask <<= 1
 
-            mask = 1
-            while mask < fold.size:                     # recursive doubling allgather
+            mask = fold.size >> 1
+            while mask:                                 # recursive doubling allgather
                 partner = fold.real_rank(me ^ mask)
-                theirs = (hi, hi + mask) if me & mask == 0 else (lo - mask, lo)
+                width = hi - lo
+                theirs = (hi, hi + width) if me & mask == 0 else (lo - width, lo)
                 yield from self.exchange(blocks(lo, hi), partner, blocks(*theirs), partner)
                 lo, hi = min(lo, theirs[0]), max(hi, theirs[1])
-                mask <<= 1
+                mask >>= 1
         yield from fold_out(self, fold, result)
         self.op.finish(result, self.comm.size)
