@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from aluminum.core.pieces import pipeline_chunks
+from aluminum.core.pieces import between_nodes_piece, pipeline_chunks
 from aluminum.tuning import selector
 from aluminum.tuning import two_level_model as model
 from aluminum.tuning.costmodel import AlphaBeta
@@ -264,3 +264,14 @@ def test_hierarchical_chunks_are_a_millisecond_of_the_tables_link(table):
     # 8 Gbit/s: 1 MB, within the bounds
     table([], inter_model={"alpha": 5e-6, "beta": 1e-9})
     assert pipeline_chunks(4 * MIB) == 4
+
+
+def test_messages_between_nodes_go_in_pieces_only_over_a_slow_link(table):
+    # 1 Gbit/s (8 ns/B): a 32 KiB piece takes 262 µs on the link, a slow one: pieces
+    table([], inter_model={"alpha": 50e-6, "beta": 8e-9})
+    assert between_nodes_piece() == 32 * 1024
+    # 2 Gbit/s (4 ns/B): 131 µs, still slow; 4 Gbit/s (2 ns/B): 66 µs, fast: whole messages
+    table([], inter_model={"alpha": 50e-6, "beta": 4e-9})
+    assert between_nodes_piece() == 32 * 1024
+    table([], inter_model={"alpha": 5e-6, "beta": 2e-9})
+    assert between_nodes_piece() is None

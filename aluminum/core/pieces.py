@@ -26,6 +26,15 @@ PIPELINE_MIN_BYTES, PIPELINE_MAX_BYTES = 64 << 10, 1 << 20
 # a large vector stay messages small enough for TCP to send eagerly (Open MPI's 64 KiB),
 # where larger ones wait a round trip each (docs/hosts.md).
 PIPELINE_CHUNKS = 128
+# On a slow link, a message between nodes longer than this goes as a stream of pieces this
+# long: Open MPI's TCP transport sends a message up to its eager limit (64 KiB, headers
+# included) at once and a longer one only after a round trip (rendezvous), in a pipeline of
+# limited depth; two such long messages leaving one host at once shared its link unevenly,
+# the later finishing well after the link's time for both (docs/hosts.md).  A link is slow
+# where it takes BETWEEN_NODES_PIECE_MIN_S or more to carry a piece; on a faster one the
+# pieces' per-message work costs more than the stalls it saves.
+BETWEEN_NODES_PIECE_BYTES = 32 << 10
+BETWEEN_NODES_PIECE_MIN_S = 100e-6
 # Seconds per byte of the link between nodes until the tuning table says (1 Gbit/s).
 DEFAULT_INTER_NODE_BETA = 8e-9
 _inter_node_beta: Callable[[], float] = lambda: DEFAULT_INTER_NODE_BETA
@@ -45,10 +54,20 @@ def pipeline_chunks(nbytes: float, inter_node_beta: float | None = None) -> int:
     return max(1, min(PIPELINE_CHUNKS, int(nbytes // chunk)))
 
 
+def between_nodes_piece() -> int | None:
+    """How long the pieces are that a message between nodes longer than them is cut into:
+    ``BETWEEN_NODES_PIECE_BYTES`` where the link (``inter_node_beta``) is slow, else None
+    (every message goes whole)."""
+    if _inter_node_beta() * BETWEEN_NODES_PIECE_BYTES < BETWEEN_NODES_PIECE_MIN_S:
+        return None
+    return BETWEEN_NODES_PIECE_BYTES
+
+
 def read_inter_node_beta(read: Callable[[], float]) -> None:
-    """Where ``pipeline_chunks`` reads the link's seconds per byte: ``read()`` (the tuning
-    table's ``inter_model``; the selector registers it).  Every rank must read the same
-    value: the chunks' count sets the tags each call takes.
+    """Where ``pipeline_chunks`` and ``between_nodes_piece`` read the link's seconds per
+    byte: ``read()`` (the tuning table's ``inter_model``; the selector registers it).  Every
+    rank must read the same value: the chunks' count sets the tags each call takes, and
+    both ends of a message must cut it alike.
 
     What surprises people: with 3 or more ranks per node or 3 or more nodes, the chunks'
     count also sets which ring step adds which element, so a table with another

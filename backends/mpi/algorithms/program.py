@@ -10,7 +10,8 @@ which is the same on every rank; messages travel on the communicator's private d
 concurrent operations never match each other's messages.  An algorithm whose messages need
 no tag of their own (``fixed_tag``: the direct reduce) takes none from the counter.
 Messages carry raw bytes: every dtype (bfloat16, long double, ...) moves the same way and
-only numpy interprets them.
+only numpy interprets them.  Over a slow link between nodes an exchange sends a long block
+as a stream of pieces (``between_nodes_piece``, core/pieces.py), all posted at once.
 """
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ from typing import Iterator
 import numpy as np
 from mpi4py import MPI
 
-from ....core.pieces import chain_pieces
+from ....core.pieces import between_nodes_piece, chain_pieces
 from ....core.reduction import reduce_in_rank_order
 from ....engine.state import Action, State
 from ..passthrough.mpi_errors import operation_error
@@ -107,9 +108,37 @@ class ProgramState(State):
     def exchange(self, send: np.ndarray, dest: int, recv: np.ndarray, source: int,
                  tag: int | None = None):
         """Send ``send`` to ``dest`` while receiving ``recv`` from ``source``; wait for both.
-        ``tag``: another of this operation's tags (parts of it in flight at once)."""
-        requests = [self.irecv(recv, source, tag), self.isend(send, dest, tag)]
-        yield from self.wait(requests)
+        ``tag``: another of this operation's tags (parts of it in flight at once).  ``recv``
+        must be as long as what ``source`` sends: a block going to or coming from another
+        node may travel in pieces, cut alike on both sides from its length."""
+        piece = None if self.comm.node_count == 1 else between_nodes_piece()
+        if piece is None:
+            requests = [self.irecv(recv, source, tag), self.isend(send, dest, tag)]
+            yield from self.wait(requests)
+            return
+        tag = self.tag if tag is None else tag
+        requests = self._pieces(self.mpi.Irecv, recv, source, tag, piece) + \
+            self._pieces(self.mpi.Isend, send, dest, tag, piece)
+        if len(requests) == 2:
+            yield from self.wait(requests)
+        else:
+            yield from self.wait_in_order(requests)
+
+    def _pieces(self, post, block: np.ndarray, peer: int, tag: int,
+                piece: int) -> list[MPI.Request]:
+        """``post`` (``Isend`` or ``Irecv``) of ``block``: at once within this rank's node,
+        else in pieces of at most ``piece`` bytes (matched in order: MPI never lets
+        messages of one sender and tag overtake each other)."""
+        data = block.view(np.uint8)
+        if data.size <= piece or peer in self._node():
+            return [post(data, peer, tag)]
+        return [post(data[start:start + piece], peer, tag)
+                for start in range(0, data.size, piece)]
+
+    def _node(self) -> tuple[int, ...]:
+        """The ranks of this rank's node."""
+        rank = self.comm.rank
+        return next(node for node in self.comm.nodes if rank in node)
 
     def wait(self, requests: list[MPI.Request]):
         """Yield until every request has completed."""
@@ -117,6 +146,20 @@ class ProgramState(State):
             self.idle()
             yield
         self.progressed()
+
+    def wait_in_order(self, requests: list[MPI.Request]):
+        """``wait`` for a long list whose requests complete about in order (a message's
+        pieces): each poll tests from the first one not yet seen complete, stopping at the
+        first still pending, instead of testing them all."""
+        done = 0
+        while True:
+            while requests[done].Test():
+                done += 1
+                if done == len(requests):
+                    self.progressed()
+                    return
+            self.idle()
+            yield
 
 
 def result_buffer(sendbuf, recvbuf) -> np.ndarray:
