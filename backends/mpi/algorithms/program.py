@@ -44,12 +44,17 @@ class ProgramState(State):
     # one communicator cannot be told apart by anything but their order: None, a tag per
     # operation from ``comm.next_tag()``.
     fixed_tag: int | None = None
+    # The pieces a long message to or from another node goes in (None: whole): read from
+    # the tuning table once per operation, as its tags are taken, not once per message.
+    _piece: int | None = None
 
     def __init__(self, comm):
         self.comm = comm
         if self.sends_messages:
             self.mpi = comm.mpi_comm
             self.tag = comm.next_tag() if self.fixed_tag is None else self.fixed_tag
+            if comm.node_count > 1:
+                self._piece = between_nodes_piece()
 
     def program(self) -> Iterator[None]:
         raise NotImplementedError
@@ -111,7 +116,7 @@ class ProgramState(State):
         ``tag``: another of this operation's tags (parts of it in flight at once).  ``recv``
         must be as long as what ``source`` sends: a block going to or coming from another
         node may travel in pieces, cut alike on both sides from its length."""
-        piece = None if self.comm.node_count == 1 else between_nodes_piece()
+        piece = self._piece
         if piece is None:
             requests = [self.irecv(recv, source, tag), self.isend(send, dest, tag)]
             yield from self.wait(requests)
