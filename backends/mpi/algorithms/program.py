@@ -25,6 +25,7 @@ from ....core.pieces import between_nodes_piece, chain_pieces
 from ....core.reduction import reduce_in_rank_order
 from ....engine.state import Action, State
 from ..passthrough.mpi_errors import operation_error
+from .node_layout import node_position
 from .vector_copy import copy_vector
 
 SPIN_POLLS = 50
@@ -122,12 +123,8 @@ class ProgramState(State):
             yield from self.wait(requests)
             return
         tag = self.tag if tag is None else tag
-        requests = self._pieces(self.mpi.Irecv, recv, source, tag, piece) + \
-            self._pieces(self.mpi.Isend, send, dest, tag, piece)
-        if len(requests) == 2:
-            yield from self.wait(requests)
-        else:
-            yield from self.wait_in_order(requests)
+        yield from self.wait_in_order(self._pieces(self.mpi.Irecv, recv, source, tag, piece) +
+                                      self._pieces(self.mpi.Isend, send, dest, tag, piece))
 
     def _pieces(self, post, block: np.ndarray, peer: int, tag: int,
                 piece: int) -> list[MPI.Request]:
@@ -135,15 +132,10 @@ class ProgramState(State):
         else in pieces of at most ``piece`` bytes (matched in order: MPI never lets
         messages of one sender and tag overtake each other)."""
         data = block.view(np.uint8)
-        if data.size <= piece or peer in self._node():
+        if data.size <= piece or peer in node_position(self.comm, self.comm.rank).node:
             return [post(data, peer, tag)]
         return [post(data[start:start + piece], peer, tag)
                 for start in range(0, data.size, piece)]
-
-    def _node(self) -> tuple[int, ...]:
-        """The ranks of this rank's node."""
-        rank = self.comm.rank
-        return next(node for node in self.comm.nodes if rank in node)
 
     def wait(self, requests: list[MPI.Request]):
         """Yield until every request has completed."""
@@ -153,9 +145,9 @@ class ProgramState(State):
         self.progressed()
 
     def wait_in_order(self, requests: list[MPI.Request]):
-        """``wait`` for a long list whose requests complete about in order (a message's
-        pieces): each poll tests from the first one not yet seen complete, stopping at the
-        first still pending, instead of testing them all."""
+        """``wait`` for a list whose requests complete about in order (a message's pieces):
+        each poll tests from the first one not yet seen complete, stopping at the first
+        still pending, instead of testing them all."""
         done = 0
         while True:
             while requests[done].Test():
