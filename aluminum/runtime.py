@@ -6,8 +6,10 @@ backends/mpi/services.py) start MPI: mpi4py initializes it with ``MPI_THREAD_MUL
 progress engine calls MPI from its own thread), and without Open MPI's AVX op component
 unless ``OMPI_MCA_op`` says otherwise (it saturates 8/16-bit integer sums; aluminum's rule
 is wrap-around); it also loads the MPI backend's operations. ``init`` is collective over the
-default group: the ranks agree on ``AL_DEBUG`` there (``debug.agree``) and make the node's
-arrival board (``watchdog``). ``finalize`` waits for in-flight operations (bounded by
+default group: the ranks agree on ``AL_DEBUG`` there (``debug.agree``), make the node's
+arrival board (``watchdog``) and, on a job spanning nodes, measure the link between them
+for the selector (``Services.measure_link``; not where the tuning table has it, nor with
+``AL_LINK_PROBE=0``). ``finalize`` waits for in-flight operations (bounded by
 ``AL_TIMEOUT``), stops the engine and frees every communicator not yet freed (live ones and
 those garbage-collected without ``free()`` alike, in creation order, which every rank shares:
 closing shared windows is collective) and the board; it does not finalize MPI, which mpi4py
@@ -38,6 +40,7 @@ from . import debug, watchdog
 from .backends import DEFAULT_SERVICES, get_services
 from .core import trace
 from .core.errors import CommunicatorError, TimeoutError
+from .tuning import selector
 
 FINALIZE_PEERS_FACTOR = 4
 _lock = threading.Lock()
@@ -69,6 +72,8 @@ def init(mpi_comm=None) -> None:
         _world, _private = _services.start(mpi_comm)
         debug.agree(_services, _private)
         watchdog.open_board(_services, _private)
+        selector.use_measured_link(_services.measure_link(_private,
+                                                          selector.link_probe_wanted()))
         trace.install_signal_handler()
         _state = "initialized"
         atexit.register(_finalize_at_exit)

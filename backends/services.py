@@ -137,6 +137,13 @@ class Services(abc.ABC):
         """The node's board of counters (collective over ``world``); None for a single
         process, which has no peer to wait for."""
 
+    def measure_link(self, world: Any, wanted: bool) -> tuple[float, float] | None:
+        """``(α seconds, β seconds per byte)`` of one message between two of ``world``'s
+        nodes, the same on every rank (collective over ``world``, bounded); None on one
+        node, where a rank passed ``wanted`` False, or where the services cannot measure
+        (this default)."""
+        return None
+
     @abc.abstractmethod
     def roll_call(self, admin: Any, count: int, number: int, ranks: list[int],
                   seconds: float) -> dict[int, int]:

@@ -32,8 +32,10 @@ buf = np.arange(1000, dtype=np.float64) * (comm.rank + 1)
 al.allreduce(buf, comm, algo="ring")
 qdisc = subprocess.run(["tc", "qdisc", "show", "dev", "eth0"], capture_output=True,
                        text=True).stdout
+link, source = al.tuning.inter_node_model()
 print("REPORT" + json.dumps({"rank": comm.rank, "host": socket.gethostname(),
-      "local_size": comm.local_size, "sum": buf.tolist(), "qdisc": qdisc}), flush=True)
+      "local_size": comm.local_size, "sum": buf.tolist(), "qdisc": qdisc,
+      "link": [link.alpha, link.beta, source]}), flush=True)
 """
 
 
@@ -100,6 +102,13 @@ def test_a_link_limit_shapes_every_host_link_and_none_without_it():
     assert len(shaped) == len(plain) == 2
     assert all("tbf" in r["qdisc"] and "250Mbit" in r["qdisc"] for r in shaped)
     assert not any("tbf" in r["qdisc"] for r in plain)
+    # al.init() measured each link, every rank alike: the shaped one near its 250 Mbit/s
+    # (TCP/IP headers take a few percent), the unshaped one far faster
+    for ranks in (shaped, plain):
+        assert ranks[0]["link"] == ranks[1]["link"] and ranks[0]["link"][2] == "measured"
+    mbit = [8 / ranks[0]["link"][1] / 1e6 for ranks in (shaped, plain)]
+    assert 190 <= mbit[0] <= 290 and mbit[1] > 1000, mbit
+    assert 0 < shaped[0]["link"][0] < 1e-3
 
 
 @needs_namespaces

@@ -275,3 +275,38 @@ def test_messages_between_nodes_go_in_pieces_only_over_a_slow_link(table):
     assert between_nodes_piece() == 32 * 1024
     table([], inter_model={"alpha": 5e-6, "beta": 2e-9})
     assert between_nodes_piece() is None
+
+
+@pytest.fixture
+def measured():
+    """``selector.use_measured_link`` for the test; forgotten after it."""
+    yield selector.use_measured_link
+    selector.use_measured_link(None)
+
+
+def test_a_measured_link_counts_where_no_table_says_and_a_table_outranks_it(
+        table, measured, monkeypatch):
+    table([], model={"alpha": 1e-6, "beta": 1e-10})
+    assert selector.inter_node_model() == (model.DEFAULT_INTER, "default")
+    assert selector.link_probe_wanted()
+    # the default 1 Gbit/s: 4 MiB crosses in chunks of 125 000 B (a millisecond), 33 of
+    # them, and messages go in 32 KiB pieces (262 µs each on the link); measured at 100
+    # Gbit/s (0.08 ns/B): in 4 chunks of 1 MiB (the largest), and a piece would take 2.6 µs,
+    # too quick to cut messages
+    assert pipeline_chunks(4 * MIB) == 33 and between_nodes_piece() == 32 << 10
+    measured((5e-6, 8e-11))
+    assert selector.inter_node_model() == (AlphaBeta(5e-6, 8e-11), "measured")
+    assert pipeline_chunks(4 * MIB) == 4 and between_nodes_piece() is None
+    # a table with the link's model wins, and al.init() then measures nothing
+    table([], model={"alpha": 1e-6, "beta": 1e-10}, inter_model={"alpha": 50e-6,
+                                                                 "beta": 8e-9})
+    assert selector.inter_node_model() == (AlphaBeta(50e-6, 8e-9), "tuning table")
+    assert pipeline_chunks(4 * MIB) == 33 and not selector.link_probe_wanted()
+
+
+@pytest.mark.parametrize("setting,wanted", [("0", False), ("off", False), ("No", False),
+                                            ("1", True), ("", True)])
+def test_al_link_probe_turns_the_measurement_off(table, monkeypatch, setting, wanted):
+    table([])
+    monkeypatch.setenv("AL_LINK_PROBE", setting)
+    assert selector.link_probe_wanted() is wanted

@@ -5,12 +5,14 @@ table these read.
 
 Public for the executor and tools, which reach it as ``al.tuning``: the table in use
 (``current_table()``, its ``model`` the fitted α, β), where the tuner keeps it
-(``user_table_path()``) and the α, β assumed without one (``DEFAULT_ALPHA``,
-``DEFAULT_BETA``).
+(``user_table_path()``), the α, β assumed without one (``DEFAULT_ALPHA``,
+``DEFAULT_BETA``) and those of the link between nodes in use (``inter_node_model()``: the
+table's, else measured at ``al.init()``, else 1 Gbit/s).
 """
 from . import costmodel, selector, two_level_model
 from .costmodel import AlphaBeta
-from .selector import DEFAULT_ALPHA, DEFAULT_BETA, current_table, user_table_path
+from .selector import (DEFAULT_ALPHA, DEFAULT_BETA, current_table, inter_node_model,
+                       user_table_path)
 
 __all__ = ["costmodel", "selector", "two_level_model", "AlphaBeta", "DEFAULT_ALPHA",
-           "DEFAULT_BETA", "current_table", "user_table_path"]
+           "DEFAULT_BETA", "current_table", "inter_node_model", "user_table_path"]

@@ -357,6 +357,7 @@ def user_table_path() -> Path:
 
 _cache: dict[tuple, str] = {}
 _table: Table | None = None
+_measured_inter: costmodel.AlphaBeta | None = None   # the link al.init() measured
 
 
 def _backend_algorithms(backend: str, op: str) -> list[str]:
@@ -406,10 +407,43 @@ def current_table() -> Table:
         return _table
 
 
+def inter_node_model() -> tuple[costmodel.AlphaBeta, str]:
+    """The α, β of the link between nodes that selection, the hierarchical allreduce's
+    chunks and the pieces of messages between nodes go by, and where they come from: the
+    table's ``inter_model`` (``"tuning table"``), else what ``al.init()`` measured on a job
+    spanning nodes (``"measured"``; ``AL_LINK_PROBE=0`` turns that off), else the two-level
+    model's 1 Gbit/s (``"default"``)."""
+    return _inter_of(current_table())
+
+
+def _inter_of(table: Table) -> tuple[costmodel.AlphaBeta, str]:
+    if table.inter_model is not None:
+        return table.inter_model, "tuning table"
+    if _measured_inter is not None:
+        return _measured_inter, "measured"
+    return two_level_model.DEFAULT_INTER, "default"
+
+
 def inter_node_beta() -> float:
-    """Seconds per byte between nodes: the table's ``inter_model``, else the two-level
-    model's default (what the hierarchical allreduce cuts its chunks by)."""
-    return (current_table().inter_model or two_level_model.DEFAULT_INTER).beta
+    """Seconds per byte between nodes (``inter_node_model``)."""
+    return inter_node_model()[0].beta
+
+
+def link_probe_wanted() -> bool:
+    """Whether ``al.init()`` should measure the link between nodes: no table says what it is
+    and ``AL_LINK_PROBE`` is not ``0`` (or ``false``, ``off``, ``no``)."""
+    setting = os.environ.get("AL_LINK_PROBE", "").strip().lower()
+    return setting not in ("0", "false", "off", "no") and current_table().inter_model is None
+
+
+def use_measured_link(alpha_beta: tuple[float, float] | None) -> None:
+    """Go by ``(α, β)`` between nodes where no table says (what ``al.init()`` measured; the
+    same on every rank); None forgets it.  Drops the table and cached decisions, as
+    ``reload()``."""
+    global _measured_inter
+    with _lock:
+        _measured_inter = None if alpha_beta is None else costmodel.AlphaBeta(*alpha_beta)
+        reload()
 
 
 read_inter_node_beta(inter_node_beta)
@@ -512,7 +546,7 @@ def _decide_across_nodes(table: Table, backend: str, op: str, comm_size: int, nb
     if not candidates:
         return default
     intra = table.model or costmodel.AlphaBeta(DEFAULT_ALPHA, DEFAULT_BETA)
-    inter = table.inter_model or two_level_model.DEFAULT_INTER
+    inter = _inter_of(table)[0]
     # Nodes of different sizes: modelled as nodes of the largest size (what the busiest
     # node's link carries).
     local = local or -(-comm_size // count)

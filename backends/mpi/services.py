@@ -136,6 +136,11 @@ class MPIServices(Services):
     def open_board(self, world, slots: int) -> NodeBoard | None:
         return _MPIBoard(world, slots) if world.Get_size() > 1 else None
 
+    def measure_link(self, world, wanted: bool):
+        from .link_probe import measure_link
+
+        return measure_link(world, wanted)
+
     def roll_call(self, admin, count, number, ranks, seconds):
         from mpi4py import MPI
 
