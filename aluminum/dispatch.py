@@ -5,7 +5,7 @@ import functools
 
 from . import debug, watchdog
 from .core import trace
-from .engine.progress import submit, submit_made, wait_started_on
+from .engine.progress import get_engine, submit, submit_made, wait_started_on
 
 
 def run(comm, op: str, state_class: type, nbytes: int, blocking: bool, args: tuple,
@@ -65,8 +65,8 @@ def starter(comm, state_class: type, args: tuple, persistent=None):
     ``direct``): a no-argument callable returning the Request of a run of ``persistent``
     (``State.persistent``'s object) where given, else of a new State from
     ``State.fresh``."""
-    if persistent is not None:
-        return functools.partial(submit, persistent.state())
+    if persistent is not None:   # (the process's engine is made once and never replaced)
+        return functools.partial(get_engine().submit, persistent.state())
     return functools.partial(submit_made, state_class.fresh(comm, *args))
 
 

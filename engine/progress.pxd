@@ -1,5 +1,6 @@
 # Cython declarations augmenting progress.py (pure-Python mode; aluminum/core/compiled.py).
 
+from aluminum.engine.request cimport Request
 from aluminum.engine.scheduler cimport Scheduler
 
 cdef class ProgressEngine(Scheduler):

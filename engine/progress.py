@@ -139,10 +139,10 @@ class ProgressEngine(Scheduler):
                     try:
                         state.start()
                     except BaseException as exc:  # noqa: BLE001 - fails only this request
-                        request = Request(state, self, seq, key)
+                        request = Request.made(state, self, seq, key)
                         self._retire(request, exc)
                         return request
-                    request = self._solo = Request(state, self, seq, key)
+                    request = self._solo = Request.made(state, self, seq, key)
                     if trace.ENABLED:
                         trace.engine_event("start", state.name, seq, state.compute_stream)
                     if background:
@@ -152,7 +152,7 @@ class ProgressEngine(Scheduler):
                     return request
             finally:
                 self._driver.release()
-        request = Request(state, self, next(self._seq), key)
+        request = Request.made(state, self, next(self._seq), key)
         self._last_seq = request.seq
         if trace.ENABLED:
             trace.engine_event("submit", state.name, request.seq, state.compute_stream)
@@ -194,6 +194,11 @@ class ProgressEngine(Scheduler):
                 driver.release()
             if request._done:
                 return
+        self._wait_longer(request, timeout)
+
+    def _wait_longer(self, request: Request, timeout: float | None) -> None:
+        """``wait`` past its first polls (a method of its own: its closure would cost
+        every quick wait an allocation)."""
         limit = self.config.timeout_s if timeout is None else timeout
         # Without a limit, the deadline is when to warn of a stall (once), then none.
         stall_at = _clock() + self.config.stall_warn_s if limit is None else None
@@ -246,7 +251,7 @@ class ProgressEngine(Scheduler):
         warnings.warn(f"aluminum: {describe(request)} has been waited for "
                       f"{self.config.stall_warn_s:g} s (AL_STALL_WARN_S) without completing"
                       f"{detail}; set AL_TIMEOUT to make this an error", RuntimeWarning,
-                      stacklevel=4)
+                      stacklevel=5)
 
     def drain(self, match: Callable[[State], bool], timeout: float,
               make_error: Callable[[Request], BaseException]) -> int:

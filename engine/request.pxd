@@ -7,3 +7,5 @@ cdef class Request:
     cdef public bint bounded, parked, stall_warned, on_stream, _done
     cdef object __weakref__
     cpdef bint _finish(self, error=*) except -1
+    @staticmethod
+    cdef made(state, engine, seq, key)

@@ -76,6 +76,18 @@ class Request:
         self._event: threading.Event | None = None
         self._callbacks: list | None = None
 
+    @staticmethod
+    @cython.cfunc
+    def made(state: State, engine: ProgressEngine, seq: int, key) -> Request:
+        """``Request(state, engine, seq, key)``, compiled without parsing the arguments of a
+        call (the engine makes one per nonblocking call): a new extension object's fields
+        start as ``__init__`` sets the others (None, 0, False)."""
+        if not cython.compiled:
+            return Request(state, engine, seq, key)
+        request: Request = Request.__new__(Request)
+        request.state, request._engine, request.seq, request.key = state, engine, seq, key
+        return request
+
     @property
     def done(self) -> bool:
         """True once the operation completed or failed.  Does not drive progress, except that
@@ -182,7 +194,9 @@ class Request:
             return False
         if error is not None:
             self._error = error
-        mark_done(self)
+        self._done = True   # (mark_done's two steps, on C fields)
+        if self._event is not None:
+            self._event.set()
         if self._callbacks is not None:
             self._run_callbacks()
         return True

@@ -87,6 +87,7 @@ class Scheduler:
     def _has_work(self) -> bool:
         return bool(self._inbox) or self._queued > 0
 
+    @cython.locals(polls=cython.int)
     def _step_alone(self, request: Request) -> bool:
         """Step the only request in flight, as a pass would, up to ``_POLLS`` times while it
         returns CONTINUE and nothing new is submitted; True once it did anything else.
@@ -95,7 +96,7 @@ class Scheduler:
         over queues and the clock reads a pass loop makes would add up.
         """
         step, inbox = request.state.step, self._inbox
-        for _ in range(_POLLS):
+        for polls in range(_POLLS):
             try:
                 action = step()
             except BaseException as exc:  # noqa: BLE001 - fails only this request

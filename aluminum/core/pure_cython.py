@@ -19,3 +19,8 @@ def cclass(cls):
 def locals(**types):   # noqa: A001  (Cython's name)
     """The C types of a function's locals; here the function itself."""
     return lambda function: function
+
+
+def cfunc(function):
+    """A C function (here: the function itself)."""
+    return function

@@ -112,14 +112,18 @@ def free_requests(owner) -> None:
 
 class PersistentStart(State):
     """One run of a persistent object (``start()``, ``test() -> bool``) on the engine.  Its
-    ``start`` is the object's own, bound once (on a plan's every start a frame fewer);
-    holding the object keeps it alive while a run is in flight."""
+    ``start`` and test are the object's own, bound once (on a plan's every start a frame
+    fewer), or the MPI request's where the object has nothing to add to them; holding the
+    object keeps it alive while a run is in flight."""
 
     __slots__ = ("comm", "name", "persistent", "start", "_test")
 
     def __init__(self, persistent: PersistentRequest) -> None:
         self.comm, self.name, self.persistent = persistent.comm, persistent.name, persistent
         self.start, self._test = persistent.start, persistent.test
+        if type(persistent) is PersistentRequest and persistent.finish is None:
+            # nothing to do after a run: mpi4py's own Start and Test
+            self.start, self._test = persistent.request.Start, persistent.request.Test
 
     def step(self) -> Action:
         return _COMPLETE if self._test() else _CONTINUE
