@@ -79,6 +79,11 @@ cdef extern from *:
         return ((int (*)(void *, int *, void *))f)(request, done, status);
     }
 
+    /* MPI_Start(request) at address ``f``: the error code. */
+    static int _al_start(size_t f, void *request) {
+        return ((int (*)(void *))f)(request);
+    }
+
     /* MPI_Wait(request, status) at address ``f``: the error code. */
     static int _al_wait(size_t f, void *request) {
         size_t status[8];
@@ -166,6 +171,7 @@ cdef extern from *:
     int _al_get_count(size_t f, void *status, size_t datatype) nogil
     int _al_test(size_t f, void *request, int *done) nogil
     int _al_wait(size_t f, void *request) nogil
+    int _al_start(size_t f, void *request) nogil
     int _al_exchange(const size_t *f, int n_recv, int n_send, size_t recv_specs,
                      size_t send_specs, int tag, size_t comm, int *failed, int *got) nogil
     int _al_exchange_arrays(const size_t *f, int n_recv, int n_send, size_t recv_specs,
@@ -194,4 +200,9 @@ cdef class NativeExchange:
 
 cdef class NativeRequest:
     cdef size_t handle, test_function, wait_function
+    cdef object held
+
+
+cdef class NativePersistent:
+    cdef size_t handle, start_function, test_function
     cdef object held

@@ -39,7 +39,8 @@ except ImportError:   # (running uncompiled without Cython)
 import numpy as np
 from mpi4py import MPI
 
-__all__ = ["native_call", "native_array_call", "native_exchange", "native_post"]
+__all__ = ["native_call", "native_array_call", "native_exchange", "native_persistent",
+           "native_post"]
 
 _OPEN_MPI = MPI.get_vendor()[0] == "Open MPI"
 _INT_MAX = 2 ** 31 - 1
@@ -519,6 +520,59 @@ class NativeRequest:
             code = _al_wait(self.wait_function, cython.address(self.handle))
         if code != 0:
             raise MPI.Exception(code)
+
+
+def native_persistent(request):
+    """A ``NativePersistent`` starting and testing the persistent mpi4py request
+    ``request`` with MPI's C calls; None where it cannot (not compiled, an MPI other than
+    Open MPI, ``MPI_Start`` or ``MPI_Test`` not found)."""
+    if not cython.compiled or not _OPEN_MPI:
+        return None
+    start, test = _function("Start"), _function("Test")
+    if start is None or test is None:
+        return None
+    native = NativePersistent()
+    native.set(request, start, test)
+    return native
+
+
+@cython.cclass
+class NativePersistent:
+    """``Start()`` and ``Test()`` of one persistent request as mpi4py's (``MPI.Exception``
+    for an error code), each one C call rather than a method call parsing its arguments.
+
+    What surprises people: it holds the request's handle; the request must not be freed
+    while it is in use (a plan frees it only after its last run)."""
+
+    __slots__ = ("handle", "start_function", "test_function", "held")
+
+    def set(self, request, start: int, test: int) -> None:
+        self.held = request         # (the mpi4py request, whose handle this is)
+        self.start_function, self.test_function = start, test
+        if cython.compiled:
+            self.handle = request.handle
+
+    @cython.locals(code=cython.int)
+    def Start(self) -> None:   # noqa: N802 (mpi4py's name)
+        if not cython.compiled:
+            return
+        with cython.nogil:
+            code = _al_start(self.start_function, cython.address(self.handle))
+        if code != 0:
+            raise MPI.Exception(code)
+
+    @cython.locals(code=cython.int, done=cython.int)
+    def Test(self) -> bool:   # noqa: N802
+        """Whether the run completed (the request stays, inactive until started again)."""
+        if not cython.compiled:
+            return True
+        done = 0
+        with cython.nogil:
+            code = _al_test(self.test_function, cython.address(self.handle),
+                            cython.address(done))
+        if code != 0:
+            raise MPI.Exception(code)
+        return done != 0
 
 
 @cython.cclass

@@ -9,6 +9,7 @@ from typing import Callable
 from mpi4py import MPI
 
 from ....engine.state import Action, State
+from .native_calls import native_persistent
 
 _CONTINUE, _COMPLETE = Action.CONTINUE, Action.COMPLETE
 
@@ -122,8 +123,9 @@ class PersistentStart(State):
         self.comm, self.name, self.persistent = persistent.comm, persistent.name, persistent
         self.start, self._test = persistent.start, persistent.test
         if type(persistent) is PersistentRequest and persistent.finish is None:
-            # nothing to do after a run: mpi4py's own Start and Test
-            self.start, self._test = persistent.request.Start, persistent.request.Test
+            # nothing to do after a run: MPI's own start and test, in C where it can
+            request = native_persistent(persistent.request) or persistent.request
+            self.start, self._test = request.Start, request.Test
 
     def step(self) -> Action:
         return _COMPLETE if self._test() else _CONTINUE
