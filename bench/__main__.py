@@ -409,13 +409,19 @@ def _result(config, comm, series):
 
     from mpi4py import MPI
 
+    import aluminum as al
     from .sweep import Result
 
+    link = ""
+    if comm.node_count > 1:
+        model, source = al.tuning.inter_node_model()
+        link = (f"{8 / model.beta / 1e6:.0f} Mbit/s, α {model.alpha * 1e6:.1f} us "
+                f"({source})")
     return Result(config.op, config.backend, comm.size, str(config.dtype), config.inplace,
                   config.nonblocking, series,
                   datetime.datetime.now().isoformat(timespec="seconds"), socket.gethostname(),
                   MPI.Get_library_version().splitlines()[0].split(",")[0].strip(),
-                  comm.local_size)
+                  comm.local_size, link)
 
 
 def _emit(result, args) -> None:

@@ -88,6 +88,8 @@ def header(result: Result) -> list[str]:
              f"{per_node}, {result.dtype}, {place}, {mode}"]
     if result.mpi or result.host:
         lines.append(f"# {result.mpi} on {result.host}, {result.created}")
+    if result.link:
+        lines.append(f"# link between nodes: {result.link}")
     lines += ["# Latency in us: per iteration the slowest rank; Avg/Min/Max over iterations.",
               f"# algbw = Size/Avg, busbw = algbw x {_BUS_FORMULAS[factor]} (nccl-tests), GB/s."
               " * = fastest at that size."]

@@ -92,6 +92,7 @@ class Result:
     host: str = ""
     mpi: str = ""
     ranks_per_node: int = 0
+    link: str = ""   # the link between nodes the selector went by, on several nodes
 
     def get(self, name: str) -> Series:
         """The series called `name`; KeyError if there is none."""

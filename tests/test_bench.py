@@ -4,6 +4,7 @@ Two tests run real 2-rank sweeps through the self-launching CLI; two more run th
 training and call-cost scripts of bench/ on 2 ranks.  Those four are marked ``bench``
 (pytest.ini): the default run, CI included, runs them; ``-m "not bench"`` leaves them out.
 """
+import dataclasses
 import json
 import subprocess
 import sys
@@ -203,6 +204,14 @@ def test_json_round_trip(tmp_path):
     assert report.load_json(str(path)) == result
     with pytest.raises(ValueError, match="aluminum-bench/1"):
         report.from_json({"format": "something-else"})
+
+
+def test_a_sweep_across_nodes_says_which_link_it_went_by():
+    assert "link between nodes" not in report.format_table(_result())
+    across = dataclasses.replace(_result(), link="952 Mbit/s, α 19.1 us (measured)")
+    assert "# link between nodes: 952 Mbit/s, α 19.1 us (measured)" in \
+        report.format_table(across).splitlines()
+    assert report.from_json(json.loads(json.dumps(report.to_json(across)))) == across
 
 
 def test_table_has_every_column_ratio_and_fastest_mark():
