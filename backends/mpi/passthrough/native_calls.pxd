@@ -203,6 +203,5 @@ cdef class NativeRequest:
     cdef object held
 
 
-cdef class NativePersistent:
-    cdef size_t handle, start_function, test_function
-    cdef object held
+cdef class NativePersistent(NativeRequest):
+    cdef size_t start_function

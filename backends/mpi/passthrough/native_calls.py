@@ -500,7 +500,8 @@ class NativeRequest:
 
     @cython.locals(code=cython.int, done=cython.int)
     def Test(self) -> bool:   # noqa: N802 (mpi4py's name)
-        """Whether the call completed (then the request is freed, as ``MPI_Test`` does)."""
+        """Whether the call completed (then a nonblocking call's request is freed, as
+        ``MPI_Test`` does; a persistent one stays, inactive until started again)."""
         if not cython.compiled:
             return True
         done = 0
@@ -537,14 +538,14 @@ def native_persistent(request):
 
 
 @cython.cclass
-class NativePersistent:
+class NativePersistent(NativeRequest):
     """``Start()`` and ``Test()`` of one persistent request as mpi4py's (``MPI.Exception``
     for an error code), each one C call rather than a method call parsing its arguments.
 
     What surprises people: it holds the request's handle; the request must not be freed
     while it is in use (a plan frees it only after its last run)."""
 
-    __slots__ = ("handle", "start_function", "test_function", "held")
+    __slots__ = ("start_function",)
 
     def set(self, request, start: int, test: int) -> None:
         self.held = request         # (the mpi4py request, whose handle this is)
@@ -560,19 +561,6 @@ class NativePersistent:
             code = _al_start(self.start_function, cython.address(self.handle))
         if code != 0:
             raise MPI.Exception(code)
-
-    @cython.locals(code=cython.int, done=cython.int)
-    def Test(self) -> bool:   # noqa: N802
-        """Whether the run completed (the request stays, inactive until started again)."""
-        if not cython.compiled:
-            return True
-        done = 0
-        with cython.nogil:
-            code = _al_test(self.test_function, cython.address(self.handle),
-                            cython.address(done))
-        if code != 0:
-            raise MPI.Exception(code)
-        return done != 0
 
 
 @cython.cclass
