@@ -199,7 +199,7 @@ cdef class NativeExchange:
 
 
 cdef class NativeRequest:
-    cdef size_t handle, test_function, wait_function
+    cdef size_t handle, at, test_function, wait_function
     cdef object held
 
 

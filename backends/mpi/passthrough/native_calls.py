@@ -436,6 +436,7 @@ class NativeCall:
         if not cython.compiled:
             return request
         request.test_function, request.wait_function = self.test_function, self.wait_function
+        request.at = cython.cast(cython.size_t, cython.address(request.handle))
         with cython.nogil:
             code = _al_mpi_call(self.signature, self.function, self.values,
                                 cython.address(request.handle))
@@ -494,9 +495,10 @@ class NativeCall:
 @cython.cclass
 class NativeRequest:
     """The request of a nonblocking call ``NativeCall.post`` made: ``Test()`` and
-    ``Wait()`` as mpi4py's ``Request`` (``MPI.Exception`` for an error code)."""
+    ``Wait()`` as mpi4py's ``Request`` (``MPI.Exception`` for an error code), on the
+    handle at address ``at`` (its own ``handle``)."""
 
-    __slots__ = ("handle", "test_function", "wait_function", "held")
+    __slots__ = ("handle", "at", "test_function", "wait_function", "held")
 
     @cython.locals(code=cython.int, done=cython.int)
     def Test(self) -> bool:   # noqa: N802 (mpi4py's name)
@@ -506,7 +508,7 @@ class NativeRequest:
             return True
         done = 0
         with cython.nogil:
-            code = _al_test(self.test_function, cython.address(self.handle),
+            code = _al_test(self.test_function, cython.cast(cython.p_void, self.at),
                             cython.address(done))
         if code != 0:
             raise MPI.Exception(code)
@@ -518,7 +520,7 @@ class NativeRequest:
         if not cython.compiled:
             return
         with cython.nogil:
-            code = _al_wait(self.wait_function, cython.address(self.handle))
+            code = _al_wait(self.wait_function, cython.cast(cython.p_void, self.at))
         if code != 0:
             raise MPI.Exception(code)
 
@@ -542,23 +544,26 @@ class NativePersistent(NativeRequest):
     """``Start()`` and ``Test()`` of one persistent request as mpi4py's (``MPI.Exception``
     for an error code), each one C call rather than a method call parsing its arguments.
 
-    What surprises people: it holds the request's handle; the request must not be freed
-    while it is in use (a plan frees it only after its last run)."""
+    The calls take the handle where mpi4py keeps it (``MPI._addressof``), not a copy:
+    starting a persistent send or receive, Open MPI may put a new request in its place,
+    and mpi4py must free that one.
+
+    What surprises people: the request must not be freed while this is in use (a plan
+    frees it only after its last run)."""
 
     __slots__ = ("start_function",)
 
     def set(self, request, start: int, test: int) -> None:
-        self.held = request         # (the mpi4py request, whose handle this is)
+        self.held = request         # (the mpi4py request, which holds the handle)
         self.start_function, self.test_function = start, test
-        if cython.compiled:
-            self.handle = request.handle
+        self.at = MPI._addressof(request)
 
     @cython.locals(code=cython.int)
     def Start(self) -> None:   # noqa: N802 (mpi4py's name)
         if not cython.compiled:
             return
         with cython.nogil:
-            code = _al_start(self.start_function, cython.address(self.handle))
+            code = _al_start(self.start_function, cython.cast(cython.p_void, self.at))
         if code != 0:
             raise MPI.Exception(code)
 
