@@ -145,18 +145,24 @@ def format_table(result: Result) -> str:
     return "\n".join(lines).rstrip() + "\n"
 
 
-def automatic_rows(result: Result) -> list[tuple[int, float, str, float | None, str, float]]:
+def automatic_rows(result: Result, buffers: str = "") -> list[
+        tuple[int, float, str, float | None, str, float]]:
     """Per size where "automatic" and other algorithms of ours ran: (size, automatic's
     median, the algorithm it ran, that algorithm's own column's median or None without one,
     the fastest column, its median); medians, as the tuner decides by them.  Automatic vs its
     algorithm's column is one code measured twice in one run, i.e. how far apart the run's
-    noise alone puts two medians.  Columns on shared buffers are left out: they measure
-    other buffers, not another choice."""
-    ours = {s.name: {pt.size: pt.median_us for pt in s.points}
-            for s in result.series if s.kind == "ours" and s.points and s.name != "automatic"
-            and not s.name.endswith(SHARED_SUFFIX)}
-    auto = next((s for s in result.series if s.kind == "ours" and s.name == "automatic"),
-                None)
+    noise alone puts two medians.  ``buffers``: "" compares the series on private buffers,
+    ``SHARED_SUFFIX`` those on shared ones (``automatic [shared]`` with the other
+    ``[shared]`` columns; the fastest column is named without the suffix); never the one
+    with the other: they measure other buffers, not another choice."""
+    def of_kind(name: str) -> bool:
+        return name.endswith(SHARED_SUFFIX) == bool(buffers)
+
+    auto_name = "automatic" + buffers
+    ours = {s.name[:len(s.name) - len(buffers)]: {pt.size: pt.median_us for pt in s.points}
+            for s in result.series if s.kind == "ours" and s.points and s.name != auto_name
+            and of_kind(s.name)}
+    auto = next((s for s in result.series if s.kind == "ours" and s.name == auto_name), None)
     rows = []
     for pt in sorted(auto.points if auto else (), key=lambda pt: pt.size):
         times = {name: by_size[pt.size] for name, by_size in ours.items() if pt.size in by_size}
@@ -183,16 +189,23 @@ def close_to_fastest(auto_us: float, fastest_us: float) -> bool:
 
 def automatic_summary(result: Result) -> list[str]:
     """How far "automatic" is from the fastest explicit algorithm, at worst; and, to judge
-    that by, how far apart the run measured automatic and the algorithm it ran, at worst."""
-    rows = automatic_rows(result)
+    that by, how far apart the run measured automatic and the algorithm it ran, at worst.
+    The same for ``automatic [shared]`` among the columns on shared buffers, where the
+    sweep ran them."""
+    return [line for buffers in ("", SHARED_SUFFIX)
+            for line in _automatic_summary(automatic_rows(result, buffers),
+                                           "automatic" + buffers)]
+
+
+def _automatic_summary(rows: list, automatic: str) -> list[str]:
     if not rows:
         return []
     size, auto, _, _, name, best = max(rows, key=lambda r: r[1] / r[5] if r[5] > 0 else 1.0)
-    lines = ["", f"# automatic vs the fastest algorithm at each size (medians): worst "
+    lines = ["", f"# {automatic} vs the fastest algorithm at each size (medians): worst "
                  f"{ratio(auto, best)} at {size} B ({auto:.2f} us vs {name} {best:.2f} us)"]
     far = [f"{format_size(size)} ({ratio(auto, best)}, +{auto - best:.1f} us)"
            for size, auto, _, _, _, best in rows if not close_to_fastest(auto, best)]
-    lines.append(f"# automatic within {CLOSE_RATIO - 1:.0%} of the fastest (or "
+    lines.append(f"# {automatic} within {CLOSE_RATIO - 1:.0%} of the fastest (or "
                  f"{CLOSE_SMALL_US:g} us below {CLOSE_SMALL_BELOW_US:g} us): "
                  f"{len(rows) - len(far)} of {len(rows)} sizes"
                  + (f"; not at {', '.join(far)}" if far else ""))
@@ -200,14 +213,14 @@ def automatic_summary(result: Result) -> list[str]:
     if choices:
         misses = [f"{format_size(size)} ({algo}, {ratio(own, best)} {fastest})"
                   for size, _, algo, own, fastest, best in choices if algo != fastest]
-        lines.append(f"# automatic ran the fastest algorithm at {len(choices) - len(misses)} "
-                     f"of {len(choices)} sizes" + (f"; not at {', '.join(misses)}"
-                                                   if misses else ""))
+        lines.append(f"# {automatic} ran the fastest algorithm at "
+                     f"{len(choices) - len(misses)} of {len(choices)} sizes"
+                     + (f"; not at {', '.join(misses)}" if misses else ""))
         size, auto, name, own, _, _ = max(choices, key=lambda c: max(c[1], c[3]) / max(
             min(c[1], c[3]), 1e-9))
-        lines.append(f"# noise: automatic vs the column of the algorithm it ran, the same code "
-                     f"measured twice: worst {ratio(auto, own)} at {size} B ({auto:.2f} us "
-                     f"vs {name} {own:.2f} us)")
+        lines.append(f"# noise: {automatic} vs the column of the algorithm it ran, the same "
+                     f"code measured twice: worst {ratio(auto, own)} at {size} B "
+                     f"({auto:.2f} us vs {name} {own:.2f} us)")
     return lines
 
 

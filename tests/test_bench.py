@@ -269,6 +269,27 @@ def test_summary_shows_the_noise_of_one_algorithm_measured_twice():
             "shared_memory)") in report.format_table(result)
 
 
+def test_automatic_on_shared_buffers_is_judged_among_the_shared_columns():
+    result = _result()
+    shared = sweep.SHARED_SUFFIX
+    result.series[3:3] = [
+        sweep.Series("automatic" + shared, "ours", [_point(4, 2.0, "mpi_passthrough"),
+                                                   _point(MIB, 90.0, "mpi_passthrough")]),
+        sweep.Series("mpi_passthrough" + shared, "ours", [_point(4, 2.1), _point(MIB, 95.0)]),
+        sweep.Series("shared_memory" + shared, "ours", [_point(4, 8.0), _point(MIB, 30.0)])]
+    # the private columns are judged as before, the shared ones only among themselves
+    assert report.automatic_rows(result) == report.automatic_rows(_result())
+    assert report.automatic_rows(result, shared) == [
+        (4, 2.0, "mpi_passthrough", 2.1, "mpi_passthrough", 2.1),
+        (MIB, 90.0, "mpi_passthrough", 95.0, "shared_memory", 30.0)]
+    text = report.format_table(result)
+    assert ("# automatic [shared] within 10% of the fastest (or 2 us below 20 us): 1 of 2 "
+            "sizes; not at 1MiB (3.00x, +60.0 us)") in text
+    assert ("# automatic [shared] ran the fastest algorithm at 1 of 2 sizes; not at 1MiB "
+            "(mpi_passthrough, 3.17x shared_memory)") in text
+    assert "# automatic within 10% of the fastest (or 2 us below 20 us): 2 of 2 sizes" in text
+
+
 def test_csv_has_one_line_per_point():
     lines = report.dumps_csv(_result()).splitlines()
     assert lines[0].split(",") == list(report.CSV_FIELDS)
