@@ -36,9 +36,8 @@ class Completion:
 
 
 def mark_done(holder) -> None:
-    """Set ``holder._done`` and wake its waiters, for every object with ``_done``/``_event``
-    attributes (``Completion``; ``Request._finish`` takes the same two steps on its C
-    fields, a call fewer on every operation)."""
+    """Set ``holder._done`` and wake its waiters: the one implementation for every object
+    with ``_done``/``_event`` attributes (``Completion``, ``Request``)."""
     holder._done = True
     event = holder._event
     if event is not None:

@@ -27,7 +27,7 @@ except ImportError:   # (running uncompiled without Cython)
     from ..core import pure_cython as cython
 
 from ..core.errors import ArgumentError, OperationError, TimeoutError
-from .completion import Completion, wait_done
+from .completion import Completion, mark_done, wait_done
 
 if TYPE_CHECKING:
     from .progress import ProgressEngine
@@ -194,11 +194,7 @@ class Request:
             return False
         if error is not None:
             self._error = error
-        # completion.mark_done's two steps in its order (``_done`` first: ``wait_done``
-        # relies on it), on the C fields
-        self._done = True
-        if self._event is not None:
-            self._event.set()
+        mark_done(self)
         if self._callbacks is not None:
             self._run_callbacks()
         return True

@@ -102,13 +102,14 @@ def test_a_link_limit_shapes_every_host_link_and_none_without_it():
     assert len(shaped) == len(plain) == 2
     assert all("tbf" in r["qdisc"] and "250Mbit" in r["qdisc"] for r in shaped)
     assert not any("tbf" in r["qdisc"] for r in plain)
-    # al.init() measured each link, every rank alike: the shaped one near its 250 Mbit/s
-    # (TCP/IP headers take a few percent), the unshaped one far faster
+    # al.init() measured each link, every rank alike, rounded to 1, 2 or 5 x 10^k bit/s:
+    # the shaped one (250 Mbit/s less TCP/IP headers: about 238 read) to 200 Mbit/s, the
+    # unshaped one far faster
     for ranks in (shaped, plain):
         assert ranks[0]["link"] == ranks[1]["link"] and ranks[0]["link"][2] == "measured"
     mbit = [8 / ranks[0]["link"][1] / 1e6 for ranks in (shaped, plain)]
-    assert 190 <= mbit[0] <= 290 and mbit[1] > 1000, mbit
-    assert 0 < shaped[0]["link"][0] < 1e-3
+    assert mbit[0] == pytest.approx(200) and mbit[1] >= 2000, mbit
+    assert shaped[0]["link"][0] in (1e-6, 2e-6, 5e-6, 1e-5, 2e-5, 5e-5, 1e-4, 2e-4, 5e-4)
 
 
 @needs_namespaces

@@ -284,8 +284,7 @@ def measured():
     selector.use_measured_link(None)
 
 
-def test_a_measured_link_counts_where_no_table_says_and_a_table_outranks_it(
-        table, measured, monkeypatch):
+def test_a_measured_link_counts_where_no_table_says_and_a_table_outranks_it(table, measured):
     table([], model={"alpha": 1e-6, "beta": 1e-10})
     assert selector.inter_node_model() == (model.DEFAULT_INTER, "default")
     assert selector.link_probe_wanted()

@@ -1,11 +1,10 @@
 """The link between nodes, measured once at ``al.init()`` where no tuning table says what it is.
 
 The selector's two-level model, the hierarchical allreduce's chunks and the pieces messages
-between nodes are cut into all depend on the link's α and β.  Assumed (1 Gbit/s), they are
-off by 10x on a faster network, and ``automatic`` then picked algorithms taking twice the
-fastest one's time (docs/hosts.md).  So the first ranks of the first two nodes (MPI's
-``COMM_TYPE_SHARED`` split of the default group) ping-pong on the library's private copy of
-it, and every rank receives their result:
+between nodes are cut into all depend on the link's α and β, which no fixed default fits on
+every network.  So the first ranks of the first two nodes (MPI's ``COMM_TYPE_SHARED`` split
+of the default group) ping-pong on the library's private copy of it, and every rank
+receives their result:
 
 - α: half the median round trip of 8 bytes (``ALPHA_TRIPS``), after one untimed trip that
   sets up the connection;
@@ -14,15 +13,22 @@ it, and every rank receives their result:
   last two sizes: a token bucket (``tc tbf``) lets every message's first bytes pass at once,
   and the difference cancels that burst (a smaller size, inside the burst, would not).
 
+Both are then rounded to 1, 2 or 5 times a power of ten (the rate in bits per second, as
+networks are sold, and α in seconds): what they decide (the algorithm, the chunks, hence the order in which a
+float sum's terms meet) should not change between two jobs on the same cluster because one
+measured the link a few percent faster.
+
 Bounded like every wait at ``al.init()``: a leader that never answers makes the other raise
 ``al.TimeoutError`` within ``AL_TIMEOUT``.
 
-What surprises people: it takes about 0.1 s on a 1 Gbit/s link (less on a faster one), once
-per job, and only where the job spans nodes; it measures one pair of nodes and assumes the
-others alike, on an idle network.
+What surprises people: it takes a fraction of a second at init, once per job, and only where
+the job spans nodes; it measures one pair of nodes and assumes the others alike, on an idle
+network; and a link right between two rounded values (about 1.4, 3.2 or 7.1 times a power of
+ten) may still round either way from one job to the next.
 """
 from __future__ import annotations
 
+import math
 import time
 
 import numpy as np
@@ -63,7 +69,14 @@ def measure_link(world, wanted: bool) -> tuple[float, float] | None:
     elif world.Get_rank() == second:
         _pong(world, first, deadline)
     rendezvous.wait(world, world.Ibcast(result, root=first), WHAT)
-    return float(result[0]), float(result[1])
+    return one_two_five(float(result[0])), 8 / one_two_five(8 / float(result[1]))
+
+
+def one_two_five(value: float) -> float:
+    """``value`` (> 0) rounded to 1, 2 or 5 times a power of ten, the nearest by ratio."""
+    decade = 10.0 ** math.floor(math.log10(value))
+    return min((step * decade for step in (1, 2, 5, 10)),
+               key=lambda candidate: abs(math.log(candidate / value)))
 
 
 def _ping(world, peer: int, deadline: float | None) -> tuple[float, float]:

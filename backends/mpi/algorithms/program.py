@@ -45,8 +45,8 @@ class ProgramState(State):
     # one communicator cannot be told apart by anything but their order: None, a tag per
     # operation from ``comm.next_tag()``.
     fixed_tag: int | None = None
-    # The pieces a long message to or from another node goes in (None: whole): read from
-    # the tuning table once per operation, as its tags are taken, not once per message.
+    # The pieces a long message to or from another node goes in (None: whole), by the
+    # link's speed (core/pieces.py): read once per operation, as its tags are taken.
     _piece: int | None = None
 
     def __init__(self, comm):

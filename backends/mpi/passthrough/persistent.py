@@ -16,10 +16,18 @@ _CONTINUE, _COMPLETE = Action.CONTINUE, Action.COMPLETE
 
 class PersistentRequest:
     """One persistent MPI request; ``run()`` blocks, ``state()`` gives the engine a State
-    that starts and polls it; ``finish()`` post-processes each result (AVG, logical 0/1)."""
+    that starts and polls it (``start()``, ``test()``); ``finish()`` post-processes each
+    result (AVG, logical 0/1).  ``start`` is MPI's own ``MPI_Start``, and so is ``test``'s
+    ``MPI_Test`` where no finish follows a run: C calls on mpi4py's handle where they can be
+    made (``native_persistent``), else mpi4py's methods."""
 
     def __init__(self, comm, name: str, request, finish: Callable[[], None] | None) -> None:
         self.comm, self.name, self.request, self.finish = comm, name, request, finish
+        if request is not None:   # (None: PersistentRequests, which starts several)
+            calls = native_persistent(request) or request
+            self.start = calls.Start
+            if finish is None:
+                self.test = calls.Test
 
     def run(self) -> None:
         request = self.request
@@ -33,9 +41,6 @@ class PersistentRequest:
         plan may keep one for every start (this object must not keep it: the cycle would
         keep the MPI request, and with it the buffers, alive until a garbage collection)."""
         return PersistentStart(self)
-
-    def start(self) -> None:
-        self.request.Start()
 
     def test(self) -> bool:
         """Whether the started run completed (then finished)."""
@@ -114,18 +119,13 @@ def free_requests(owner) -> None:
 class PersistentStart(State):
     """One run of a persistent object (``start()``, ``test() -> bool``) on the engine.  Its
     ``start`` and test are the object's own, bound once (on a plan's every start a frame
-    fewer), or the MPI request's where the object has nothing to add to them; holding the
-    object keeps it alive while a run is in flight."""
+    fewer); holding the object keeps it alive while a run is in flight."""
 
     __slots__ = ("comm", "name", "persistent", "start", "_test")
 
     def __init__(self, persistent: PersistentRequest) -> None:
         self.comm, self.name, self.persistent = persistent.comm, persistent.name, persistent
         self.start, self._test = persistent.start, persistent.test
-        if type(persistent) is PersistentRequest and persistent.finish is None:
-            # nothing to do after a run: MPI's own start and test, in C where it can
-            request = native_persistent(persistent.request) or persistent.request
-            self.start, self._test = request.Start, request.Test
 
     def step(self) -> Action:
         return _COMPLETE if self._test() else _CONTINUE
