@@ -528,8 +528,8 @@ class NativeRequest:
 def native_persistent(request):
     """A ``NativePersistent`` starting and testing the persistent mpi4py request
     ``request`` with MPI's C calls; None where it cannot (not compiled, an MPI other than
-    Open MPI, ``MPI_Start`` or ``MPI_Test`` not found)."""
-    if not cython.compiled or not _OPEN_MPI:
+    Open MPI, ``MPI_Start`` or ``MPI_Test`` not found, not an ``MPI.Prequest``)."""
+    if not cython.compiled or not _OPEN_MPI or not isinstance(request, MPI.Prequest):
         return None
     start, test = _function("Start"), _function("Test")
     if start is None or test is None:
