@@ -8,7 +8,7 @@ stepped when is the ``Scheduler``'s business (``scheduler.py``), who runs it is 
 The driver token and the GIL.  Two busy Python threads in one process starve each other: a
 thread that lost the GIL gets it back at the other's next blocking call, or after the 5 ms
 switch interval, and being woken costs it 20-50 µs here.  So exactly one thread runs engine
-passes at a time, whoever holds ``_driver``:
+passes at a time, whoever holds ``_driver`` (a ``DriverToken``, token.py):
 
 - A thread in ``Request.wait`` takes the token when it is free and drives until its request
   is done (like ``MPI_Wait`` progressing MPI): a short operation completes with no thread
@@ -50,6 +50,7 @@ from .config import EngineConfig, default_core, node_local_rank, pin_thread
 from .request import Request, in_done_callback
 from .scheduler import Scheduler, check_hashable, describe
 from .state import State
+from .token import DriverToken
 
 __all__ = ["EngineConfig", "ProgressEngine", "abandoned_any", "abandoned_owner",
            "default_core", "drain", "drive_until", "finalize_timeout", "get_engine",
@@ -83,7 +84,7 @@ class ProgressEngine(Scheduler):
         super().__init__(config if config is not None else EngineConfig.from_env())
         self.name = name
         self.core: int | None = None       # the core the thread is pinned to, if any
-        self._driver = threading.Lock()
+        self._driver = DriverToken()
         # The engine sleeps by acquiring this lock while it holds it; waking it is one
         # release (cheaper than Event.set).  A stale release only causes a spurious wake-up.
         self._wake_lock = threading.Lock()
@@ -118,7 +119,7 @@ class ProgressEngine(Scheduler):
         if key is None:
             key = getattr(state, "comm", None)
         if not self._queued and self._thread is not None and not self._inbox \
-                and self._driver.acquire(False):
+                and self._driver.take():
             # Nothing else in flight and no thread drives: start it here (like
             # ``MPI_Iallreduce``, posted before the call returns; ``wait`` only polls it) as
             # the one request in flight, ``_solo``, which the queues never see unless a
@@ -151,7 +152,7 @@ class ProgressEngine(Scheduler):
                         self._wake()       # it must progress even if nobody waits
                     return request
             finally:
-                self._driver.release()
+                self._driver.give()
         request = Request.made(state, self, next(self._seq), key)
         self._last_seq = request.seq
         if trace.ENABLED:
@@ -176,6 +177,7 @@ class ProgressEngine(Scheduler):
 
     # -- waiting (called by Request) ---------------------------------------------------------
 
+    @cython.locals(driver="DriverToken")
     def wait(self, request: Request, timeout: float | None) -> None:
         """Return once ``request`` is done, driving the engine meanwhile when the token is free.
 
@@ -184,18 +186,19 @@ class ProgressEngine(Scheduler):
         that does not spins ``AL_PE_SPIN_US`` for it, then sleeps until completion.
         """
         driver = self._driver
-        if request is self._solo and driver.acquire(False):
+        if request is self._solo and driver.take():
             # The common case, the operation submit started alone: poll it here before
             # anything else (no clock, no pass).
             try:
                 if request is self._solo:
                     self._step_alone(request)
             finally:
-                driver.release()
+                driver.give()
             if request._done:
                 return
         self._wait_longer(request, timeout)
 
+    @cython.locals(driver="DriverToken")
     def _wait_longer(self, request: Request, timeout: float | None) -> None:
         """``wait`` past its first polls (a method of its own: its closure would cost
         every quick wait an allocation)."""
@@ -209,7 +212,7 @@ class ProgressEngine(Scheduler):
             if deadline is not None and deadline is stall_at and _clock() >= stall_at:
                 self._warn_stall(request)
                 deadline = None
-            if driver.acquire(False):
+            if driver.take():
                 try:
                     self._drive(lambda: request._done, deadline, request)
                 finally:
@@ -260,7 +263,7 @@ class ProgressEngine(Scheduler):
         the queues, so nothing steps them again); return how many failed.  Requests that
         complete or fail on their own meanwhile are not this call's business."""
         deadline = _clock() + timeout
-        if not self._driver.acquire(timeout=timeout):
+        if not self._driver.take_within(timeout):
             raise CommunicatorError(f"another thread kept driving the progress engine for "
                                     f"{timeout:g} s; its operations could not be inspected")
         try:
@@ -275,7 +278,7 @@ class ProgressEngine(Scheduler):
                 self.wait(request, remaining)
             except TimeoutError:
                 break
-        if not self._driver.acquire(timeout=max(0.0, deadline - _clock()) + 1.0):
+        if not self._driver.take_within(max(0.0, deadline - _clock()) + 1.0):
             raise CommunicatorError(f"another thread kept driving the progress engine for "
                                     f"{timeout:g} s; its operations could not be failed")
         try:
@@ -303,7 +306,7 @@ class ProgressEngine(Scheduler):
             return
         looked_since = None
         while self._queued or self._inbox:
-            if not self._driver.acquire(False):   # another thread drives; look again soon
+            if not self._driver.take():   # another thread drives; look again soon
                 now = _clock()
                 looked_since = looked_since or now
                 if now - looked_since > WAIT_YIELD_S:
@@ -329,11 +332,11 @@ class ProgressEngine(Scheduler):
 
     def poll(self) -> None:
         """Run one engine pass on this thread if no one else is driving (for ``test``)."""
-        if self._driver.acquire(False):
+        if self._driver.take():
             try:
                 self._pass()
             finally:
-                self._driver.release()
+                self._driver.give()
                 # Only a deep sleeper is woken: a napping engine will look soon enough, and
                 # waking it on every test() of a busy test() loop would make it fight the
                 # caller for the GIL.
@@ -348,7 +351,7 @@ class ProgressEngine(Scheduler):
         nothing is left to drive or ``timeout`` seconds passed: the caller then blocks on
         its own terms.
         """
-        if not self._has_work() or not self._driver.acquire(False):
+        if not self._has_work() or not self._driver.take():
             return
         try:
             self._drive(predicate, None if timeout is None else _clock() + timeout)
@@ -357,7 +360,7 @@ class ProgressEngine(Scheduler):
 
     def _hand_back(self) -> None:
         """Release the token; wake a sleeping or napping engine for what is left."""
-        self._driver.release()
+        self._driver.give()
         if self._has_work() and (self._sleeping or self._napping):
             self._wake()
 
@@ -417,12 +420,13 @@ class ProgressEngine(Scheduler):
         if self.config.pin:
             self.core = pin_thread(thread, self.config, first_state)
 
+    @cython.locals(driver="DriverToken")
     def _run(self) -> None:
         driver = self._driver
         stalled_since = None   # start of the current run of passes that changed nothing
         try:
             while not self._abandon:
-                if not driver.acquire(False):
+                if not driver.take():
                     # A caller drives.  Nap rather than queue for the token: each time this
                     # thread takes the GIL from a driving caller, it costs that caller a
                     # 20-50 µs wake-up to get it back.
@@ -433,7 +437,7 @@ class ProgressEngine(Scheduler):
                 try:
                     progressed = self._pass()
                 finally:
-                    driver.release()
+                    driver.give()
                 if progressed:
                     stalled_since = None
                 if not self._has_work():
@@ -465,11 +469,11 @@ class ProgressEngine(Scheduler):
             _yield()
         if self._callers_drive and self._nap_while_callers_drive():
             return
-        if self._streams and self._driver.acquire(False):
+        if self._streams and self._driver.take():
             try:
                 self._prune()
             finally:
-                self._driver.release()
+                self._driver.give()
         self._sleep()
 
     def _nap_while_callers_drive(self) -> bool:
@@ -488,7 +492,7 @@ class ProgressEngine(Scheduler):
             if not self._callers_drive:   # a background submission woke us
                 return True
             if self._has_work() and self._completions == completions \
-                    and not self._driver.locked():
+                    and not self._driver.held():
                 self._callers_drive = False
                 return True
             if self._last_seq != seen:
@@ -538,7 +542,7 @@ class ProgressEngine(Scheduler):
         if not clean:
             self._abandon = True
         # Wait for a pass in progress to end; a state stuck inside step() cannot be waited for.
-        have_token = self._driver.acquire(timeout=0.1)
+        have_token = self._driver.take_within(0.1)
         try:
             self._finished = True
             after = "" if timeout is None else f" after {timeout:g} s"
@@ -547,7 +551,7 @@ class ProgressEngine(Scheduler):
                 f"(al.finalize()){after}; it was abandoned"))
         finally:
             if have_token:
-                self._driver.release()
+                self._driver.give()
         if not clean:   # nothing left to drive: let the thread see that and exit
             self._wake()
             thread.join(0.1)

@@ -60,6 +60,9 @@ def test_arrays_changed_in_place_are_seen():
             al.allreduce(buf, comm)
 
 
+TOKEN_TEST = "test_the_driver_token_is_one_holder_at_a_time_and_bounded_waits_end"
+
+
 def test_uncompiled_runs_the_same(tmp_path, monkeypatch):
     """With AL_PURE_PYTHON=1: the tests above and the plan cache's in a new process, then
     the calls on new and repeated buffers on two ranks."""
@@ -68,6 +71,7 @@ def test_uncompiled_runs_the_same(tmp_path, monkeypatch):
         [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider",
          f"{TESTS / 'test_compiled.py'}::test_compiled_says_which_modules_run",
          f"{TESTS / 'test_compiled.py'}::test_arrays_changed_in_place_are_seen",
+         f"{TESTS / 'test_engine.py'}::{TOKEN_TEST}",
          str(TESTS / "test_recall.py")],
         env=env, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stdout + result.stderr

@@ -733,3 +733,28 @@ def test_finalize_releases_a_stream_parked_on_an_abandoned_ht_operation(tmp_path
     ''', tmp_path, AL_TIMEOUT="0.5")
     assert "stream released with: TimeoutError" in out, out
     assert took < 20
+
+
+def test_the_driver_token_is_one_holder_at_a_time_and_bounded_waits_end():
+    """The engine's driver token (compiled: a C lock): one holder at a time, a bounded
+    wait that gives up on time and one that gets it when the holder lets go, and giving
+    back a token nobody holds is an error rather than a second holder later."""
+    from aluminum.engine.token import DriverToken
+    token = DriverToken()
+    assert not token.held()
+    assert token.take() and token.held()
+    assert not token.take()                       # not reentrant
+    start = time.monotonic()
+    assert not token.take_within(0.2)             # held here: gives up after its timeout
+    assert 0.15 <= time.monotonic() - start < WAIT
+    releaser = threading.Timer(0.2, token.give)   # another thread lets go meanwhile
+    releaser.start()
+    assert token.take_within(WAIT)
+    releaser.join()
+    token.give()
+    assert not token.held()
+    with pytest.raises(RuntimeError, match="not held"):
+        token.give()
+    assert token.take()                           # still one holder at most
+    assert not token.take()
+    token.give()

@@ -34,6 +34,7 @@ MODULES = (
     "aluminum.plan",
     "aluminum.backends.mpi.passthrough.native_calls",
     "aluminum.backends.mpi.passthrough.mpi_call",
+    "aluminum.engine.token",
     "aluminum.engine.request",
     "aluminum.engine.scheduler",
     "aluminum.engine.progress",
