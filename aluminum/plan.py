@@ -48,7 +48,7 @@ class Plan:
 
     __slots__ = ("comm", "op", "algo", "nbytes", "args", "inplace", "_classes", "_prepare",
                  "_run", "_run_error", "_start", "_persistent", "_request", "_freed",
-                 "_arrivals", "__weakref__")
+                 "_arrivals", "_missing", "__weakref__")
 
     def __init__(self, comm, op: str, algo: str, nbytes: int, args: tuple,
                  inplace: bool | None = None, classes: dict[bool, type] | None = None) -> None:
@@ -67,6 +67,8 @@ class Plan:
         self._request = None
         self._freed = False
         self._arrivals = None if op in POINT_TO_POINT else comm.arrivals
+        # Who has not arrived, for a timeout's message: bound once, not on every start.
+        self._missing = None if self._arrivals is None else self._arrivals.missing
 
     def state_class(self, nonblocking: bool) -> type:
         """The State class runs in this mode use (chosen on first use, then kept)."""
@@ -104,6 +106,7 @@ class Plan:
         """The name of the algorithm a blocking run uses (``"allreduce/ring"``)."""
         return self.state_class(False).name
 
+    @cython.locals(request="Request", arrivals="Arrivals")
     def start(self):
         """Start one run and return its ``Request``; the buffers must not be touched until
         it completes."""
@@ -115,7 +118,7 @@ class Plan:
             request = self._request = start()
             return request
         request = self._request = start()   # (posted first: counting can follow)
-        request.detail = (arrivals.missing, arrivals.arrive())
+        request.detail = (self._missing, arrivals.arrive())
         return request
 
     def _checked_start(self):
