@@ -8,9 +8,10 @@ checks of its buffers, so that they cannot drift apart:
 
 - the blocking and nonblocking calls hand the row's buffers and every other argument to the
   plan cache (``recall.call_blocking`` / ``call_nonblocking``), with the function that
-  validates and builds the plan where nothing is remembered; a blocking call of at most two
-  buffers and three options first asks ``recall.ran_known`` to run it where it is the op's
-  latest call again or new arrays of a kept kind, passing them as they are (one lookup, no
+  validates and builds the plan where nothing is remembered; a call of at most two
+  buffers and three options first asks ``recall.ran_known`` (blocking: the op's latest call
+  again, or new arrays of a kept kind) or ``recall.started_known`` (nonblocking: the op's
+  latest call again) to run or start it, passing them as they are (one lookup, no
   argument tuples);
 - that function checks the communicator, then what the row's facts call for
   (``validate.table_arguments``: root, peers, layouts, reduction op), then runs the
@@ -34,7 +35,7 @@ from .core.ops import OpSpec, spec
 from .core.reduction import ReductionOp
 from .engine import Request
 from .plan import Plan
-from .recall import call_blocking, call_nonblocking, layout, ran_known
+from .recall import call_blocking, call_nonblocking, layout, ran_known, started_known
 from .validate import Checked, check_comm, check_stream, table_arguments
 
 __all__ = ["OpCalls", "calls_of", "public_forms"]
@@ -76,6 +77,7 @@ def public_forms(row: OpSpec, checks: Callable[..., Checked], module: str, doc: 
     ``call(call_blocking or call_nonblocking, name, make, *arguments)``."""
     names = _parameter_names(row)
     namespace = {"__name__": module, "call_blocking": call_blocking, "ran_known": ran_known,
+                 "started_known": started_known,
                  "call_nonblocking": call_nonblocking, "layout": layout,
                  "make": _plan_maker(row, checks, names), "call": call, "SUM": ReductionOp.SUM,
                  "Plan": Plan, "Request": Request}
@@ -113,23 +115,27 @@ def _source(row: OpSpec, names: tuple[str, ...], custom_call: bool) -> str:
     passed = ", ".join(names)
     if custom_call:
         blocking = f"call(call_blocking, {row.name!r}, make, {passed})"
-        nonblocking = f"call(call_nonblocking, {row.name!r}, make, {passed})"
+        nonblocking = f"return call(call_nonblocking, {row.name!r}, make, {passed})"
     else:
         options = [*row.peers, *(name for name in ("root", "op") if name in names), "algo",
                    *(f"layout({name})" for name in row.layouts)]
         shared = f"{_tuple(row.buffers)}, comm, stream, {_tuple(options)}, make, {passed}"
         blocking = f"call_blocking({row.name!r}, {shared})"
-        nonblocking = f"call_nonblocking({row.name!r}, {shared})"
+        started = f"call_nonblocking({row.name!r}, {shared})"
+        nonblocking = f"return {started}"
         if len(row.buffers) <= 2 and len(options) <= 3:
             pair = [*row.buffers, "None", "None"][:2]
             latest = ", ".join([*pair, "comm", "stream", str(len(options)),
                                 *[*options, "None", "None"][:3]])
             blocking = (f"if not ran_known({row.name!r}, {len(row.buffers)}, {latest}):\n"
                         f"        {blocking}")
+            nonblocking = (f"request = started_known({row.name!r}, {len(row.buffers)}, "
+                           f"{latest})\n"
+                           f"    return {started} if request is None else request")
     return (f"def {row.name}({parameters}) -> None:\n"
             f"    {blocking}\n\n"
             f"def nonblocking_{row.name}({parameters}) -> Request:\n"
-            f"    return {nonblocking}\n\n"
+            f"    {nonblocking}\n\n"
             f"def {row.name}_init({parameters}) -> Plan:\n"
             f"    return make({passed}).prepare()\n")
 
