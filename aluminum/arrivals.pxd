@@ -2,7 +2,9 @@
 
 cdef class Arrivals:
     cdef public long long count
-    cdef public object inside, _mine
+    cdef public object _mine
+    cdef long long _inside_number
+    cdef object _inside_plan
     cdef long long[::1] _counts
     cdef public Py_ssize_t _slot
     cdef object __weakref__

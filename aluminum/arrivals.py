@@ -24,11 +24,12 @@ class Arrivals:
     """The count of collectives entered on one communicator, stored in ``mine[slot]`` (a
     memoryview of int64 on the node's shared board), and the blocking run in progress."""
 
-    __slots__ = ("count", "inside", "_mine", "_counts", "_slot", "__weakref__")
+    __slots__ = ("count", "_inside_number", "_inside_plan", "_mine", "_counts", "_slot",
+                 "__weakref__")
 
     def __init__(self, mine, slot: int) -> None:
         self.count = 0
-        self.inside = None    # (number, plan) while a blocking run is in progress
+        self._inside_number, self._inside_plan = 0, None   # the blocking run in progress
         self._mine, self._slot = mine, slot
         self._counts = mine   # (compiled: a typed view of ``mine``, stored into directly)
 
@@ -45,13 +46,20 @@ class Arrivals:
         self._mine = self._counts = None
         return mine
 
+    @property
+    def inside(self) -> tuple | None:
+        """``(number, plan)`` of the blocking run in progress (``enter``), else None."""
+        plan = self._inside_plan
+        return None if plan is None else (self._inside_number, plan)
+
     def enter(self, plan) -> int:
         """``arrive()``, and mark ``plan``'s blocking run in progress (for the stall
-        monitor) until ``leave()``; its number."""
+        monitor) until ``leave()``; its number.  (Two fields, not a tuple: a blocking run
+        allocates nothing here.)"""
         number = self.arrive()
-        self.inside = (number, plan)
+        self._inside_number, self._inside_plan = number, plan
         return number
 
     def leave(self) -> None:
         """The blocking run ``enter`` marked has ended."""
-        self.inside = None
+        self._inside_plan = None
