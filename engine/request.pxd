@@ -1,5 +1,7 @@
 # Cython declarations augmenting request.py (pure-Python mode; aluminum/core/compiled.py).
 
+from aluminum.engine.completion cimport mark_done
+
 cdef class Request:
     cdef public object state, key, _engine, queue, detail, _error, _event, _callbacks
     cdef public long long seq
