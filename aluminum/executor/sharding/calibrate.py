@@ -11,7 +11,7 @@
 - ``steps``: each redistribution step kind's α and β on lines of every length
   (``profile.step_times``);
 - ``compute_scale``, ``call`` and ``reduction_call`` are fitted to whole training steps of
-  five MLPs (``fit_training_steps``): how much slower kernels run inside a step, what
+  six MLPs (``fit_training_steps``): how much slower kernels run inside a step, what
   each collective on the critical path costs beyond its α there, and what each
   parameter-gradient reduction (run on the communication stream, overlapped) does;
 - ``overlap``: whether a gradient reduction can run under computation (where the executor
@@ -174,15 +174,17 @@ def _model(ab, itemsize: int, values, steps, overlap: float) -> CostModel:
 
 
 # (batch, widths, strategy per layer of a 1-D mesh of n ranks; None: Megatron's): steps of
-# parameter-gradient reductions (data parallel, narrow and square), of computation alone
-# (unsharded) and of critical-path collectives (Megatron: a Partial output's allreduce
-# forward, an input gradient's backward; column-parallel layers: an allgather of every
-# output forward, an allreduce of every input gradient backward).  The batches make each
-# step several of the scheduler's time slices long: where ranks outnumber cores, a step of a
-# few slices took up to twice as long in one calibration as in the next, depending on how
-# the ranks happened to share the cores, and the fitted numbers followed.
+# parameter-gradient reductions (data parallel: narrow; deep and narrow, 20 reductions with
+# little computation to hide them, which pins ``reduction_call`` down; square), of
+# computation alone (unsharded) and of critical-path collectives (Megatron: a Partial
+# output's allreduce forward, an input gradient's backward; column-parallel layers: an
+# allgather of every output forward, an allreduce of every input gradient backward).  The
+# batches make each step several of the scheduler's time slices long: where ranks outnumber
+# cores, a step of a few slices took up to twice as long in one calibration as in the next,
+# depending on how the ranks happened to share the cores, and the fitted numbers followed.
 _FIT_PROGRAMS = (
     (1024, (64,) * 5, lambda n: ((n, 1), (1, 1))),
+    (512, (64,) * 11, lambda n: ((n, 1), (1, 1))),
     (256, (256,) * 3, lambda n: ((n, 1), (1, 1))),
     (256, (256,) * 3, lambda n: ((1, 1), (1, 1))),
     (256, (256,) * 5, None),
@@ -194,7 +196,7 @@ _LOWER = np.array([0.1, 0.0, 0.0])
 
 def fit_training_steps(comm, model: CostModel, steps: int = 15) -> tuple[float, float, float]:
     """``(compute_scale, call, reduction_call)`` fitted by least squares to whole training
-    steps of five MLPs (``_FIT_PROGRAMS``) run by the ParallelExecutor on ``comm``'s
+    steps of six MLPs (``_FIT_PROGRAMS``) run by the ParallelExecutor on ``comm``'s
     ranks: each measured step (the slowest rank's median) against ``model``'s estimate of
     it with those three free.  Kernels run slower inside a step than alone where ranks
     share cores with each other and with their communication (``compute_scale``, from
@@ -202,7 +204,7 @@ def fit_training_steps(comm, model: CostModel, steps: int = 15) -> tuple[float, 
     wait for the slowest rank besides its α (``call``: Megatron's, column-parallel
     layers', the split loss's sum); a parameter-gradient reduction runs on the
     communication stream under later gradients (``reduction_call``: data parallelism's).
-    Five equations for three unknowns; the estimate is linear in them but for the overlap
+    Six equations for three unknowns; the estimate is linear in them but for the overlap
     credit (a min), so the fit is Gauss-Newton (``fit_step_costs``), each within its bound
     (scale ≥ 0.1, calls ≥ 0).  Without communication (one rank) both calls are 0.
     Collective over ``comm``."""
