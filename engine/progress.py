@@ -133,7 +133,8 @@ class ProgressEngine(Scheduler):
                     except TypeError:
                         check_hashable(key, state)   # (raises, naming the state)
                     seq = self._last_seq = next(self._seq)
-                    if trace.ENABLED:
+                    tracing = trace.ENABLED
+                    if tracing:
                         trace.engine_event("submit", state.name, seq, state.compute_stream)
                         trace.engine_event("admit", state.name, seq, state.compute_stream)
                     self._queued = 1
@@ -144,7 +145,7 @@ class ProgressEngine(Scheduler):
                         self._retire(request, exc)
                         return request
                     request = self._solo = Request.made(state, self, seq, key)
-                    if trace.ENABLED:
+                    if tracing:
                         trace.engine_event("start", state.name, seq, state.compute_stream)
                     if background:
                         self._wake_for_background()
