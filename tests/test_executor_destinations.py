@@ -151,3 +151,38 @@ def test_a_producer_reading_last_steps_reduced_gradient_gets_none():
                                {"X": ["o.w@GRAD", "o.w@GRAD@new"]}, {"Out": ["o.w@GRAD"]})
     given = _given(_program(accumulate))
     assert "o.w@GRAD" not in given and len(given) == 3
+
+
+def test_a_kind_that_binds_its_op_runs_bound_and_its_failure_names_the_op(monkeypatch):
+    """``OpKind.bind``: a prepared op runs what its kind bound (not ``compute``) where no
+    destinations are asked for, and what that raises is named as a kernel's failure."""
+    from aluminum.executor.ops import registry
+    calls = []
+
+    class Doubled(registry.OpKind):
+        type = "test_bound_double"
+
+        def compute(self, ins, attrs, ctx, out):
+            calls.append("compute")
+            return {"Out": [ins["X"][0] * 2]}
+
+        def bind(self, op, scope, ctx):
+            def run():
+                calls.append("bound")
+                if scope["x"].size == 0:
+                    raise ValueError("nothing to double")
+                scope[op.outputs["Out"][0]] = scope[op.inputs["X"][0]] * 2
+            return run
+
+    monkeypatch.setitem(registry._KINDS, Doubled.type, Doubled())
+    op = Operator(Doubled.type, {"X": ["x"]}, {"Out": ["y"]}, {})
+    scope = ex.Scope({"x": np.arange(3.0)})
+    PreparedOp(op, scope, "cpu", "compute", None).run()
+    np.testing.assert_array_equal(scope["y"], [0.0, 2.0, 4.0])
+    assert calls == ["bound"]
+    _prepared(op, scope, {"Out": [np.empty(3)]}).run()    # destinations: compute's path
+    assert calls == ["bound", "compute"]
+    scope["x"] = np.empty(0)
+    with pytest.raises(ex.ExecutionError, match="op test_bound_double on cpu failed: "
+                                                "ValueError: nothing to double"):
+        PreparedOp(op, scope, "cpu", "compute", None).run()

@@ -34,8 +34,9 @@ def run_op(op: Operator, scope: Scope, place: str = "cpu", stream: str = "comput
 
 class PreparedOp:
     """``run_op`` for an op run many times: its kind is looked up and its slots listed once,
-    and it is bound to its scope, place, stream name, context and output destinations;
-    ``run()`` runs it.  The program must not change after, and whether spans are traced is
+    and it is bound to its scope, place, stream name, context and output destinations (or
+    its kind binds it, ``OpKind.bind``, where no destinations are asked for); ``run()``
+    runs it.  The program must not change after, and whether spans are traced is
     decided here.
 
     ``out``: arrays some outputs must end up in (``Destinations``, numpy arrays): the kernel
@@ -51,17 +52,21 @@ class PreparedOp:
         self.op = op
         inputs = tuple((slot, tuple(names)) for slot, names in op.inputs.items())
         outputs = tuple((slot, tuple(names)) for slot, names in op.outputs.items())
-        if out:
+        kind = registry.get(op.type)
+        bound = None if out else kind.bind(op, scope, context)
+        if bound is not None:
+            execute = functools.partial(_execute_bound, bound, op, place)
+        elif out:
             moves = tuple((slot, index, name, destination)
                           for slot, names in outputs
                           for index, (name, destination) in enumerate(
                               zip(names, out.slots.get(slot, ())))
                           if name and destination is not None)
-            execute = functools.partial(_execute_into, registry.get(op.type), op, inputs,
-                                        outputs, scope, place, context, out, moves)
+            execute = functools.partial(_execute_into, kind, op, inputs, outputs, scope,
+                                        place, context, out, moves)
         else:
-            execute = functools.partial(_execute, registry.get(op.type), op, inputs,
-                                        outputs, scope, place, context)
+            execute = functools.partial(_execute, kind, op, inputs, outputs, scope, place,
+                                        context)
         if al.trace.ENABLED:
             def traced() -> None:
                 start = al.trace.now_us()
@@ -97,13 +102,25 @@ def _execute(kind, op: Operator, inputs, outputs, scope: Scope, place: str, cont
     try:
         outs = kind.compute(ins, op.attrs, context, out)
     except Exception as exc:  # noqa: BLE001 - any kernel failure names its op
-        raise ExecutionError(f"op {op.type} on {place} failed: {type(exc).__name__}: "
-                             f"{exc}") from exc
+        raise _failed(op, place, exc) from exc
     for slot, names in outputs:
         for name, value in zip(names, outs.get(slot, ())):
             if name and value is not None:
                 scope[name] = value
     return outs
+
+
+def _execute_bound(bound, op: Operator, place: str) -> None:
+    """Run an op its kind bound (``OpKind.bind``), its failure named as ``_execute``
+    names a kernel's."""
+    try:
+        bound()
+    except Exception as exc:  # noqa: BLE001 - any kernel failure names its op
+        raise _failed(op, place, exc) from exc
+
+
+def _failed(op: Operator, place: str, exc: Exception) -> ExecutionError:
+    return ExecutionError(f"op {op.type} on {place} failed: {type(exc).__name__}: {exc}")
 
 
 def _execute_into(kind, op: Operator, inputs, outputs, scope: Scope, place: str, context,

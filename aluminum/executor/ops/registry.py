@@ -74,6 +74,15 @@ class OpKind:
         """The gradients of the inputs; ``out`` is keyed by the forward input slots."""
         raise ProgramError(f"op {self.type}: has no gradient")
 
+    def bind(self, op, scope, ctx):
+        """``op`` (of this kind) bound to ``scope`` and ``ctx`` for an executor that runs it
+        many times (``PreparedOp``): a no-argument callable doing what the executor's own
+        path does (read the inputs from ``scope``, compute, store the outputs there), with
+        the lookups every run would repeat made once; None (the default): the executor's
+        path.  What the callable raises the executor names as it names ``compute``'s
+        errors."""
+        return None
+
 
 # The executor's context of the gradient op running on this thread: ``backward`` methods
 # take none (most need none), the few that communicate read it with ``backward_context()``.

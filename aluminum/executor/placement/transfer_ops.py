@@ -55,14 +55,39 @@ class _Transfer(OpKind):
         try:
             outs = self.move(runtime, ins, attrs)
         except al.TimeoutError as exc:
-            raise al.TimeoutError(f"{self.type} of {attrs['var']!r}: "
-                                  f"{runtime.name_peers(self.peers(attrs, runtime))} did not "
-                                  f"respond: {exc}") from exc
+            raise self.unanswered(runtime, attrs, exc) from exc
         if start is not None:   # the timeline names the variable, next to the op's span
             al.trace.span(f"{self.type} {attrs['var']}", "placement", start,
                           al.trace.now_us(), {"group": list(attrs["group"]),
                                               "root": attrs["root"], "rank": runtime.rank})
         return outs
+
+    def bind(self, op, scope, ctx):
+        """The transfer bound to ``scope`` (``OpKind.bind``): ``move`` called on its input
+        read from ``scope``, its output stored there, the context looked up once; None
+        under AL_TRACE (``compute`` records its span) or outside a placed program
+        (``compute`` says so)."""
+        runtime = getattr(ctx, "placement", None)
+        if runtime is None or al.trace.ENABLED:
+            return None
+        move, attrs = self.move, op.attrs
+        source = op.inputs["X"][0] if op.inputs.get("X") else None
+        target = op.outputs["Out"][0] if op.outputs.get("Out") else None
+
+        def run() -> None:
+            try:
+                outs = move(runtime, {} if source is None else {"X": [scope[source]]}, attrs)
+            except al.TimeoutError as exc:
+                raise self.unanswered(runtime, attrs, exc) from exc
+            if target is not None:
+                scope[target] = outs["Out"][0]
+        return run
+
+    def unanswered(self, runtime, attrs, exc) -> al.TimeoutError:
+        """The timeout of this transfer, naming the peers it waited for."""
+        return al.TimeoutError(f"{self.type} of {attrs['var']!r}: "
+                               f"{runtime.name_peers(self.peers(attrs, runtime))} did not "
+                               f"respond: {exc}")
 
     def peers(self, attrs, runtime) -> list[int]:
         """Whom this rank waits for: the root, or (at the root) everyone else."""
