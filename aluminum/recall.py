@@ -112,7 +112,7 @@ def call_blocking(op: str, objects: tuple, comm, stream, options: tuple,
     _made(op, objects, comm, stream, options, make, args).run()
 
 
-@cython.locals(entry="_Entry", kind="_Kind", plan="Plan", count=cython.int, k=cython.int)
+@cython.locals(kind="_Kind", plan="Plan", count=cython.int, k=cython.int)
 def ran_known(op: str, count: int, a, b, comm, stream, k: int, o1, o2, o3) -> bool:
     """``call_blocking``'s two common cases for a call of ``count`` (0-2) buffer objects
     ``a``, ``b`` and ``k`` (at most 3) options ``o1``, ``o2``, ``o3``, passed as they are:
@@ -122,17 +122,11 @@ def ran_known(op: str, count: int, a, b, comm, stream, k: int, o1, o2, o3) -> bo
     the caller then hands to ``call_blocking``."""
     entries = _recent.get(op)
     if entries:
-        entry = entries[0]
-        if entry.first is a and entry.comm is comm and entry.stream is stream \
-                and len(entry.options) == k and not _differs_from(entry.options, k, o1, o2, o3) \
-                and entry.same_pair(count, a, b):
-            plan = entry.plan
-            request = plan._request
-            if request is None or request._done:
-                plan.run()
-                return True
-            return False
-        if _first_remembered(entries, a):
+        plan = _idle_repeat(entries[0], count, a, b, comm, stream, k, o1, o2, o3)
+        if plan is not None:
+            plan.run()
+            return True
+        if _first_remembered(entries, a):   # (a repeat whose last start is running too)
             return False
     if a is not None and type(a) is not _ndarray:
         return False
@@ -145,7 +139,7 @@ def ran_known(op: str, count: int, a, b, comm, stream, k: int, o1, o2, o3) -> bo
     return True
 
 
-@cython.locals(entry="_Entry", plan="Plan", count=cython.int, k=cython.int)
+@cython.locals(plan="Plan", count=cython.int, k=cython.int)
 def started_known(op: str, count: int, a, b, comm, stream, k: int, o1, o2, o3):
     """``call_nonblocking``'s commonest case for the arguments of ``ran_known``: a repeat
     of the op's latest call, its plan done with, starts that plan (no tuple made) and
@@ -153,14 +147,23 @@ def started_known(op: str, count: int, a, b, comm, stream, k: int, o1, o2, o3):
     caller then hands to ``call_nonblocking``."""
     entries = _recent.get(op)
     if entries:
-        entry = entries[0]
-        if entry.first is a and entry.comm is comm and entry.stream is stream \
-                and len(entry.options) == k and not _differs_from(entry.options, k, o1, o2, o3) \
-                and entry.same_pair(count, a, b):
-            plan = entry.plan
-            request = plan._request
-            if request is None or request._done:
-                return plan.start()
+        plan = _idle_repeat(entries[0], count, a, b, comm, stream, k, o1, o2, o3)
+        if plan is not None:
+            return plan.start()
+    return None
+
+
+@cython.locals(entry="_Entry", plan="Plan", count=cython.int, k=cython.int)
+def _idle_repeat(entry, count: int, a, b, comm, stream, k: int, o1, o2, o3):
+    """``entry``'s plan where a call with ``ran_known``'s arguments is that call again and
+    the plan's last start is done with; else None."""
+    if entry.first is a and entry.comm is comm and entry.stream is stream \
+            and len(entry.options) == k and not _differs_from(entry.options, k, o1, o2, o3) \
+            and entry.same_pair(count, a, b):
+        plan = entry.plan
+        request = plan._request
+        if request is None or request._done:
+            return plan
     return None
 
 
