@@ -153,12 +153,13 @@ def test_a_producer_reading_last_steps_reduced_gradient_gets_none():
     assert "o.w@GRAD" not in given and len(given) == 3
 
 
-def test_a_kind_that_binds_its_op_runs_bound_and_its_failure_names_the_op(monkeypatch):
+def test_a_kind_that_binds_its_op_runs_bound_and_its_failure_names_the_op():
     """``OpKind.bind``: a prepared op runs what its kind bound (not ``compute``) where no
     destinations are asked for, and what that raises is named as a kernel's failure."""
     from aluminum.executor.ops import registry
     calls = []
 
+    @registry.register      # (a type of its own: registered for the rest of the session)
     class Doubled(registry.OpKind):
         type = "test_bound_double"
 
@@ -174,7 +175,6 @@ def test_a_kind_that_binds_its_op_runs_bound_and_its_failure_names_the_op(monkey
                 scope[op.outputs["Out"][0]] = scope[op.inputs["X"][0]] * 2
             return run
 
-    monkeypatch.setitem(registry._KINDS, Doubled.type, Doubled())
     op = Operator(Doubled.type, {"X": ["x"]}, {"Out": ["y"]}, {})
     scope = ex.Scope({"x": np.arange(3.0)})
     PreparedOp(op, scope, "cpu", "compute", None).run()
