@@ -114,10 +114,13 @@ class State:
 
     @classmethod
     def fresh(cls, *args):
-        """Nonblocking form made once: a no-argument callable returning a new State for
-        ``args`` (the State's constructor arguments) each time, what a plan's repeated
-        starts submit.  Default: the constructor bound to ``args``; a state whose call has
-        parts fixed by its arguments makes them once here."""
+        """Nonblocking form made once: a no-argument callable returning a State for a run
+        of ``args`` (the State's constructor arguments), what a plan's repeated starts
+        submit.  A plan starts again only once its last start completed, so the callable
+        may return the State it returned before, where a State keeps nothing of a run
+        that its ``start`` does not make afresh.  Default: the constructor bound to
+        ``args`` (a new State each time); a state whose call has parts fixed by its
+        arguments makes them once here."""
         return functools.partial(cls, *args)
 
     # Persistent form: None (no such form), or a class method taking the State's

@@ -93,6 +93,24 @@ def test_a_nonblocking_repeat_while_the_first_is_in_flight_runs_on_its_own(comm)
     np.testing.assert_array_equal(second_out, np.full(3, 2.0 * comm.size))
 
 
+def test_repeated_nonblocking_calls_each_complete_with_their_own_results(comm):
+    """A plan's nonblocking runs one after another (the engine may run each on the same
+    State): each request completes once, stays complete while later runs go on, and each
+    run reduces what the buffer held when it started."""
+    send, out = np.zeros(5), np.zeros(5)
+    done = []
+    for step in range(6):
+        send[:] = np.arange(5.0) + step
+        request = al.nonblocking_allreduce(send, comm, recvbuf=out)
+        request.wait()
+        np.testing.assert_array_equal(out, (np.arange(5.0) + step) * comm.size)
+        done.append(request)
+    later = al.nonblocking_allreduce(send, comm, recvbuf=out)
+    assert all(request.test() for request in done)     # earlier runs stay complete
+    later.wait()
+    assert len({id(request) for request in done}) == len(done)
+
+
 def test_counts_changed_in_place_are_seen(comm):
     send, out = np.arange(3.0), np.zeros(5)
     counts = [3]

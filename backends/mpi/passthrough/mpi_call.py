@@ -25,6 +25,7 @@ exception and their caller raises ``call_error``'s instead (a frame fewer on eve
 from __future__ import annotations
 
 import functools
+import itertools
 from typing import NamedTuple
 
 from mpi4py import MPI
@@ -177,9 +178,10 @@ class MPICall(MPIState):
 
     @classmethod
     def fresh(cls, comm, *args):
-        """New States whose nonblocking call and finish step are made once for all (for a
-        plan's starts); the plain constructor where a subclass starts or is built its own
-        way (a receive's status), or polls its own way."""
+        """The State of a plan's nonblocking starts, its nonblocking call and finish step
+        made once for all (``posting``); the plain constructor, a new State per start,
+        where a subclass starts or is built its own way (a receive's status), or polls its
+        own way."""
         if cls.start is not MPICall.start or cls.step is not MPICall.step \
                 or cls.__init__ is not MPICall.__init__:
             return super().fresh(comm, *args)
@@ -187,14 +189,17 @@ class MPICall(MPIState):
 
     @classmethod
     def posting(cls, comm, *args):
-        """``fresh``'s factory: States that call ``I<op>`` on arguments made here.  They
-        are of a subclass of ``cls`` that runs ``MPICall``'s own ``start`` and ``step``
+        """``fresh``'s factory: one State, returned for every start, that calls ``I<op>``
+        on arguments made here (a plan starts again only once its last start completed,
+        and such a State keeps nothing of a run but the request ``start`` replaces).  It
+        is of a subclass of ``cls`` that runs ``MPICall``'s own ``start`` and ``step``
         (``_posted_class``): what ``cls`` overrides serves States built its own way."""
         arguments = cls.arguments(comm, *args)
         posted = native_post(comm.mpi_comm, cls.calls.nonblocking, arguments) or \
             functools.partial(getattr(comm.mpi_comm, cls.calls.nonblocking), *arguments)
-        return functools.partial(_new_posted, _posted_class(cls), comm, args, posted,
-                                 cls.finish_step(comm, *args))
+        state = _new_posted(_posted_class(cls), comm, args, posted,
+                            cls.finish_step(comm, *args))
+        return itertools.repeat(state).__next__     # (the same State, by a C call)
 
     def start(self) -> None:
         posted = self.posted
