@@ -309,3 +309,18 @@ def test_al_link_probe_turns_the_measurement_off(table, monkeypatch, setting, wa
     table([])
     monkeypatch.setenv("AL_LINK_PROBE", setting)
     assert selector.link_probe_wanted() is wanted
+
+
+def test_a_measured_link_is_rounded_to_one_two_or_five_times_a_power_of_ten():
+    """The probe's rounding (nearest by ratio): readings a few percent apart give one value,
+    so two jobs on one cluster choose alike; hand-computed boundaries at sqrt(2), sqrt(10)
+    and sqrt(50) times a power of ten."""
+    from aluminum.backends.mpi.link_probe import one_two_five
+    assert one_two_five(238e6) == pytest.approx(200e6)       # a 250 Mbit/s tbf link, read
+    assert one_two_five(952e6) == one_two_five(1024e6) == pytest.approx(1e9)
+    assert one_two_five(1.40e9) == pytest.approx(1e9)
+    assert one_two_five(1.43e9) == pytest.approx(2e9)
+    assert one_two_five(3.1e-5) == pytest.approx(2e-5)
+    assert one_two_five(3.2e-5) == pytest.approx(5e-5)
+    assert one_two_five(7.0) == pytest.approx(5.0)
+    assert one_two_five(7.2) == pytest.approx(10.0)

@@ -14,9 +14,9 @@ receives their result:
   and the difference cancels that burst (a smaller size, inside the burst, would not).
 
 Both are then rounded to 1, 2 or 5 times a power of ten (the rate in bits per second, as
-networks are sold, and α in seconds): what they decide (the algorithm, the chunks, hence the order in which a
-float sum's terms meet) should not change between two jobs on the same cluster because one
-measured the link a few percent faster.
+networks are sold, and α in seconds): what they decide (the algorithm, the chunks, hence
+the order in which a float sum's terms meet) should not change between two jobs on the same
+cluster because one measured the link a few percent faster.
 
 Bounded like every wait at ``al.init()``: a leader that never answers makes the other raise
 ``al.TimeoutError`` within ``AL_TIMEOUT``.
