@@ -78,3 +78,13 @@ def array_runner(comm, state_class: type, args: tuple):
     if not direct(comm):
         return None
     return state_class.array_call(comm, *args)
+
+
+def array_starter(comm, state_class: type, args: tuple):
+    """What nonblocking runs on new arrays of the kind ``args`` were checked to be may call
+    instead of ``run`` (then submitting the State it returns): ``state_class.array_fresh``
+    for ``args``; None where every run must take ``run``'s path (not ``direct``) or the
+    state has no such form."""
+    if not direct(comm):
+        return None
+    return state_class.array_fresh(comm, *args)

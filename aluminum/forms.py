@@ -9,10 +9,10 @@ checks of its buffers, so that they cannot drift apart:
 - the blocking and nonblocking calls hand the row's buffers and every other argument to the
   plan cache (``recall.call_blocking`` / ``call_nonblocking``), with the function that
   validates and builds the plan where nothing is remembered; a call of at most two
-  buffers and three options first asks ``recall.ran_known`` (blocking: the op's latest call
-  again, or new arrays of a kept kind) or ``recall.started_known`` (nonblocking: the op's
-  latest call again) to run or start it, passing them as they are (one lookup, no
-  argument tuples);
+  buffers and three options first asks ``recall.ran_known`` (blocking) or
+  ``recall.started_known`` (nonblocking) to run or start it - the op's latest call again,
+  or new arrays of a kept kind - passing them as they are (one lookup, no argument
+  tuples);
 - that function checks the communicator, then what the row's facts call for
   (``validate.table_arguments``: root, peers, layouts, reduction op), then runs the
   operation's own checks (which return a ``validate.Checked``), then the stream, and builds

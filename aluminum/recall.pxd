@@ -54,6 +54,8 @@ cdef dict _recent, _kinds
 cdef bint _first_remembered(list entries, object first)
 cdef Plan _idle_repeat(_Entry entry, int count, object a, object b, object comm, object stream,
                        int k, object o1, object o2, object o3)
+cdef tuple _objects(int count, object a, object b)
+cdef tuple _options(int k, object o1, object o2, object o3)
 cdef bint _differs(object x, object y)
 cdef bint _differs_from(tuple options, int k, object o1, object o2, object o3)
 cdef bint _unchanged(object a, object dtype, tuple shape, int flags)
@@ -62,9 +64,10 @@ cdef int _flags(object a)
 
 cdef class _Kind:
     cdef public object comm, op, algo, nbytes, inplace, classes, template, buffers
-    cdef public object positions, nested, direct, call_error, order, last
+    cdef public object positions, nested, direct, call_error, order, last, fresh, args
     cdef public Arrivals arrivals
     cpdef run(self, tuple objects)
+    cpdef start(self, tuple objects)
 
 
 cdef _kept(op, tuple objects, comm, stream, options, source=*)

@@ -53,7 +53,7 @@ from . import dispatch
 from .tuning import selector
 from .core.buffers import Buffer, checked_array_buffer, cpu_tensor_array
 from .core.ops import POINT_TO_POINT
-from .engine.progress import wait_started_on
+from .engine.progress import submit, wait_started_on
 from .plan import Plan, chosen_class
 
 RECENT_PER_OP = 4
@@ -130,27 +130,45 @@ def ran_known(op: str, count: int, a, b, comm, stream, k: int, o1, o2, o3) -> bo
             return False
     if a is not None and type(a) is not _ndarray:
         return False
-    objects = () if count == 0 else (a,) if count == 1 else (a, b)
-    options = (o1,) if k == 1 else (o1, o2) if k == 2 else (o1, o2, o3) if k == 3 else ()
-    kind = _kept(op, objects, comm, stream, options)
+    objects = _objects(count, a, b)
+    kind = _kept(op, objects, comm, stream, _options(k, o1, o2, o3))
     if kind is None:
         return False
     kind.run(objects)
     return True
 
 
-@cython.locals(plan="Plan", count=cython.int, k=cython.int)
+@cython.locals(plan="Plan", kind="_Kind", count=cython.int, k=cython.int)
 def started_known(op: str, count: int, a, b, comm, stream, k: int, o1, o2, o3):
-    """``call_nonblocking``'s commonest case for the arguments of ``ran_known``: a repeat
-    of the op's latest call, its plan done with, starts that plan (no tuple made) and
-    returns its Request; None, having started nothing, for everything else, which the
-    caller then hands to ``call_nonblocking``."""
+    """``call_nonblocking``'s two common cases for the arguments of ``ran_known``: a
+    repeat of the op's latest call, its plan done with, starts that plan (no tuple made),
+    new numpy arrays of a kept kind start that kind; returns the Request, or None, having
+    started nothing, for everything else, which the caller then hands to
+    ``call_nonblocking``."""
     entries = _recent.get(op)
     if entries:
         plan = _idle_repeat(entries[0], count, a, b, comm, stream, k, o1, o2, o3)
         if plan is not None:
             return plan.start()
-    return None
+        if _first_remembered(entries, a):
+            return None
+    if a is not None and type(a) is not _ndarray:
+        return None
+    objects = _objects(count, a, b)
+    kind = _kept(op, objects, comm, stream, _options(k, o1, o2, o3))
+    return None if kind is None else kind.start(objects)
+
+
+@cython.locals(count=cython.int)
+def _objects(count: int, a, b) -> tuple:
+    """The buffer objects of ``ran_known``'s arguments, as a tuple."""
+    return () if count == 0 else (a,) if count == 1 else (a, b)
+
+
+@cython.locals(k=cython.int)
+def _options(k: int, o1, o2, o3) -> tuple:
+    """The options of ``ran_known``'s arguments, as a tuple."""
+    return (o1,) if k == 1 else (o1, o2) if k == 2 else (o1, o2, o3) if k == 3 else ()
 
 
 @cython.locals(entry="_Entry", plan="Plan", count=cython.int, k=cython.int)
@@ -496,14 +514,15 @@ class _Kind:
     slot (``template``), what each object's Buffer was found to be, the State classes
     chosen (shared with every plan of the kind) and, where the blocking State has one, its
     ``array_call`` (``direct``: run on the new arrays themselves, in ``order``; what it
-    raises becomes the State's ``call_error``).
+    raises becomes the State's ``call_error``) and, made at the first start, its
+    nonblocking State's ``array_fresh`` (``fresh``: a State posting on the new arrays).
     ``run(objects)`` and ``start(objects)`` do what a new plan's first ``run()`` and
     ``start()`` would; ``op`` and ``algorithm`` name it to the stall monitor as a plan's
     do."""
 
     __slots__ = ("comm", "op", "algo", "nbytes", "inplace", "classes", "template",
                  "buffers", "positions", "nested", "arrivals", "direct", "call_error",
-                 "order", "last")
+                 "order", "last", "fresh", "args")
 
     @classmethod
     def of(cls, plan: Plan, objects: tuple) -> _Kind | None:
@@ -528,12 +547,13 @@ class _Kind:
         kind.arrivals = None if plan.op in POINT_TO_POINT else plan.comm.arrivals
         kind.last = None
         kind.order = tuple(dict.fromkeys(_slot_indices(template)))
-        kind.direct = None
+        kind.direct = kind.fresh = kind.args = None
         if all(objects[index].ndim == 1 for index in kind.order):
             state_class = kind.state_class(False)
             kind.direct = dispatch.array_runner(plan.comm, state_class, plan.args)
             kind.call_error = state_class.call_error
-        return kind
+            kind.fresh, kind.args = False, plan.args   # (the nonblocking form: at its first
+        return kind                                    # start, ``_array_starter``)
 
     def bind(self, objects: tuple) -> tuple:
         """The arguments of a call on ``objects`` (checked to be of this kind)."""
@@ -595,12 +615,29 @@ class _Kind:
         finally:
             arrivals.leave()
 
+    @cython.locals(arrivals="Arrivals")
     def start(self, objects: tuple):
-        arguments = self.bind(objects)
+        fresh = self.fresh
+        if fresh is False:
+            fresh = self.fresh = dispatch.array_starter(self.comm, self.state_class(True),
+                                                        self.args)
         arrivals = self.arrivals
-        detail = None if arrivals is None else (arrivals.missing, arrivals.arrive())
-        return dispatch.run(self.comm, self.op, self.state_class(True), self.nbytes, False,
-                            arguments, detail)
+        if fresh is None:
+            arguments = self.bind(objects)
+            detail = None if arrivals is None else (arrivals.missing, arrivals.arrive())
+            return dispatch.run(self.comm, self.op, self.state_class(True), self.nbytes,
+                                False, arguments, detail)
+        order = self.order
+        if len(order) == 2:
+            state = fresh(objects[order[0]], objects[order[1]])
+        elif len(order) == 1:
+            state = fresh(objects[order[0]])
+        else:
+            state = fresh(*[objects[index] for index in order])
+        request = submit(state)   # (posted first: counting can follow, as a plan's start)
+        if arrivals is not None:
+            request.detail = (arrivals.missing, arrivals.arrive())
+        return request
 
 
 class _NotTemplated(Exception):

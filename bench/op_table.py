@@ -2,6 +2,7 @@
 
     python bench/op_table.py --np 2              # 4 B, out of place, automatic vs mpi4py
     python bench/op_table.py --np 2 --size 4KiB --inplace
+    python bench/op_table.py --np 2 --nonblocking    # nonblocking start + wait, both sides
 
 Runs ``python -m aluminum.bench --np N <op> --sizes SIZE --compare mpi4py --new-buffers``
 for each of the 17 swept operations (``recv`` is ``send``'s ping-pong) and prints their
@@ -29,7 +30,8 @@ NEW_BUFFERS = " [new buffers]"   # sweep.NEW_BUFFERS_SUFFIX (importing sweep loa
 OPS = [name for name in OPS_TABLE if name != "recv"]
 
 
-def measure(op: str, nprocs: int, size: str, inplace: bool, rounds: int) -> dict[str, float]:
+def measure(op: str, nprocs: int, size: str, inplace: bool, rounds: int,
+            nonblocking: bool = False) -> dict[str, float]:
     """``{series name: median µs}`` of one sweep job at one size."""
     with tempfile.TemporaryDirectory() as folder:
         path = os.path.join(folder, f"{op}.json")
@@ -38,6 +40,8 @@ def measure(op: str, nprocs: int, size: str, inplace: bool, rounds: int) -> dict
                    "--buffers", "private", "--new-buffers", "--json", path]
         if inplace:
             command.append("--inplace")
+        if nonblocking:
+            command.append("--nonblocking")
         subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
         with open(path, encoding="utf-8") as handle:
             result = json.load(handle)
@@ -50,10 +54,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--np", type=int, default=2, dest="nprocs")
     parser.add_argument("--size", default="4", help="bytes, e.g. 4, 4KiB (default 4)")
     parser.add_argument("--inplace", action="store_true")
+    parser.add_argument("--nonblocking", action="store_true",
+                        help="time nonblocking start + wait (mpi4py: I<op> + Wait)")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--ops", default=",".join(OPS), help="comma-separated subset")
     args = parser.parse_args(argv)
     print(f"# np={args.nprocs}, {args.size} B, {'in place' if args.inplace else 'out of place'}"
+          f"{', nonblocking' if args.nonblocking else ''}"
           f", median µs of the slowest rank, {args.rounds} interleaved rounds, compiled: "
           f"{compiled()}")
     new = NEW_BUFFERS
@@ -62,7 +69,8 @@ def main(argv: list[str] | None = None) -> None:
           f"{'aluminum':>10s} {'mpi4py':>10s} {'ratio':>7s}")
     nan = float("nan")
     for op in args.ops.split(","):
-        medians = measure(op, args.nprocs, args.size, args.inplace, args.rounds)
+        medians = measure(op, args.nprocs, args.size, args.inplace, args.rounds,
+                          args.nonblocking)
         ours, peer = medians.get("automatic", nan), medians.get("mpi4py", nan)
         ours_new, peer_new = medians.get("automatic" + new, nan), medians.get("mpi4py" + new, nan)
         print(f"{op:16s} {ours:10.2f} {peer:10.2f} {ours / peer:7.2f}   "

@@ -113,6 +113,14 @@ class State:
         return None
 
     @classmethod
+    def array_fresh(cls, *args):
+        """New-array nonblocking form: a callable taking the arrays ``array_call``'s takes
+        and returning a new State for a run on them (the engine may hold several at once),
+        with everything but the arrays decided for ``args``.  None (the default): such
+        calls build the State on new arguments."""
+        return None
+
+    @classmethod
     def fresh(cls, *args):
         """Nonblocking form made once: a no-argument callable returning a State for a run
         of ``args`` (the State's constructor arguments), what a plan's repeated starts

@@ -165,3 +165,30 @@ def test_a_receive_of_a_seen_kind_still_checks_the_message_count(comm):
             else:
                 with pytest.raises(al.OperationError, match="recv from rank 0"):
                     al.recv(out, peer, comm)
+
+
+
+@pytest.mark.parametrize("op", [al.SUM, al.AVG, al.MAX])
+def test_nonblocking_calls_on_new_arrays_in_flight_together_keep_their_own(comm, op):
+    """Nonblocking calls of one kind on new arrays, out of place and in place, started one
+    after another and waited for only at the end: each request completes with its own
+    call's answer (AVG's division on its own receive buffer), also where the caller let go
+    of the arrays of some calls meanwhile."""
+    calls, size = 6, comm.size
+    started = []
+    for call_number in range(calls):
+        out = np.full(5, -1.0)
+        send = np.arange(5.0) + comm.rank + call_number
+        inplace = np.arange(5.0) + comm.rank + call_number
+        started.append((al.nonblocking_allreduce(send, comm, op=op, recvbuf=out), out,
+                        al.nonblocking_allreduce(inplace, comm, op=op), inplace))
+        al.nonblocking_allreduce(np.ones(5) * call_number, comm, op=op)   # not kept
+    del send, out, inplace
+    for call_number, (request, out, inplace_request, inplace) in enumerate(started):
+        request.wait(timeout=20)
+        inplace_request.wait(timeout=20)
+        rows = np.array([np.arange(5.0) + r + call_number for r in range(size)])
+        want = {al.SUM: rows.sum(0), al.AVG: rows.sum(0) / size, al.MAX: rows.max(0)}[op]
+        np.testing.assert_allclose(out, want, rtol=1e-12, err_msg=f"call #{call_number}")
+        np.testing.assert_allclose(inplace, want, rtol=1e-12, err_msg=f"in place #{call_number}")
+    al.barrier(comm)

@@ -37,12 +37,11 @@ class PassthroughAllreduce(MPICall):
         self.rank_order = sums_in_rank_order(op, recvbuf.dtype, comm.size)
 
     @classmethod
-    def fresh(cls, comm, stream, sendbuf, recvbuf, op):
-        """``MPICall``'s made-once ``Iallreduce`` where deterministic mode can never apply;
-        else the constructor, which reads the mode for each start."""
-        if cls.order_sensitive(comm, stream, sendbuf, recvbuf, op):
-            return super().fresh(comm, stream, sendbuf, recvbuf, op)
-        return cls.posting(comm, stream, sendbuf, recvbuf, op)
+    def posts_plainly(cls, comm, stream, sendbuf, recvbuf, op):
+        """Where deterministic mode can never apply (``order_sensitive`` false): then the
+        own ``start`` and ``step`` are ``MPICall``'s; else the constructor reads the mode
+        for each start."""
+        return not cls.order_sensitive(comm, stream, sendbuf, recvbuf, op)
 
     @staticmethod
     def arguments(comm, stream, sendbuf, recvbuf, op):

@@ -11,7 +11,8 @@ logical ops' 0/1).  Every form is derived from that by the code below:
 - bound (``blocking_call``): ``<Op>`` with its arguments made once, for a plan's runs;
 - blocking (``run_blocking``): the bound form made and called at once;
 - persistent: ``<Op>_init`` on the plan's buffers, started for each of its runs;
-- on new arrays (``array_call``): ``<Op>`` with everything but the arrays made once.
+- on new arrays (``array_call``, ``array_fresh``): ``<Op>``, and a State posting ``I<op>``,
+  with everything but the arrays made once.
 
 Where the order of a reduction's operands changes its bits (``order_sensitive``), the
 blocking forms wait for ``I<op>`` instead and there is no persistent form, so that every form
@@ -34,7 +35,7 @@ from ....core.buffers import Buffer
 from ....engine.state import Action
 from ..datatypes import mpi_datatype
 from .mpi_errors import MPIState, operation_error
-from .native_calls import native_array_call, native_call, native_post
+from .native_calls import native_array_call, native_array_post, native_call, native_post
 from .persistent import PersistentRequest
 
 _CONTINUE, _COMPLETE = Action.CONTINUE, Action.COMPLETE
@@ -153,18 +154,10 @@ class MPICall(MPIState):
         """``<Op>`` on new arrays, the arguments made once with ``args``' buffers standing
         in for them; None where the order matters, or where an argument is made from a
         buffer otherwise than ``[buf.array, ...]``."""
-        if cls.order_sensitive(comm, *args) or any(
-                type(arg) in (list, tuple) and any(isinstance(part, Buffer) for part in arg)
-                for arg in args):
-            return None        # (buffers in lists: their States make their own)
-        buffers = list({id(arg): arg for arg in args if isinstance(arg, Buffer)}.values())
-        arguments = cls.arguments(comm, *args)
-        slots = []
-        for buf in buffers:
-            position = _position(arguments, buf.array)
-            if position is None:
-                return None
-            slots.append((position, tuple(arguments[position][1:])))
+        found = _array_slots(cls, comm, args)
+        if found is None:
+            return None
+        buffers, arguments, slots = found
         call = native_array_call(comm.mpi_comm, cls.calls.blocking, arguments,
                                  [position for position, _ in slots]) \
             or _on_arrays(getattr(comm.mpi_comm, cls.calls.blocking), arguments, slots)
@@ -177,15 +170,48 @@ class MPICall(MPIState):
         return _then_finish(call, len(buffers), op, comm.size, count)
 
     @classmethod
+    def posts_plainly(cls, comm, *args) -> bool:
+        """Whether ``MPICall``'s own ``start`` and ``step`` (post ``I<op>``, poll it, then
+        the finish step) make a nonblocking run of ``args``: by default where the subclass
+        neither starts, polls nor is built its own way (a receive's status); a subclass
+        that does so only for some arguments says which."""
+        return cls.start is MPICall.start and cls.step is MPICall.step \
+            and cls.__init__ is MPICall.__init__
+
+    @classmethod
     def fresh(cls, comm, *args):
         """The State of a plan's nonblocking starts, its nonblocking call and finish step
-        made once for all (``posting``); the plain constructor, a new State per start,
-        where a subclass starts or is built its own way (a receive's status), or polls its
-        own way."""
-        if cls.start is not MPICall.start or cls.step is not MPICall.step \
-                or cls.__init__ is not MPICall.__init__:
+        made once for all (``posting``) where it ``posts_plainly``; else the plain
+        constructor, a new State per start."""
+        if not cls.posts_plainly(comm, *args):
             return super().fresh(comm, *args)
         return cls.posting(comm, *args)
+
+    @classmethod
+    def array_fresh(cls, comm, *args):
+        """A new State per call on new arrays, posting ``I<op>`` on them with everything
+        else made once with ``args``' buffers standing in for them (as ``array_call``),
+        the finish step on the new last array; None where the State does not
+        ``posts_plainly``, or where ``array_call`` has no form."""
+        if not cls.posts_plainly(comm, *args):
+            return None
+        found = _array_slots(cls, comm, args)
+        if found is None:
+            return None
+        buffers, arguments, slots = found
+        if not buffers:
+            return None
+        mpi = comm.mpi_comm
+        post = native_array_post(mpi, cls.calls.nonblocking, arguments,
+                                 [position for position, _ in slots]) \
+            or _on_arrays(getattr(mpi, cls.calls.nonblocking), arguments, slots)
+        finishing = cls.finishing(comm, *args)
+        if post is None or (finishing is not None and finishing[1] is not buffers[-1]):
+            return None
+        finish = None
+        if finishing is not None and finishing[0].finishes(comm.size):
+            finish = _finisher(finishing[0], comm.size, finishing[2])
+        return _array_states(_posted_class(cls), comm, args, post, len(buffers), finish)
 
     @classmethod
     def posting(cls, comm, *args):
@@ -238,6 +264,57 @@ def _new_posted(cls, comm, args, posted, finish):
     state = cls.__new__(cls)
     state.comm, state.args, state.posted, state.finish = comm, args, posted, finish
     return state
+
+
+def _array_slots(cls, comm, args: tuple):
+    """``(buffers, arguments, slots)`` of the forms on new arrays: the distinct Buffers
+    among ``args`` in order, the MPI call's arguments made with them, and per buffer
+    ``(position of its spec, rest of its spec)``; None where the order matters or a buffer
+    is in a list or no spec of its own (their States make their own forms)."""
+    if cls.order_sensitive(comm, *args) or any(
+            type(arg) in (list, tuple) and any(isinstance(part, Buffer) for part in arg)
+            for arg in args):
+        return None
+    buffers = list({id(arg): arg for arg in args if isinstance(arg, Buffer)}.values())
+    arguments = cls.arguments(comm, *args)
+    slots = []
+    for buf in buffers:
+        position = _position(arguments, buf.array)
+        if position is None:
+            return None
+        slots.append((position, tuple(arguments[position][1:])))
+    return buffers, arguments, slots
+
+
+def _finisher(op, size: int, count: int | None):
+    """``op.finish`` on the first ``count`` elements (all when None) of an array."""
+    if count is None:
+        return lambda recv: op.finish(recv, size)
+    return lambda recv: op.finish(recv[:count], size)
+
+
+def _array_states(cls, comm, args: tuple, post, arrays: int, finish):
+    """``array_fresh``'s callable: a State of ``cls`` per call, whose start posts on the
+    call's one or two arrays, and whose finish step runs on the last of them."""
+    new = cls.__new__
+    if arrays == 1:
+        def on_array(a):
+            state = new(cls)
+            state.comm, state.args = comm, args
+            state.posted = functools.partial(post, a)
+            if finish is not None:
+                state.finish = functools.partial(finish, a)
+            return state
+        return on_array
+
+    def on_arrays(a, b):
+        state = new(cls)
+        state.comm, state.args = comm, args
+        state.posted = functools.partial(post, a, b)
+        if finish is not None:
+            state.finish = functools.partial(finish, b)
+        return state
+    return on_arrays
 
 
 def _wait(nonblocking, *arguments) -> None:

@@ -16,7 +16,7 @@ held as C int arrays.  The receiving calls (``Recv``, ``Sendrecv``, ``Sendrecv_r
 read their status in C and check the received count; ``native_exchange`` posts and waits
 for a multisendrecv's every message in one C call; ``native_post`` makes the nonblocking
 call (``MPI_I<op>`` on the blocking call's arguments) and returns its ``NativeRequest``,
-tested and waited for in C.
+tested and waited for in C (``native_array_post``: on new arrays each time).
 
 The call releases the GIL as mpi4py does (other threads - the progress engine, the stall
 monitor - run while it waits) and raises ``MPI.Exception`` for an error code, as mpi4py
@@ -39,8 +39,8 @@ except ImportError:   # (running uncompiled without Cython)
 import numpy as np
 from mpi4py import MPI
 
-__all__ = ["native_call", "native_array_call", "native_exchange", "native_persistent",
-           "native_post"]
+__all__ = ["native_call", "native_array_call", "native_array_post", "native_exchange",
+           "native_persistent", "native_post"]
 
 _OPEN_MPI = MPI.get_vendor()[0] == "Open MPI"
 _INT_MAX = 2 ** 31 - 1
@@ -95,12 +95,33 @@ def native_post(mpi_comm, name: str, arguments: tuple):
     return call.post
 
 
+def native_array_post(mpi_comm, name: str, arguments: tuple, positions: list):
+    """``native_post``'s callable taking, on each call, new arrays for the call's buffers at
+    ``positions`` (as ``native_array_call``'s) and returning the request of the call on
+    them, which holds them until it is done with; None where it cannot."""
+    if not _array_positions(positions):
+        return None
+    blocking = _POSTED.get(name)
+    call = None if blocking is None else native_call(mpi_comm, blocking, arguments,
+                                                     tuple(positions))
+    functions = [_function(f) for f in (name, "Test", "Wait")] if call is not None else [None]
+    if None in functions:
+        return None
+    call.posting(*functions)
+    return call.post_on_arrays
+
+
+def _array_positions(positions: list) -> bool:
+    """Whether ``positions`` are ones the calls on new arrays take: [0], [1] or [0, 1]."""
+    return bool(positions) and len(positions) <= 2 and positions[0] in (0, 1) \
+        and (len(positions) == 1 or positions == [0, 1])
+
+
 def native_array_call(mpi_comm, name: str, arguments: tuple, positions: list, on_error=None):
     """``native_call``'s callable taking, on each call, new arrays for the call's buffers
     at ``positions`` (0: its first, 1: its second, in order), each of its spec's own dtype,
     shape and layout (the caller checked); None where it cannot."""
-    if not positions or len(positions) > 2 or positions[0] not in (0, 1) \
-            or (len(positions) == 2 and positions != [0, 1]):
+    if not _array_positions(positions):
         return None
     call = native_call(mpi_comm, name, arguments, tuple(positions), on_error)
     return None if call is None else call.on_arrays
@@ -439,6 +460,32 @@ class NativeCall:
         request.at = cython.cast(cython.size_t, cython.address(request.handle))
         with cython.nogil:
             code = _al_mpi_call(self.signature, self.function, self.values,
+                                cython.address(request.handle))
+        if code != 0:
+            raise MPI.Exception(code)
+        return request
+
+    @cython.locals(code=cython.int, request="NativeRequest", index=cython.int)
+    def post_on_arrays(self, first, second=None) -> NativeRequest:
+        """``post`` on new arrays, put where ``on_arrays`` puts them; the request holds
+        them while MPI may use them."""
+        if type(first) is not np.ndarray or (second is not None
+                                             and type(second) is not np.ndarray):
+            raise TypeError("expected numpy arrays")
+        request = NativeRequest.__new__(NativeRequest)
+        request.held = first if second is None else (first, second)
+        if not cython.compiled:
+            return request
+        values = cython.declare(cython.size_t[12])
+        for index in range(12):
+            values[index] = self.values[index]
+        values[self.first_slot] = _al_array_data(first)
+        if second is not None and self.second_slot >= 0:
+            values[self.second_slot] = _al_array_data(second)
+        request.test_function, request.wait_function = self.test_function, self.wait_function
+        request.at = cython.cast(cython.size_t, cython.address(request.handle))
+        with cython.nogil:
+            code = _al_mpi_call(self.signature, self.function, values,
                                 cython.address(request.handle))
         if code != 0:
             raise MPI.Exception(code)
