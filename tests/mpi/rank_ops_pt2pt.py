@@ -137,11 +137,13 @@ def test_receive_of_another_count_raises_and_comm_stays_usable(backend_comm, lon
 
 @pytest.mark.parametrize("op", ["recv", "sendrecv", "multisendrecv"])
 @pytest.mark.parametrize("fresh", [False, True], ids=["same-buffer", "new-arrays"])
-def test_a_repeated_receive_still_checks_the_message_count(comm, op, fresh):
+@pytest.mark.parametrize("mode", ["blocking", "nonblocking"])
+def test_a_repeated_receive_still_checks_the_message_count(comm, op, fresh, mode):
     """Receives into the same buffer again run the remembered plan, and receives into new
     arrays of a kind seen before that kind's call (MPI's call made directly where
-    compiled): a message of another count still raises al.OperationError naming the
-    sender, and a matching one after it lands (ranks 0 and 1)."""
+    compiled), blocking or started and waited for: a message of another count still
+    raises al.OperationError naming the sender, and a matching one after it lands (ranks
+    0 and 1)."""
     if comm.size < 2:
         pytest.skip("needs two ranks")
     if comm.rank > 1:
@@ -163,11 +165,11 @@ def test_a_repeated_receive_still_checks_the_message_count(comm, op, fresh):
 
         def receive():
             if op == "recv":
-                al.recv(out, peer, comm)
+                call(comm, mode, "recv", out, peer, comm)
             elif op == "sendrecv":
-                al.sendrecv(token, peer, out, peer, comm)
+                call(comm, mode, "sendrecv", token, peer, out, peer, comm)
             else:
-                al.multisendrecv([(token, peer)], [(out, peer)], comm)
+                call(comm, mode, "multisendrecv", [(token, peer)], [(out, peer)], comm)
         if length == 3:
             receive()
             np.testing.assert_array_equal(out, np.arange(3.0) + 3)

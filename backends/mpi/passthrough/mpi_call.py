@@ -211,18 +211,29 @@ class MPICall(MPIState):
         finish = None
         if finishing is not None and finishing[0].finishes(comm.size):
             finish = _finisher(finishing[0], comm.size, finishing[2])
-        return _array_states(_posted_class(cls), comm, args, post, len(buffers), finish)
+        return cls.array_posting(comm, args, post, len(buffers), finish)
 
     @classmethod
-    def posting(cls, comm, *args):
+    def array_posting(cls, comm, args: tuple, post, arrays: int, finish=None):
+        """``array_fresh``'s factory: a callable taking the ``arrays`` (1 or 2) new arrays
+        of a call and returning a new State of ``_posted_class(cls)`` whose start calls
+        ``post(*arrays)`` (returning the request) and whose finish step, if any, is
+        ``finish(last array)``."""
+        return _array_states(_posted_class(cls), comm, args, post, arrays, finish)
+
+    @classmethod
+    def posting(cls, comm, *args, post=None):
         """``fresh``'s factory: one State, returned for every start, that calls ``I<op>``
         on arguments made here (a plan starts again only once its last start completed,
-        and such a State keeps nothing of a run but the request ``start`` replaces).  It
-        is of a subclass of ``cls`` that runs ``MPICall``'s own ``start`` and ``step``
-        (``_posted_class``): what ``cls`` overrides serves States built its own way."""
-        arguments = cls.arguments(comm, *args)
-        posted = native_post(comm.mpi_comm, cls.calls.nonblocking, arguments) or \
-            functools.partial(getattr(comm.mpi_comm, cls.calls.nonblocking), *arguments)
+        and such a State keeps nothing of a run but the request ``start`` replaces), or
+        calls ``post`` where given.  It is of a subclass of ``cls`` that runs ``MPICall``'s
+        own ``start`` and ``step`` (``_posted_class``): what ``cls`` overrides serves States
+        built its own way."""
+        posted = post
+        if posted is None:
+            arguments = cls.arguments(comm, *args)
+            posted = native_post(comm.mpi_comm, cls.calls.nonblocking, arguments) or \
+                functools.partial(getattr(comm.mpi_comm, cls.calls.nonblocking), *arguments)
         state = _new_posted(_posted_class(cls), comm, args, posted,
                             cls.finish_step(comm, *args))
         return itertools.repeat(state).__next__     # (the same State, by a C call)

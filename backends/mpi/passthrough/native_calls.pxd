@@ -53,7 +53,7 @@ cdef extern from *:
                     P(0), P(1), I(2), P(3), P(4), P(5), status);
         case 103: return ((int (*)(ptr, ptr, int, ptr, ptr, int, ptr, ptr))f)(
                     P(0), P(1), I(2), P(3), P(4), I(5), P(6), status);
-        case 104: return ((int (*)(ptr, int, ptr, int, int, ptr, ptr))f)(
+        case 104: case 112: return ((int (*)(ptr, int, ptr, int, int, ptr, ptr))f)(
                     P(0), I(1), P(2), I(3), I(4), P(5), status);
         case 105: return ((int (*)(ptr, int, ptr, ptr, int, ptr, ptr, ptr))f)(
                     P(0), I(1), P(2), P(3), I(4), P(5), P(6), status);
@@ -77,6 +77,14 @@ cdef extern from *:
     static int _al_test(size_t f, void *request, int *done) {
         size_t status[8];   /* an MPI_Status: 24 bytes in Open MPI */
         return ((int (*)(void *, int *, void *))f)(request, done, status);
+    }
+
+    /* _al_test and _al_wait keeping the status, at ``status``. */
+    static int _al_test_status(size_t f, void *request, int *done, void *status) {
+        return ((int (*)(void *, int *, void *))f)(request, done, status);
+    }
+    static int _al_wait_status(size_t f, void *request, void *status) {
+        return ((int (*)(void *, void *))f)(request, status);
     }
 
     /* MPI_Start(request) at address ``f``: the error code. */
@@ -171,6 +179,8 @@ cdef extern from *:
     int _al_get_count(size_t f, void *status, size_t datatype) nogil
     int _al_test(size_t f, void *request, int *done) nogil
     int _al_wait(size_t f, void *request) nogil
+    int _al_test_status(size_t f, void *request, int *done, void *status) nogil
+    int _al_wait_status(size_t f, void *request, void *status) nogil
     int _al_start(size_t f, void *request) nogil
     int _al_exchange(const size_t *f, int n_recv, int n_send, size_t recv_specs,
                      size_t send_specs, int tag, size_t comm, int *failed, int *got) nogil
@@ -201,6 +211,14 @@ cdef class NativeExchange:
 cdef class NativeRequest:
     cdef size_t handle, at, test_function, wait_function
     cdef object held
+
+
+cdef class NativeReceive(NativeRequest):
+    cdef size_t status[8]
+    cdef size_t get_count, count_type
+    cdef long long expected
+    cdef object on_error
+    cdef _check(self)
 
 
 cdef class NativePersistent(NativeRequest):

@@ -81,34 +81,38 @@ def native_call(mpi_comm, name: str, arguments: tuple, positions: tuple = (),
     return call
 
 
-def native_post(mpi_comm, name: str, arguments: tuple):
+def native_post(mpi_comm, name: str, arguments: tuple, on_error=None):
     """A callable making the nonblocking ``mpi_comm.<name>(*arguments)`` (``Iallreduce``
     ...) as one C call and returning its request, a ``NativeRequest`` (``Test()`` and
-    ``Wait()`` as mpi4py's); None where it cannot (see the module's docstring; and the
-    receives, whose States read their status)."""
-    blocking = _POSTED.get(name)
-    call = None if blocking is None else native_call(mpi_comm, blocking, arguments)
-    functions = [_function(f) for f in (name, "Test", "Wait")] if call is not None else [None]
-    if None in functions:
-        return None
-    call.posting(*functions)
-    return call.post
+    ``Wait()`` as mpi4py's); None where it cannot (see the module's docstring).  A receive
+    (``Irecv``) needs ``on_error`` as ``native_call``'s: its request, a
+    ``NativeReceive``, checks the received count when it completes."""
+    call = _posting(mpi_comm, name, arguments, (), on_error)
+    return None if call is None else call.post
 
 
-def native_array_post(mpi_comm, name: str, arguments: tuple, positions: list):
+def native_array_post(mpi_comm, name: str, arguments: tuple, positions: list,
+                      on_error=None):
     """``native_post``'s callable taking, on each call, new arrays for the call's buffers at
     ``positions`` (as ``native_array_call``'s) and returning the request of the call on
     them, which holds them until it is done with; None where it cannot."""
     if not _array_positions(positions):
         return None
+    call = _posting(mpi_comm, name, arguments, tuple(positions), on_error)
+    return None if call is None else call.post_on_arrays
+
+
+def _posting(mpi_comm, name: str, arguments: tuple, positions: tuple, on_error):
+    """The ``NativeCall`` of the blocking form of the nonblocking call ``name``, made
+    nonblocking (``NativeCall.posting``); None where it cannot."""
     blocking = _POSTED.get(name)
     call = None if blocking is None else native_call(mpi_comm, blocking, arguments,
-                                                     tuple(positions))
+                                                     positions, on_error)
     functions = [_function(f) for f in (name, "Test", "Wait")] if call is not None else [None]
     if None in functions:
         return None
     call.posting(*functions)
-    return call.post_on_arrays
+    return call
 
 
 def _array_positions(positions: list) -> bool:
@@ -316,7 +320,8 @@ _BUILDERS = {
 # The nonblocking calls made in C, by their blocking call (whose builder and signature, plus
 # NONBLOCKING, they take); not the receives, whose States check their status.
 _POSTED = {f"I{name[0].lower()}{name[1:]}": name for name in _BUILDERS
-           if name not in ("Recv", "Sendrecv", "Sendrecv_replace")}
+           if name not in ("Sendrecv", "Sendrecv_replace")}   # (Open MPI 5's Isendrecv
+                                                               # hides the true count)
 NONBLOCKING = 100
 # The receiving calls: (expected count, datatype handle) from their builder's C arguments.
 _RECEIVING = {"Recv": lambda values: (values[1], values[2]),
@@ -452,7 +457,7 @@ class NativeCall:
     @cython.locals(code=cython.int, request="NativeRequest")
     def post(self) -> NativeRequest:
         """The nonblocking call (``posting``), made; its request."""
-        request = NativeRequest.__new__(NativeRequest)
+        request = self._request()
         request.held = self           # (the arrays stay alive while MPI may use them)
         if not cython.compiled:
             return request
@@ -472,7 +477,7 @@ class NativeCall:
         if type(first) is not np.ndarray or (second is not None
                                              and type(second) is not np.ndarray):
             raise TypeError("expected numpy arrays")
-        request = NativeRequest.__new__(NativeRequest)
+        request = self._request()
         request.held = first if second is None else (first, second)
         if not cython.compiled:
             return request
@@ -490,6 +495,17 @@ class NativeCall:
         if code != 0:
             raise MPI.Exception(code)
         return request
+
+    @cython.locals(receive="NativeReceive")
+    def _request(self) -> NativeRequest:
+        """A new request of the nonblocking call: a ``NativeReceive`` checking the count
+        where ``check`` set one."""
+        if self.expected < 0:
+            return NativeRequest.__new__(NativeRequest)
+        receive = NativeReceive.__new__(NativeReceive)
+        receive.get_count, receive.count_type = self.get_count, self.count_type
+        receive.expected, receive.on_error = self.expected, self.on_error
+        return receive
 
     def check(self, get_count: int, expected: int, datatype: int, on_error) -> None:
         """After each call, read the received count with ``MPI_Get_count`` (at address
@@ -570,6 +586,47 @@ class NativeRequest:
             code = _al_wait(self.wait_function, cython.cast(cython.p_void, self.at))
         if code != 0:
             raise MPI.Exception(code)
+
+
+@cython.cclass
+class NativeReceive(NativeRequest):
+    """The request of a receive ``NativeCall.post`` made: ``Test()`` and ``Wait()`` read
+    its status and, once it completed, raise ``on_error(0, count)`` for a message of another
+    count than ``expected``, and ``on_error(code, -1)`` for an MPI error ``code``."""
+
+    __slots__ = ("status", "get_count", "count_type", "expected", "on_error")
+
+    @cython.locals(code=cython.int, done=cython.int)
+    def Test(self) -> bool:   # noqa: N802 (mpi4py's name)
+        if not cython.compiled:
+            return True
+        done = 0
+        with cython.nogil:
+            code = _al_test_status(self.test_function, cython.cast(cython.p_void, self.at),
+                                   cython.address(done), self.status)
+        if code != 0:
+            raise self.on_error(code, -1)
+        if done == 0:
+            return False
+        self._check()
+        return True
+
+    @cython.locals(code=cython.int)
+    def Wait(self) -> None:   # noqa: N802
+        if not cython.compiled:
+            return
+        with cython.nogil:
+            code = _al_wait_status(self.wait_function, cython.cast(cython.p_void, self.at),
+                                   self.status)
+        if code != 0:
+            raise self.on_error(code, -1)
+        self._check()
+
+    @cython.locals(count=cython.int)
+    def _check(self) -> None:
+        count = _al_get_count(self.get_count, self.status, self.count_type)
+        if count != self.expected:
+            raise self.on_error(0, count)
 
 
 def native_persistent(request):

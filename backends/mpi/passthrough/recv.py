@@ -16,7 +16,7 @@ from ....core.errors import OperationError
 from ....engine.state import Action, RunType
 from ..datatypes import mpi_datatype
 from .mpi_call import POINT_TO_POINT_TAG, MPICall, MPICalls, spec
-from .native_calls import native_array_call, native_call
+from .native_calls import native_array_call, native_array_post, native_call, native_post
 from .persistent import PersistentRequests
 
 
@@ -57,6 +57,24 @@ class PassthroughRecv(MPICall):
         return native or array_receive(comm.mpi_comm.Recv, buf, src,
                                        lambda array, datatype, status:
                                        ([array, datatype], src, POINT_TO_POINT_TAG, status))
+
+    @classmethod
+    def fresh(cls, comm, stream, buf, src):
+        """A made-once State posting ``MPI_Irecv`` in C, its request checking the count
+        (``native_post``); where that cannot be, a new State per start."""
+        post = native_post(comm.mpi_comm, "Irecv", cls.arguments(comm, stream, buf, src),
+                           receive_error(buf, src))
+        if post is None:
+            return functools.partial(cls, comm, stream, buf, src)
+        return cls.posting(comm, stream, buf, src, post=post)
+
+    @classmethod
+    def array_fresh(cls, comm, stream, buf, src):
+        """A new State per call on new arrays, posting ``MPI_Irecv`` on them in C (as
+        ``fresh``'s); None where that cannot be."""
+        post = native_array_post(comm.mpi_comm, "Irecv", cls.arguments(comm, stream, buf, src),
+                                 [0], receive_error(buf, src))
+        return None if post is None else cls.array_posting(comm, (stream, buf, src), post, 1)
 
     @classmethod
     def persistent(cls, comm, stream, buf, src) -> PersistentRequests:
