@@ -211,32 +211,16 @@ class MPICall(MPIState):
         finish = None
         if finishing is not None and finishing[0].finishes(comm.size):
             finish = _finisher(finishing[0], comm.size, finishing[2])
-        return cls.array_posting(comm, args, post, len(buffers), finish)
+        return array_states(cls, comm, args, post, len(buffers), finish)
 
     @classmethod
-    def array_posting(cls, comm, args: tuple, post, arrays: int, finish=None):
-        """``array_fresh``'s factory: a callable taking the ``arrays`` (1 or 2) new arrays
-        of a call and returning a new State of ``_posted_class(cls)`` whose start calls
-        ``post(*arrays)`` (returning the request) and whose finish step, if any, is
-        ``finish(last array)``."""
-        return _array_states(_posted_class(cls), comm, args, post, arrays, finish)
-
-    @classmethod
-    def posting(cls, comm, *args, post=None):
-        """``fresh``'s factory: one State, returned for every start, that calls ``I<op>``
-        on arguments made here (a plan starts again only once its last start completed,
-        and such a State keeps nothing of a run but the request ``start`` replaces), or
-        calls ``post`` where given.  It is of a subclass of ``cls`` that runs ``MPICall``'s
-        own ``start`` and ``step`` (``_posted_class``): what ``cls`` overrides serves States
-        built its own way."""
-        posted = post
-        if posted is None:
-            arguments = cls.arguments(comm, *args)
-            posted = native_post(comm.mpi_comm, cls.calls.nonblocking, arguments) or \
-                functools.partial(getattr(comm.mpi_comm, cls.calls.nonblocking), *arguments)
-        state = _new_posted(_posted_class(cls), comm, args, posted,
-                            cls.finish_step(comm, *args))
-        return itertools.repeat(state).__next__     # (the same State, by a C call)
+    def posting(cls, comm, *args):
+        """``fresh``'s factory: ``posted_states`` calling ``I<op>`` on arguments made
+        here, then the finish step."""
+        arguments = cls.arguments(comm, *args)
+        posted = native_post(comm.mpi_comm, cls.calls.nonblocking, arguments) or \
+            functools.partial(getattr(comm.mpi_comm, cls.calls.nonblocking), *arguments)
+        return posted_states(cls, comm, args, posted, cls.finish_step(comm, *args))
 
     def start(self) -> None:
         posted = self.posted
@@ -256,25 +240,71 @@ class MPICall(MPIState):
         return _COMPLETE
 
 
+def posted_states(cls, comm, args: tuple, post, finish=None):
+    """A plan's nonblocking starts of a State class ``cls`` (``fresh``'s callable): one
+    State, returned for every start, whose start calls ``post()`` (a callable making the
+    nonblocking call and returning its request, polled with ``Test()``) and whose finish
+    step, if any, is ``finish()``.  A plan starts again only once its last start
+    completed, and such a State keeps nothing of a run but the request ``start`` replaces.
+    It is of a subclass of ``cls`` running ``MPICall``'s own ``start`` and ``step``
+    (``_posted_class``): what ``cls`` overrides serves States built its own way."""
+    state = _posted_class(cls).__new__(_posted_class(cls))
+    state.comm, state.args, state.posted, state.finish = comm, args, post, finish
+    return itertools.repeat(state).__next__     # (the same State, by a C call)
+
+
+def array_states(cls, comm, args: tuple, post, arrays: int, finish=None):
+    """Nonblocking calls on new arrays of a State class ``cls`` (``array_fresh``'s
+    callable): a callable taking a call's ``arrays`` new arrays and returning a new State
+    whose start calls ``post(*arrays)`` (returning the request) and whose finish step, if
+    any, is ``finish(last array)``; of ``_posted_class(cls)``, as ``posted_states``'s."""
+    cls = _posted_class(cls)
+    new = cls.__new__
+    if arrays == 1:
+        def on_array(a):
+            state = new(cls)
+            state.comm, state.args = comm, args
+            state.posted = functools.partial(post, a)
+            if finish is not None:
+                state.finish = functools.partial(finish, a)
+            return state
+        return on_array
+    if arrays == 2:
+        def on_arrays(a, b):
+            state = new(cls)
+            state.comm, state.args = comm, args
+            state.posted = functools.partial(post, a, b)
+            if finish is not None:
+                state.finish = functools.partial(finish, b)
+            return state
+        return on_arrays
+
+    def on_many(*given):
+        state = new(cls)
+        state.comm, state.args = comm, args
+        state.posted = functools.partial(post, *given)
+        if finish is not None:
+            state.finish = functools.partial(finish, given[-1])
+        return state
+    return on_many
+
+
 _POSTED: dict = {}   # class -> its subclass for posted States
 
 
 def _posted_class(cls) -> type:
     """``cls`` with ``MPICall.start`` and ``MPICall.step`` (made once per class, same name):
-    a State that ``posting`` made only posts its call and polls it, and on every small
-    nonblocking call a subclass's ``super()`` hop would cost a frame per start and poll."""
+    a State that ``posted_states`` or ``array_states`` made only posts its call and polls
+    it, and on every small nonblocking call a subclass's ``super()`` hop would cost a frame
+    per start and poll.  (``cls`` may be any ``MPIState``: the attributes those two read
+    default to None.)"""
     found = _POSTED.get(cls)
     if found is None:
         found = _POSTED[cls] = type(cls.__name__, (cls,), {
             "start": MPICall.start, "step": MPICall.step, "__module__": cls.__module__,
-            "__qualname__": cls.__qualname__, "__doc__": cls.__doc__})
+            "__qualname__": cls.__qualname__, "__doc__": cls.__doc__, "posted": None,
+            "finish": None, "request": None})
     return found
-
-
-def _new_posted(cls, comm, args, posted, finish):
-    state = cls.__new__(cls)
-    state.comm, state.args, state.posted, state.finish = comm, args, posted, finish
-    return state
 
 
 def _array_slots(cls, comm, args: tuple):
@@ -302,30 +332,6 @@ def _finisher(op, size: int, count: int | None):
     if count is None:
         return lambda recv: op.finish(recv, size)
     return lambda recv: op.finish(recv[:count], size)
-
-
-def _array_states(cls, comm, args: tuple, post, arrays: int, finish):
-    """``array_fresh``'s callable: a State of ``cls`` per call, whose start posts on the
-    call's one or two arrays, and whose finish step runs on the last of them."""
-    new = cls.__new__
-    if arrays == 1:
-        def on_array(a):
-            state = new(cls)
-            state.comm, state.args = comm, args
-            state.posted = functools.partial(post, a)
-            if finish is not None:
-                state.finish = functools.partial(finish, a)
-            return state
-        return on_array
-
-    def on_arrays(a, b):
-        state = new(cls)
-        state.comm, state.args = comm, args
-        state.posted = functools.partial(post, a, b)
-        if finish is not None:
-            state.finish = functools.partial(finish, b)
-        return state
-    return on_arrays
 
 
 def _wait(nonblocking, *arguments) -> None:

@@ -10,7 +10,7 @@ from mpi4py import MPI
 
 from ....engine.state import Action, RunType
 from ..datatypes import mpi_datatype
-from .mpi_call import POINT_TO_POINT_TAG, spec
+from .mpi_call import POINT_TO_POINT_TAG, array_states, posted_states, spec
 from .mpi_errors import MPIState, operation_error
 from .native_calls import native_exchange
 from .persistent import PersistentRequests
@@ -42,9 +42,7 @@ class PassthroughMultiSendRecv(MPIState):
     def blocking_call(cls, comm, stream, sends, recvs):
         """Every message posted and waited for in one C call where ``native_calls`` can,
         with the count check; else ``run_blocking`` bound to the arguments."""
-        exchange = native_exchange(comm.mpi_comm, [(spec(buf), peer) for buf, peer in recvs],
-                                   [(spec(buf), peer) for buf, peer in sends],
-                                   POINT_TO_POINT_TAG, _exchange_error(cls.name, recvs))
+        exchange = exchange_of(comm, cls.name, sends, recvs)
         return exchange or super().blocking_call(comm, stream, sends, recvs)
 
     @classmethod
@@ -52,14 +50,29 @@ class PassthroughMultiSendRecv(MPIState):
         """Every message posted and waited for in one C call on new arrays, taken in the
         order their buffers first appear in ``sends`` then ``recvs``; None where
         ``native_calls`` cannot."""
-        messages = [*sends, *recvs]
-        distinct = list({id(buf.obj): buf.obj for buf, _ in messages})
-        exchange = native_exchange(comm.mpi_comm, [(spec(buf), peer) for buf, peer in recvs],
-                                   [(spec(buf), peer) for buf, peer in sends],
-                                   POINT_TO_POINT_TAG, _exchange_error(cls.name, recvs),
-                                   [distinct.index(id(buf.obj)) for buf, _ in
-                                    [*recvs, *sends]])
+        exchange = exchange_of(comm, cls.name, sends, recvs, _first_seen(sends, recvs))
         return None if exchange is None else exchange.on_arrays
+
+    @classmethod
+    def fresh(cls, comm, stream, sends, recvs):
+        """A made-once State posting every message in C, its request testing them and
+        checking each receive's count (``NativeExchange.post``); where that cannot be, a
+        new State per start."""
+        exchange = exchange_of(comm, cls.name, sends, recvs)
+        if exchange is None:
+            return super().fresh(comm, stream, sends, recvs)
+        return posted_states(cls, comm, (stream, sends, recvs), exchange.post)
+
+    @classmethod
+    def array_fresh(cls, comm, stream, sends, recvs):
+        """A new State per call on new arrays (taken as ``array_call`` takes them), posting
+        every message on them in C as ``fresh``'s; None where that cannot be."""
+        which = _first_seen(sends, recvs)
+        exchange = exchange_of(comm, cls.name, sends, recvs, which)
+        if exchange is None:
+            return None
+        return array_states(cls, comm, (stream, sends, recvs), exchange.post_on_arrays,
+                            max(which, default=-1) + 1)
 
     @classmethod
     def persistent(cls, comm, stream, sends, recvs) -> PersistentRequests:
@@ -79,6 +92,22 @@ class PassthroughMultiSendRecv(MPIState):
             return Action.CONTINUE
         _check(self.statuses, self.recvs)
         return Action.COMPLETE
+
+
+def exchange_of(comm, name: str, sends, recvs, arrays: list | None = None):
+    """``native_exchange`` of these messages (lists of ``(Buffer, peer)``) under the
+    point-to-point tag, raising the errors of operation ``name``; ``arrays`` as there."""
+    return native_exchange(comm.mpi_comm, [(spec(buf), peer) for buf, peer in recvs],
+                           [(spec(buf), peer) for buf, peer in sends], POINT_TO_POINT_TAG,
+                           _exchange_error(name, recvs), arrays)
+
+
+def _first_seen(sends, recvs) -> list:
+    """For each message, receives first, the index of its array among the distinct arrays
+    of ``sends`` then ``recvs`` in the order they first appear (how the forms on new arrays
+    take them)."""
+    distinct = list({id(buf.obj): buf.obj for buf, _ in [*sends, *recvs]})
+    return [distinct.index(id(buf.obj)) for buf, _ in [*recvs, *sends]]
 
 
 def _post(comm, sends, recvs) -> list:

@@ -173,6 +173,75 @@ cdef extern from *:
         return code;
     }
 
+
+    /* The nonblocking exchange: post what _al_exchange posts into ``requests`` (the specs
+       as there, ``arrays``/``which`` as _al_exchange_arrays' where ``arrays`` is not NULL);
+       where a post fails, wait for those posted and return its code (*failed: its index). */
+    static int _al_exchange_post(const size_t *f, int n_recv, int n_send, size_t recv_specs,
+                                 size_t send_specs, PyObject *arrays, size_t which_address,
+                                 int tag, size_t comm, size_t *requests, int *failed) {
+        typedef int (*post_t)(void *, int, void *, int, int, void *, void *);
+        const size_t *recvs = (const size_t *)recv_specs, *sends = (const size_t *)send_specs;
+        const Py_ssize_t *which = (const Py_ssize_t *)which_address;
+        size_t status[8];
+        int n = n_recv + n_send, i, j, code;
+        for (i = 0; i < n; i++) {
+            const size_t *m = i < n_recv ? recvs + 4 * i : sends + 4 * (i - n_recv);
+            size_t address = arrays != Py_None
+                ? _al_array_data(PyTuple_GET_ITEM(arrays, which[i])) : m[0];
+            code = ((post_t)(i < n_recv ? f[0] : f[1]))(
+                (void *)address, (int)m[1], (void *)m[2], (int)m[3], tag, (void *)comm,
+                &requests[i]);
+            if (code) {
+                *failed = i;
+                for (j = 0; j < i; j++)
+                    ((int (*)(void *, void *))f[2])(&requests[j], status);
+                return code;
+            }
+        }
+        return 0;
+    }
+
+    /* The arrays of an exchange request of ``n`` messages (0 where there is no memory). */
+    static int _al_exchange_alloc(int n, size_t **requests, char **finished) {
+        *requests = (size_t *)malloc(sizeof(size_t) * (n ? n : 1));
+        *finished = (char *)calloc(n ? n : 1, 1);
+        if (*requests && *finished) return 1;
+        free(*requests); free(*finished);
+        *requests = NULL; *finished = NULL;
+        return 0;
+    }
+    static void _al_exchange_free(size_t *requests, char *finished) {
+        free(requests); free(finished);
+    }
+
+    /* Test (``wait``: wait for) each of the ``n`` posted ``requests`` not ``finished``
+       yet, marking those that complete and checking each receive's count; 0, an MPI error
+       code (*failed: its index) or -1 for a receive of another count (*failed, *got). */
+    static int _al_exchange_progress(const size_t *f, int n, int n_recv, size_t recv_specs,
+                                     size_t *requests, char *finished, int *remaining,
+                                     int wait, int *failed, int *got) {
+        const size_t *recvs = (const size_t *)recv_specs;
+        size_t status[8];
+        int i, flag, code;
+        for (i = 0; i < n; i++) {
+            if (finished[i]) continue;
+            flag = 1;
+            code = wait ? ((int (*)(void *, void *))f[2])(&requests[i], status)
+                        : ((int (*)(void *, int *, void *))f[4])(&requests[i], &flag, status);
+            if (!code && !flag) continue;
+            finished[i] = 1;
+            (*remaining)--;
+            if (code) { *failed = i; return code; }
+            if (i < n_recv) {
+                int count = -1;
+                ((int (*)(void *, void *, int *))f[3])(status, (void *)recvs[4 * i + 2],
+                                                       &count);
+                if (count != (int)recvs[4 * i + 1]) { *failed = i; *got = count; return -1; }
+            }
+        }
+        return 0;
+    }
     """
     size_t _al_array_data(object a)
     int _al_mpi_call(int signature, size_t f, const size_t *v, void *status) nogil
@@ -187,6 +256,14 @@ cdef extern from *:
     int _al_exchange_arrays(const size_t *f, int n_recv, int n_send, size_t recv_specs,
                             size_t send_specs, tuple arrays, size_t which_address, int tag,
                             size_t comm, int *failed, int *got)
+    int _al_exchange_post(const size_t *f, int n_recv, int n_send, size_t recv_specs,
+                          size_t send_specs, object arrays, size_t which_address, int tag,
+                          size_t comm, size_t *requests, int *failed)
+    int _al_exchange_alloc(int n, size_t **requests, char **finished)
+    void _al_exchange_free(size_t *requests, char *finished)
+    int _al_exchange_progress(const size_t *f, int n, int n_recv, size_t recv_specs,
+                              size_t *requests, char *finished, int *remaining, int wait,
+                              int *failed, int *got) nogil
 
 
 cdef class NativeCall:
@@ -200,7 +277,7 @@ cdef class NativeCall:
 
 
 cdef class NativeExchange:
-    cdef size_t functions[4]
+    cdef size_t functions[5]
     cdef int n_recv, n_send, tag
     cdef size_t recv_specs, send_specs, comm
     cdef object held, on_error, which
@@ -223,3 +300,12 @@ cdef class NativeReceive(NativeRequest):
 
 cdef class NativePersistent(NativeRequest):
     cdef size_t start_function
+
+
+cdef class NativeExchangeRequest:
+    cdef size_t *requests
+    cdef char *finished
+    cdef int n, n_recv, remaining
+    cdef NativeExchange exchange
+    cdef object arrays
+    cdef _progress(self, int wait)

@@ -14,7 +14,8 @@ derived as mpi4py derives them from the same specs (bytes over the datatype's ex
 rank where the call takes a count per rank); the v-variants' counts and displacements are
 held as C int arrays.  The receiving calls (``Recv``, ``Sendrecv``, ``Sendrecv_replace``)
 read their status in C and check the received count; ``native_exchange`` posts and waits
-for a multisendrecv's every message in one C call; ``native_post`` makes the nonblocking
+for a multisendrecv's every message in one C call (``post``: posts them, its request
+tested in C); ``native_post`` makes the nonblocking
 call (``MPI_I<op>`` on the blocking call's arguments) and returns its ``NativeRequest``,
 tested and waited for in C (``native_array_post``: on new arrays each time).
 
@@ -142,7 +143,7 @@ def native_exchange(mpi_comm, recvs: list, sends: list, tag: int, on_error,
     arrays its ``on_arrays(*arrays)`` takes on new arrays it uses."""
     if not cython.compiled or not _OPEN_MPI or not isinstance(mpi_comm, MPI.Comm):
         return None
-    functions = [_function(name) for name in ("Irecv", "Isend", "Wait", "Get_count")]
+    functions = [_function(name) for name in ("Irecv", "Isend", "Wait", "Get_count", "Test")]
     if None in functions:
         return None
     try:
@@ -719,8 +720,78 @@ class NativeExchange:
                                    self.comm, cython.address(failed), cython.address(got))
         self._raise(code, failed, got)
 
+    def post(self) -> NativeExchangeRequest:
+        """The exchange's messages posted (receives first), not waited for; their
+        request."""
+        return self._post(None)
+
+    def post_on_arrays(self, *arrays) -> NativeExchangeRequest:
+        """``post`` on new arrays, as ``on_arrays`` takes them; the request holds them."""
+        if len(arrays) != self.distinct:
+            raise TypeError(f"expected {self.distinct} arrays, got {len(arrays)}")
+        for array in arrays:
+            if type(array) is not np.ndarray:
+                raise TypeError("expected numpy arrays")
+        return self._post(arrays)
+
+    @cython.locals(request="NativeExchangeRequest", code=cython.int, failed=cython.int,
+                   n=cython.int)
+    def _post(self, arrays) -> NativeExchangeRequest:
+        request = NativeExchangeRequest.__new__(NativeExchangeRequest)
+        request.exchange, request.arrays = self, arrays
+        n = self.n_recv + self.n_send
+        request.n, request.n_recv, request.remaining = n, self.n_recv, n
+        if not cython.compiled:
+            request.remaining = 0
+            return request
+        if not _al_exchange_alloc(n, cython.address(request.requests),
+                                  cython.address(request.finished)):
+            raise MemoryError("multisendrecv: no memory for the requests")
+        failed = 0
+        code = _al_exchange_post(self.functions, self.n_recv, self.n_send, self.recv_specs,
+                                 self.send_specs, arrays, self.which_address, self.tag,
+                                 self.comm, request.requests, cython.address(failed))
+        if code != 0:
+            request.remaining = 0      # (those posted were waited for)
+            raise self.on_error(code, failed, -1)
+        return request
+
     def _raise(self, code: int, failed: int, got: int) -> None:
         if code == -2:
             raise MemoryError("multisendrecv: no memory for the requests")
         if code != 0:
             raise self.on_error(max(code, 0), failed, got)
+
+
+@cython.cclass
+class NativeExchangeRequest:
+    """The request of an exchange ``NativeExchange.post`` posted: ``Test()`` and ``Wait()``
+    as mpi4py's ``Request``, each message's request tested (waited for) in C until all
+    completed, every receive's count checked; an MPI error or a receive of another count
+    raises the exchange's ``on_error(code, index, count)``."""
+
+    __slots__ = ("requests", "finished", "n", "n_recv", "remaining", "exchange", "arrays")
+
+    def Test(self) -> bool:   # noqa: N802 (mpi4py's name)
+        if self.remaining:
+            self._progress(0)
+        return self.remaining == 0
+
+    def Wait(self) -> None:   # noqa: N802
+        if self.remaining:
+            self._progress(1)
+
+    @cython.locals(code=cython.int, failed=cython.int, got=cython.int, wait=cython.int)
+    def _progress(self, wait: int) -> None:
+        failed, got = 0, -1
+        with cython.nogil:
+            code = _al_exchange_progress(self.exchange.functions, self.n, self.n_recv,
+                                         self.exchange.recv_specs, self.requests,
+                                         self.finished, cython.address(self.remaining), wait,
+                                         cython.address(failed), cython.address(got))
+        if code != 0:
+            raise self.exchange.on_error(max(code, 0), failed, got)
+
+    def __dealloc__(self) -> None:
+        if cython.compiled:
+            _al_exchange_free(self.requests, self.finished)

@@ -15,7 +15,7 @@ from mpi4py import MPI
 from ....core.errors import OperationError
 from ....engine.state import Action, RunType
 from ..datatypes import mpi_datatype
-from .mpi_call import POINT_TO_POINT_TAG, MPICall, MPICalls, spec
+from .mpi_call import POINT_TO_POINT_TAG, MPICall, MPICalls, array_states, posted_states, spec
 from .native_calls import native_array_call, native_array_post, native_call, native_post
 from .persistent import PersistentRequests
 
@@ -66,7 +66,7 @@ class PassthroughRecv(MPICall):
                            receive_error(buf, src))
         if post is None:
             return functools.partial(cls, comm, stream, buf, src)
-        return cls.posting(comm, stream, buf, src, post=post)
+        return posted_states(cls, comm, (stream, buf, src), post)
 
     @classmethod
     def array_fresh(cls, comm, stream, buf, src):
@@ -74,7 +74,7 @@ class PassthroughRecv(MPICall):
         ``fresh``'s); None where that cannot be."""
         post = native_array_post(comm.mpi_comm, "Irecv", cls.arguments(comm, stream, buf, src),
                                  [0], receive_error(buf, src))
-        return None if post is None else cls.array_posting(comm, (stream, buf, src), post, 1)
+        return None if post is None else array_states(cls, comm, (stream, buf, src), post, 1)
 
     @classmethod
     def persistent(cls, comm, stream, buf, src) -> PersistentRequests:

@@ -14,8 +14,8 @@ import functools
 from mpi4py import MPI
 
 from ..datatypes import mpi_datatype
-from .mpi_call import POINT_TO_POINT_TAG, spec
-from .multisendrecv import PassthroughMultiSendRecv, persistent_pairs
+from .mpi_call import POINT_TO_POINT_TAG, array_states, posted_states, spec
+from .multisendrecv import PassthroughMultiSendRecv, exchange_of, persistent_pairs
 from .native_calls import native_array_call, native_call
 from .persistent import PersistentRequests
 from .recv import array_receive, checked_receive, receive_error
@@ -64,6 +64,28 @@ class PassthroughSendrecv(PassthroughMultiSendRecv):
         return array_receive(comm.mpi_comm.Sendrecv, recvbuf, src,
                              lambda send, recv, datatype, status:
                              ([send, send_type], dest, TAG, [recv, datatype], src, TAG, status))
+
+    @classmethod
+    def fresh(cls, comm, stream, sendbuf, dest, recvbuf, src):
+        """Out of place, multisendrecv's made-once State of one receive and one send; in
+        place, a new State per start (each sends a copy taken at its start)."""
+        exchange = None if sendbuf is recvbuf else \
+            exchange_of(comm, cls.name, [(sendbuf, dest)], [(recvbuf, src)])
+        if exchange is None:
+            return functools.partial(cls, comm, stream, sendbuf, dest, recvbuf, src)
+        return posted_states(cls, comm, (stream, sendbuf, dest, recvbuf, src), exchange.post)
+
+    @classmethod
+    def array_fresh(cls, comm, stream, sendbuf, dest, recvbuf, src):
+        """Out of place, multisendrecv's State per call on the new send and receive
+        arrays; None in place."""
+        if sendbuf is recvbuf:
+            return None
+        exchange = exchange_of(comm, cls.name, [(sendbuf, dest)], [(recvbuf, src)], [1, 0])
+        if exchange is None:
+            return None
+        return array_states(cls, comm, (stream, sendbuf, dest, recvbuf, src),
+                            exchange.post_on_arrays, 2)
 
     @classmethod
     def persistent(cls, comm, stream, sendbuf, dest, recvbuf, src) -> PersistentRequests | None:
