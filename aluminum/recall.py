@@ -552,8 +552,8 @@ class _Kind:
             state_class = kind.state_class(False)
             kind.direct = dispatch.array_runner(plan.comm, state_class, plan.args)
             kind.call_error = state_class.call_error
-            kind.fresh, kind.args = False, plan.args   # (the nonblocking form: at its first
-        return kind                                    # start, ``_array_starter``)
+            kind.fresh, kind.args = False, plan.args   # (the nonblocking form: made at
+        return kind                                    # the first start)
 
     def bind(self, objects: tuple) -> tuple:
         """The arguments of a call on ``objects`` (checked to be of this kind)."""

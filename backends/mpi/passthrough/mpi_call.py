@@ -211,7 +211,7 @@ class MPICall(MPIState):
         finish = None
         if finishing is not None and finishing[0].finishes(comm.size):
             finish = _finisher(finishing[0], comm.size, finishing[2])
-        return array_states(cls, comm, args, post, len(buffers), finish)
+        return array_states(cls, comm, args, post, finish)
 
     @classmethod
     def posting(cls, comm, *args):
@@ -248,45 +248,28 @@ def posted_states(cls, comm, args: tuple, post, finish=None):
     completed, and such a State keeps nothing of a run but the request ``start`` replaces.
     It is of a subclass of ``cls`` running ``MPICall``'s own ``start`` and ``step``
     (``_posted_class``): what ``cls`` overrides serves States built its own way."""
-    state = _posted_class(cls).__new__(_posted_class(cls))
+    posted = _posted_class(cls)
+    state = posted.__new__(posted)
     state.comm, state.args, state.posted, state.finish = comm, args, post, finish
     return itertools.repeat(state).__next__     # (the same State, by a C call)
 
 
-def array_states(cls, comm, args: tuple, post, arrays: int, finish=None):
+def array_states(cls, comm, args: tuple, post, finish=None):
     """Nonblocking calls on new arrays of a State class ``cls`` (``array_fresh``'s
-    callable): a callable taking a call's ``arrays`` new arrays and returning a new State
-    whose start calls ``post(*arrays)`` (returning the request) and whose finish step, if
-    any, is ``finish(last array)``; of ``_posted_class(cls)``, as ``posted_states``'s."""
+    callable): a callable taking a call's new arrays and returning a new State whose start
+    calls ``post(*arrays)`` (returning the request) and whose finish step, if any, is
+    ``finish(last array)``; of ``_posted_class(cls)``, as ``posted_states``'s."""
     cls = _posted_class(cls)
     new = cls.__new__
-    if arrays == 1:
-        def on_array(a):
-            state = new(cls)
-            state.comm, state.args = comm, args
-            state.posted = functools.partial(post, a)
-            if finish is not None:
-                state.finish = functools.partial(finish, a)
-            return state
-        return on_array
-    if arrays == 2:
-        def on_arrays(a, b):
-            state = new(cls)
-            state.comm, state.args = comm, args
-            state.posted = functools.partial(post, a, b)
-            if finish is not None:
-                state.finish = functools.partial(finish, b)
-            return state
-        return on_arrays
 
-    def on_many(*given):
+    def on_arrays(*arrays):
         state = new(cls)
         state.comm, state.args = comm, args
-        state.posted = functools.partial(post, *given)
+        state.posted = functools.partial(post, *arrays)
         if finish is not None:
-            state.finish = functools.partial(finish, given[-1])
+            state.finish = functools.partial(finish, arrays[-1])
         return state
-    return on_many
+    return on_arrays
 
 
 _POSTED: dict = {}   # class -> its subclass for posted States

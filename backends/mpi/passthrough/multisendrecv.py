@@ -67,12 +67,10 @@ class PassthroughMultiSendRecv(MPIState):
     def array_fresh(cls, comm, stream, sends, recvs):
         """A new State per call on new arrays (taken as ``array_call`` takes them), posting
         every message on them in C as ``fresh``'s; None where that cannot be."""
-        which = _first_seen(sends, recvs)
-        exchange = exchange_of(comm, cls.name, sends, recvs, which)
+        exchange = exchange_of(comm, cls.name, sends, recvs, _first_seen(sends, recvs))
         if exchange is None:
             return None
-        return array_states(cls, comm, (stream, sends, recvs), exchange.post_on_arrays,
-                            max(which, default=-1) + 1)
+        return array_states(cls, comm, (stream, sends, recvs), exchange.post_on_arrays)
 
     @classmethod
     def persistent(cls, comm, stream, sends, recvs) -> PersistentRequests:

@@ -74,7 +74,7 @@ class PassthroughRecv(MPICall):
         ``fresh``'s); None where that cannot be."""
         post = native_array_post(comm.mpi_comm, "Irecv", cls.arguments(comm, stream, buf, src),
                                  [0], receive_error(buf, src))
-        return None if post is None else array_states(cls, comm, (stream, buf, src), post, 1)
+        return None if post is None else array_states(cls, comm, (stream, buf, src), post)
 
     @classmethod
     def persistent(cls, comm, stream, buf, src) -> PersistentRequests:

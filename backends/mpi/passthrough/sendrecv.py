@@ -85,7 +85,7 @@ class PassthroughSendrecv(PassthroughMultiSendRecv):
         if exchange is None:
             return None
         return array_states(cls, comm, (stream, sendbuf, dest, recvbuf, src),
-                            exchange.post_on_arrays, 2)
+                            exchange.post_on_arrays)
 
     @classmethod
     def persistent(cls, comm, stream, sendbuf, dest, recvbuf, src) -> PersistentRequests | None:
