@@ -178,6 +178,34 @@ def test_a_repeated_receive_still_checks_the_message_count(comm, op, fresh, mode
                 receive()
 
 
+def test_a_receive_plan_checks_the_message_count_on_every_run(comm):
+    """A persistent receive (``al.recv_init``) run and started again and again: a message
+    of another count raises al.OperationError naming the sender on that run, and the
+    matching ones around it land (ranks 0 and 1)."""
+    if comm.size < 2:
+        pytest.skip("needs two ranks")
+    if comm.rank > 1:
+        return
+    peer, lengths = 1 - comm.rank, (3, 2, 3, 4, 3)   # matching, shorter, ..., longer, ...
+    if comm.rank == 0:
+        for _ in ("run", "start"):
+            for length in lengths:
+                al.send(np.arange(float(length)) + length, peer, comm)
+        return
+    out = np.zeros(3)
+    with al.recv_init(out, peer, comm) as plan:
+        for way in ("run", "start"):
+            for length in lengths:
+                out[:] = -1
+                receive = plan.run if way == "run" else lambda: plan.start().wait(WAIT_S)
+                if length == 3:
+                    receive()
+                    np.testing.assert_array_equal(out, np.arange(3.0) + 3)
+                else:
+                    with pytest.raises(al.OperationError, match="recv from rank 0"):
+                        receive()
+
+
 @EVERY_MODE
 def test_barrier_waits_for_the_last_rank(backend_comm, mode):
     comm = backend_comm

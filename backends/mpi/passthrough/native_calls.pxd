@@ -73,18 +73,10 @@ cdef extern from *:
         return -1;
     }
 
-    /* MPI_Test(request, &flag, status) at address ``f``: the error code, *done the flag. */
-    static int _al_test(size_t f, void *request, int *done) {
-        size_t status[8];   /* an MPI_Status: 24 bytes in Open MPI */
+    /* MPI_Test(request, &flag, status) at address ``f``: the error code, *done the flag;
+       ``status``: an MPI_Status (24 bytes in Open MPI). */
+    static int _al_test(size_t f, void *request, int *done, void *status) {
         return ((int (*)(void *, int *, void *))f)(request, done, status);
-    }
-
-    /* _al_test and _al_wait keeping the status, at ``status``. */
-    static int _al_test_status(size_t f, void *request, int *done, void *status) {
-        return ((int (*)(void *, int *, void *))f)(request, done, status);
-    }
-    static int _al_wait_status(size_t f, void *request, void *status) {
-        return ((int (*)(void *, void *))f)(request, status);
     }
 
     /* MPI_Start(request) at address ``f``: the error code. */
@@ -93,8 +85,7 @@ cdef extern from *:
     }
 
     /* MPI_Wait(request, status) at address ``f``: the error code. */
-    static int _al_wait(size_t f, void *request) {
-        size_t status[8];
+    static int _al_wait(size_t f, void *request, void *status) {
         return ((int (*)(void *, void *))f)(request, status);
     }
     #undef P
@@ -246,10 +237,8 @@ cdef extern from *:
     size_t _al_array_data(object a)
     int _al_mpi_call(int signature, size_t f, const size_t *v, void *status) nogil
     int _al_get_count(size_t f, void *status, size_t datatype) nogil
-    int _al_test(size_t f, void *request, int *done) nogil
-    int _al_wait(size_t f, void *request) nogil
-    int _al_test_status(size_t f, void *request, int *done, void *status) nogil
-    int _al_wait_status(size_t f, void *request, void *status) nogil
+    int _al_test(size_t f, void *request, int *done, void *status) nogil
+    int _al_wait(size_t f, void *request, void *status) nogil
     int _al_start(size_t f, void *request) nogil
     int _al_exchange(const size_t *f, int n_recv, int n_send, size_t recv_specs,
                      size_t send_specs, int tag, size_t comm, int *failed, int *got) nogil
@@ -288,10 +277,8 @@ cdef class NativeExchange:
 cdef class NativeRequest:
     cdef size_t handle, at, test_function, wait_function
     cdef object held
-
-
-cdef class NativeReceive(NativeRequest):
     cdef size_t status[8]
+    cdef bint checks
     cdef size_t get_count, count_type
     cdef long long expected
     cdef object on_error

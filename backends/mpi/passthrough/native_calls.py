@@ -86,8 +86,8 @@ def native_post(mpi_comm, name: str, arguments: tuple, on_error=None):
     """A callable making the nonblocking ``mpi_comm.<name>(*arguments)`` (``Iallreduce``
     ...) as one C call and returning its request, a ``NativeRequest`` (``Test()`` and
     ``Wait()`` as mpi4py's); None where it cannot (see the module's docstring).  A receive
-    (``Irecv``) needs ``on_error`` as ``native_call``'s: its request, a
-    ``NativeReceive``, checks the received count when it completes."""
+    (``Irecv``) needs ``on_error`` as ``native_call``'s: its request checks the received
+    count when it completes."""
     call = _posting(mpi_comm, name, arguments, (), on_error)
     return None if call is None else call.post
 
@@ -497,16 +497,14 @@ class NativeCall:
             raise MPI.Exception(code)
         return request
 
-    @cython.locals(receive="NativeReceive")
+    @cython.locals(request="NativeRequest")
     def _request(self) -> NativeRequest:
-        """A new request of the nonblocking call: a ``NativeReceive`` checking the count
-        where ``check`` set one."""
-        if self.expected < 0:
-            return NativeRequest.__new__(NativeRequest)
-        receive = NativeReceive.__new__(NativeReceive)
-        receive.get_count, receive.count_type = self.get_count, self.count_type
-        receive.expected, receive.on_error = self.expected, self.on_error
-        return receive
+        """A new request of the nonblocking call, checking the received count where
+        ``check`` set one."""
+        request = NativeRequest.__new__(NativeRequest)
+        if self.expected >= 0:
+            request.receives(self.get_count, self.expected, self.count_type, self.on_error)
+        return request
 
     def check(self, get_count: int, expected: int, datatype: int, on_error) -> None:
         """After each call, read the received count with ``MPI_Get_count`` (at address
@@ -560,9 +558,12 @@ class NativeCall:
 class NativeRequest:
     """The request of a nonblocking call ``NativeCall.post`` made: ``Test()`` and
     ``Wait()`` as mpi4py's ``Request`` (``MPI.Exception`` for an error code), on the
-    handle at address ``at`` (its own ``handle``)."""
+    handle at address ``at`` (its own ``handle``).  A receive's (``checks``) reads its
+    status and, once it completed, raises ``on_error(0, count)`` for a message of another
+    count than ``expected``, and ``on_error(code, -1)`` for an MPI error ``code``."""
 
-    __slots__ = ("handle", "at", "test_function", "wait_function", "held")
+    __slots__ = ("handle", "at", "test_function", "wait_function", "held", "status",
+                 "checks", "get_count", "count_type", "expected", "on_error")
 
     @cython.locals(code=cython.int, done=cython.int)
     def Test(self) -> bool:   # noqa: N802 (mpi4py's name)
@@ -573,10 +574,14 @@ class NativeRequest:
         done = 0
         with cython.nogil:
             code = _al_test(self.test_function, cython.cast(cython.p_void, self.at),
-                            cython.address(done))
+                            cython.address(done), self.status)
         if code != 0:
-            raise MPI.Exception(code)
-        return done != 0
+            raise self._failed(code)
+        if done == 0:
+            return False
+        if self.checks:
+            self._check()
+        return True
 
     @cython.locals(code=cython.int)
     def Wait(self) -> None:   # noqa: N802
@@ -584,44 +589,21 @@ class NativeRequest:
         if not cython.compiled:
             return
         with cython.nogil:
-            code = _al_wait(self.wait_function, cython.cast(cython.p_void, self.at))
+            code = _al_wait(self.wait_function, cython.cast(cython.p_void, self.at),
+                            self.status)
         if code != 0:
-            raise MPI.Exception(code)
+            raise self._failed(code)
+        if self.checks:
+            self._check()
 
+    def receives(self, get_count: int, expected: int, datatype: int, on_error) -> None:
+        """Check each completed receive as ``NativeCall.check`` says."""
+        self.checks = True
+        self.get_count, self.count_type = get_count, datatype
+        self.expected, self.on_error = expected, on_error
 
-@cython.cclass
-class NativeReceive(NativeRequest):
-    """The request of a receive ``NativeCall.post`` made: ``Test()`` and ``Wait()`` read
-    its status and, once it completed, raise ``on_error(0, count)`` for a message of another
-    count than ``expected``, and ``on_error(code, -1)`` for an MPI error ``code``."""
-
-    __slots__ = ("status", "get_count", "count_type", "expected", "on_error")
-
-    @cython.locals(code=cython.int, done=cython.int)
-    def Test(self) -> bool:   # noqa: N802 (mpi4py's name)
-        if not cython.compiled:
-            return True
-        done = 0
-        with cython.nogil:
-            code = _al_test_status(self.test_function, cython.cast(cython.p_void, self.at),
-                                   cython.address(done), self.status)
-        if code != 0:
-            raise self.on_error(code, -1)
-        if done == 0:
-            return False
-        self._check()
-        return True
-
-    @cython.locals(code=cython.int)
-    def Wait(self) -> None:   # noqa: N802
-        if not cython.compiled:
-            return
-        with cython.nogil:
-            code = _al_wait_status(self.wait_function, cython.cast(cython.p_void, self.at),
-                                   self.status)
-        if code != 0:
-            raise self.on_error(code, -1)
-        self._check()
+    def _failed(self, code: int) -> Exception:
+        return self.on_error(code, -1) if self.checks else MPI.Exception(code)
 
     @cython.locals(count=cython.int)
     def _check(self) -> None:
@@ -630,17 +612,22 @@ class NativeReceive(NativeRequest):
             raise self.on_error(0, count)
 
 
-def native_persistent(request):
-    """A ``NativePersistent`` starting and testing the persistent mpi4py request
-    ``request`` with MPI's C calls; None where it cannot (not compiled, an MPI other than
-    Open MPI, ``MPI_Start`` or ``MPI_Test`` not found, not an ``MPI.Prequest``)."""
+def native_persistent(request, received: tuple | None = None):
+    """A ``NativePersistent`` starting, testing and waiting for the persistent mpi4py
+    request ``request`` with MPI's C calls; None where it cannot (not compiled, an MPI
+    other than Open MPI, a function not found, not an ``MPI.Prequest``).  A receive's
+    ``received``, ``(count, datatype, on_error)``: each completed run checks that ``count``
+    elements of the mpi4py ``datatype`` came, raising ``on_error`` as ``native_call``'s."""
     if not cython.compiled or not _OPEN_MPI or not isinstance(request, MPI.Prequest):
         return None
-    start, test = _function("Start"), _function("Test")
-    if start is None or test is None:
+    functions = [_function(name) for name in ("Start", "Test", "Wait", "Get_count")]
+    if None in functions:
         return None
     native = NativePersistent()
-    native.set(request, start, test)
+    native.set(request, *functions[:3])
+    if received is not None:
+        count, datatype, on_error = received
+        native.receives(functions[3], count, MPI._handleof(datatype), on_error)
     return native
 
 
@@ -658,9 +645,10 @@ class NativePersistent(NativeRequest):
 
     __slots__ = ("start_function",)
 
-    def set(self, request, start: int, test: int) -> None:
+    def set(self, request, start: int, test: int, wait: int) -> None:
         self.held = request         # (the mpi4py request, which holds the handle)
         self.start_function, self.test_function = start, test
+        self.wait_function = wait
         self.at = MPI._addressof(request)
 
     @cython.locals(code=cython.int)

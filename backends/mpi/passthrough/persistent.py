@@ -17,22 +17,23 @@ _CONTINUE, _COMPLETE = Action.CONTINUE, Action.COMPLETE
 class PersistentRequest:
     """One persistent MPI request; ``run()`` blocks, ``state()`` gives the engine a State
     that starts and polls it (``start()``, ``test()``); ``finish()`` post-processes each
-    result (AVG, logical 0/1).  ``start`` is MPI's own ``MPI_Start``, and so is ``test``'s
-    ``MPI_Test`` where no finish follows a run: C calls on mpi4py's handle where they can be
-    made (``native_persistent``), else mpi4py's methods."""
+    result (AVG, logical 0/1).  ``start`` is MPI's own ``MPI_Start``, ``run``'s wait
+    ``MPI_Wait``, and so is ``test``'s ``MPI_Test`` where no finish follows a run: C calls
+    on mpi4py's handle where they can be made (``native_persistent``; ``native``: made
+    already, a receive's checking the received count), else mpi4py's methods."""
 
-    def __init__(self, comm, name: str, request, finish: Callable[[], None] | None) -> None:
+    def __init__(self, comm, name: str, request, finish: Callable[[], None] | None,
+                 native=None) -> None:
         self.comm, self.name, self.request, self.finish = comm, name, request, finish
         if request is not None:   # (None: PersistentRequests, which starts several)
-            calls = native_persistent(request) or request
-            self.start = calls.Start
+            calls = native or native_persistent(request) or request
+            self.start, self._wait = calls.Start, calls.Wait
             if finish is None:
                 self.test = calls.Test
 
     def run(self) -> None:
-        request = self.request
-        request.Start()
-        request.Wait()
+        self.start()
+        self._wait()
         if self.finish is not None:
             self.finish()
 

@@ -16,8 +16,9 @@ from ....core.errors import OperationError
 from ....engine.state import Action, RunType
 from ..datatypes import mpi_datatype
 from .mpi_call import POINT_TO_POINT_TAG, MPICall, MPICalls, array_states, posted_states, spec
-from .native_calls import native_array_call, native_array_post, native_call, native_post
-from .persistent import PersistentRequests
+from .native_calls import (native_array_call, native_array_post, native_call, native_persistent,
+                           native_post)
+from .persistent import PersistentRequest, PersistentRequests
 
 
 class PassthroughRecv(MPICall):
@@ -77,10 +78,14 @@ class PassthroughRecv(MPICall):
         return None if post is None else array_states(cls, comm, (stream, buf, src), post)
 
     @classmethod
-    def persistent(cls, comm, stream, buf, src) -> PersistentRequests:
-        """``MPI_Recv_init`` on the plan's buffer; each run checks the received count."""
+    def persistent(cls, comm, stream, buf, src) -> PersistentRequest:
+        """``MPI_Recv_init`` on the plan's buffer; each run checks the received count (in C
+        where ``native_persistent`` can)."""
         request = comm.mpi_comm.Recv_init(*cls.arguments(comm, stream, buf, src))
         datatype = mpi_datatype(buf.dtype)
+        native = native_persistent(request, (buf.count, datatype, receive_error(buf, src)))
+        if native is not None:
+            return PersistentRequest(comm, cls.name, request, None, native)
 
         def check(statuses):
             if statuses[0].Get_count(datatype) != buf.count:
