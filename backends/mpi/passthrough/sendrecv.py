@@ -90,7 +90,8 @@ class PassthroughSendrecv(PassthroughMultiSendRecv):
     @classmethod
     def persistent(cls, comm, stream, sendbuf, dest, recvbuf, src) -> PersistentRequests | None:
         """A persistent receive and send; None in place (each run would need a copy of
-        the buffer to send, which the nonblocking path takes at start)."""
+        the buffer to send, which the nonblocking path takes at start) and where
+        ``native_calls`` posts and tests the pair (``persistent_pairs``)."""
         if sendbuf is recvbuf:
             return None
         return persistent_pairs(comm, cls.name, [(sendbuf, dest)], [(recvbuf, src)])
