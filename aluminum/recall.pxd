@@ -54,8 +54,9 @@ cdef dict _recent, _kinds
 cdef bint _first_remembered(list entries, object first)
 cdef Plan _idle_repeat(_Entry entry, int count, object a, object b, object comm, object stream,
                        int k, object o1, object o2, object o3)
-cdef tuple _objects(int count, object a, object b)
-cdef tuple _options(int k, object o1, object o2, object o3)
+cdef object _known(op, int count, object a, object b, object comm, object stream, int k,
+                   object o1, object o2, object o3, bint nonblocking)
+cdef object _on_arrays(object call, tuple objects, tuple order)
 cdef bint _differs(object x, object y)
 cdef bint _differs_from(tuple options, int k, object o1, object o2, object o3)
 cdef bint _unchanged(object a, object dtype, tuple shape, int flags)

@@ -112,7 +112,6 @@ def call_blocking(op: str, objects: tuple, comm, stream, options: tuple,
     _made(op, objects, comm, stream, options, make, args).run()
 
 
-@cython.locals(kind="_Kind", plan="Plan", count=cython.int, k=cython.int)
 def ran_known(op: str, count: int, a, b, comm, stream, k: int, o1, o2, o3) -> bool:
     """``call_blocking``'s two common cases for a call of ``count`` (0-2) buffer objects
     ``a``, ``b`` and ``k`` (at most 3) options ``o1``, ``o2``, ``o3``, passed as they are:
@@ -120,55 +119,42 @@ def ran_known(op: str, count: int, a, b, comm, stream, k: int, o1, o2, o3) -> bo
     kept kind run that kind.  Returns True where it ran the call; False, having run
     nothing, for everything else (other remembered calls, tensors, first calls), which
     the caller then hands to ``call_blocking``."""
+    return _known(op, count, a, b, comm, stream, k, o1, o2, o3, False) is not None
+
+
+def started_known(op: str, count: int, a, b, comm, stream, k: int, o1, o2, o3):
+    """``call_nonblocking``'s two common cases for the arguments of ``ran_known``, started:
+    the Request, or None, having started nothing, for everything else, which the caller
+    then hands to ``call_nonblocking``."""
+    return _known(op, count, a, b, comm, stream, k, o1, o2, o3, True)
+
+
+@cython.locals(kind="_Kind", plan="Plan", count=cython.int, k=cython.int,
+               nonblocking=cython.bint)
+def _known(op: str, count: int, a, b, comm, stream, k: int, o1, o2, o3, nonblocking: bool):
+    """``ran_known`` (``nonblocking`` false: True where it ran the call) and
+    ``started_known`` (the Request); None where neither case applies."""
     entries = _recent.get(op)
     if entries:
         plan = _idle_repeat(entries[0], count, a, b, comm, stream, k, o1, o2, o3)
         if plan is not None:
+            if nonblocking:
+                return plan.start()
             plan.run()
             return True
         if _first_remembered(entries, a):   # (a repeat whose last start is running too)
-            return False
-    if a is not None and type(a) is not _ndarray:
-        return False
-    objects = _objects(count, a, b)
-    kind = _kept(op, objects, comm, stream, _options(k, o1, o2, o3))
-    if kind is None:
-        return False
-    kind.run(objects)
-    return True
-
-
-@cython.locals(plan="Plan", kind="_Kind", count=cython.int, k=cython.int)
-def started_known(op: str, count: int, a, b, comm, stream, k: int, o1, o2, o3):
-    """``call_nonblocking``'s two common cases for the arguments of ``ran_known``: a
-    repeat of the op's latest call, its plan done with, starts that plan (no tuple made),
-    new numpy arrays of a kept kind start that kind; returns the Request, or None, having
-    started nothing, for everything else, which the caller then hands to
-    ``call_nonblocking``."""
-    entries = _recent.get(op)
-    if entries:
-        plan = _idle_repeat(entries[0], count, a, b, comm, stream, k, o1, o2, o3)
-        if plan is not None:
-            return plan.start()
-        if _first_remembered(entries, a):
             return None
     if a is not None and type(a) is not _ndarray:
         return None
-    objects = _objects(count, a, b)
-    kind = _kept(op, objects, comm, stream, _options(k, o1, o2, o3))
-    return None if kind is None else kind.start(objects)
-
-
-@cython.locals(count=cython.int)
-def _objects(count: int, a, b) -> tuple:
-    """The buffer objects of ``ran_known``'s arguments, as a tuple."""
-    return () if count == 0 else (a,) if count == 1 else (a, b)
-
-
-@cython.locals(k=cython.int)
-def _options(k: int, o1, o2, o3) -> tuple:
-    """The options of ``ran_known``'s arguments, as a tuple."""
-    return (o1,) if k == 1 else (o1, o2) if k == 2 else (o1, o2, o3) if k == 3 else ()
+    objects = () if count == 0 else (a,) if count == 1 else (a, b)
+    options = (o1,) if k == 1 else (o1, o2) if k == 2 else (o1, o2, o3) if k == 3 else ()
+    kind = _kept(op, objects, comm, stream, options)
+    if kind is None:
+        return None
+    if nonblocking:
+        return kind.start(objects)
+    kind.run(objects)
+    return True
 
 
 @cython.locals(entry="_Entry", plan="Plan", count=cython.int, k=cython.int)
@@ -585,13 +571,7 @@ class _Kind:
             arrivals.enter(self)   # (counted, and marked for the stall monitor)
         try:
             wait_started_on(self.comm)
-            order = self.order
-            if len(order) == 2:
-                direct(objects[order[0]], objects[order[1]])
-            elif len(order) == 1:
-                direct(objects[order[0]])
-            else:
-                direct(*[objects[index] for index in order])
+            _on_arrays(direct, objects, self.order)
         except Exception as exc:   # (free in Python 3.11 unless raised)
             error = self.call_error(exc)
             if error is None:
@@ -627,17 +607,20 @@ class _Kind:
             detail = None if arrivals is None else (arrivals.missing, arrivals.arrive())
             return dispatch.run(self.comm, self.op, self.state_class(True), self.nbytes,
                                 False, arguments, detail)
-        order = self.order
-        if len(order) == 2:
-            state = fresh(objects[order[0]], objects[order[1]])
-        elif len(order) == 1:
-            state = fresh(objects[order[0]])
-        else:
-            state = fresh(*[objects[index] for index in order])
-        request = submit(state)   # (posted first: counting can follow, as a plan's start)
+        request = submit(_on_arrays(fresh, objects, self.order))   # (posted first: counting can follow, as a plan's start)
         if arrivals is not None:
             request.detail = (arrivals.missing, arrivals.arrive())
         return request
+
+
+def _on_arrays(call, objects: tuple, order: tuple):
+    """``call`` on the arrays of ``objects`` in a kind's ``order`` (one and two written
+    out: no list made)."""
+    if len(order) == 2:
+        return call(objects[order[0]], objects[order[1]])
+    if len(order) == 1:
+        return call(objects[order[0]])
+    return call(*[objects[index] for index in order])
 
 
 class _NotTemplated(Exception):

@@ -170,12 +170,7 @@ def test_a_repeated_receive_still_checks_the_message_count(comm, op, fresh, mode
                 call(comm, mode, "sendrecv", token, peer, out, peer, comm)
             else:
                 call(comm, mode, "multisendrecv", [(token, peer)], [(out, peer)], comm)
-        if length == 3:
-            receive()
-            np.testing.assert_array_equal(out, np.arange(3.0) + 3)
-        else:
-            with pytest.raises(al.OperationError, match="recv from rank 0"):
-                receive()
+        _receives_only_its_count(receive, out, length)
 
 
 def test_a_receive_plan_checks_the_message_count_on_every_run(comm):
@@ -198,12 +193,19 @@ def test_a_receive_plan_checks_the_message_count_on_every_run(comm):
             for length in lengths:
                 out[:] = -1
                 receive = plan.run if way == "run" else lambda: plan.start().wait(WAIT_S)
-                if length == 3:
-                    receive()
-                    np.testing.assert_array_equal(out, np.arange(3.0) + 3)
-                else:
-                    with pytest.raises(al.OperationError, match="recv from rank 0"):
-                        receive()
+                _receives_only_its_count(receive, out, length)
+
+
+def _receives_only_its_count(receive, out, length):
+    """``receive()`` of a message of ``length`` elements from rank 0 (``np.arange(length)
+    + length``) into ``out`` (3 elements): it lands where ``length`` is 3, else the receive
+    raises al.OperationError naming the sender."""
+    if length == 3:
+        receive()
+        np.testing.assert_array_equal(out, np.arange(3.0) + 3)
+    else:
+        with pytest.raises(al.OperationError, match="recv from rank 0"):
+            receive()
 
 
 @EVERY_MODE

@@ -161,13 +161,10 @@ class MPICall(MPIState):
         call = native_array_call(comm.mpi_comm, cls.calls.blocking, arguments,
                                  [position for position, _ in slots]) \
             or _on_arrays(getattr(comm.mpi_comm, cls.calls.blocking), arguments, slots)
-        found = cls.finishing(comm, *args)
-        if call is None or found is None or not found[0].finishes(comm.size):
+        finish = _array_finish(cls, comm, args, buffers)
+        if call is None or finish is None:
             return call
-        op, buf, count = found
-        if buf is not buffers[-1]:
-            return None
-        return _then_finish(call, len(buffers), op, comm.size, count)
+        return finish and _then_finish(call, len(buffers), finish)
 
     @classmethod
     def posts_plainly(cls, comm, *args) -> bool:
@@ -205,12 +202,9 @@ class MPICall(MPIState):
         post = native_array_post(mpi, cls.calls.nonblocking, arguments,
                                  [position for position, _ in slots]) \
             or _on_arrays(getattr(mpi, cls.calls.nonblocking), arguments, slots)
-        finishing = cls.finishing(comm, *args)
-        if post is None or (finishing is not None and finishing[1] is not buffers[-1]):
+        finish = _array_finish(cls, comm, args, buffers)
+        if post is None or finish is False:
             return None
-        finish = None
-        if finishing is not None and finishing[0].finishes(comm.size):
-            finish = _finisher(finishing[0], comm.size, finishing[2])
         return array_states(cls, comm, args, post, finish)
 
     @classmethod
@@ -310,8 +304,18 @@ def _array_slots(cls, comm, args: tuple):
     return buffers, arguments, slots
 
 
-def _finisher(op, size: int, count: int | None):
-    """``op.finish`` on the first ``count`` elements (all when None) of an array."""
+def _array_finish(cls, comm, args: tuple, buffers: list):
+    """The finish step of the forms on new arrays (``finishing``): ``op.finish`` on the
+    first ``count`` elements (all when None) of the call's last array; None where nothing
+    is to finish; False where what is finished is not the last of ``buffers`` (then there
+    is no form on new arrays)."""
+    found = cls.finishing(comm, *args)
+    if found is None or not found[0].finishes(comm.size):
+        return None
+    op, buf, count = found
+    if buf is not buffers[-1]:
+        return False
+    size = comm.size
     if count is None:
         return lambda recv: op.finish(recv, size)
     return lambda recv: op.finish(recv[:count], size)
@@ -354,18 +358,18 @@ def _on_arrays(call, arguments: tuple, slots: list):
     return lambda a, b: call(*before, [a, *rest_a], *middle, [b, *rest_b], *after)
 
 
-def _then_finish(call, arrays: int, op, size: int, count: int | None):
-    """``call`` on one or two arrays followed by ``op.finish`` on the first ``count``
-    elements of the last one (all of them when None)."""
+def _then_finish(call, arrays: int, finish):
+    """``call`` on one or two arrays followed by ``finish`` (``_array_finish``'s) on the
+    last one."""
     if arrays == 1:
         def call_and_finish(recv):
             call(recv)
-            op.finish(recv if count is None else recv[:count], size)
+            finish(recv)
         return call_and_finish
 
     def call_and_finish_out(send, recv):
         call(send, recv)
-        op.finish(recv if count is None else recv[:count], size)
+        finish(recv)
     return call_and_finish_out
 
 
