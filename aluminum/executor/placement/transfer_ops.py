@@ -35,6 +35,7 @@ import numpy as np
 import aluminum as al
 
 from ..errors import ExecutionError
+from ..layouts.traffic import active as counting
 from ..layouts.traffic import record
 from ..ops.registry import OpKind, register
 
@@ -51,37 +52,42 @@ class _Transfer(OpKind):
         if runtime is None:
             raise ExecutionError(f"op {self.type}: runs only in a placed program's executor "
                                  "(ex.place, then Executor or ParallelExecutor)")
+        sending = "X" in ins
+        values = {"X": ins["X"][0]} if sending else {}
         start = al.trace.now_us() if al.trace.ENABLED else None
         try:
-            outs = self.move(runtime, ins, attrs)
+            self.runner(runtime, attrs, values, "X" if sending else None,
+                        None if sending else "Out")()
         except al.TimeoutError as exc:
             raise self.unanswered(runtime, attrs, exc) from exc
         if start is not None:   # the timeline names the variable, next to the op's span
             al.trace.span(f"{self.type} {attrs['var']}", "placement", start,
                           al.trace.now_us(), {"group": list(attrs["group"]),
                                               "root": attrs["root"], "rank": runtime.rank})
-        return outs
+        return {"Out": [values["Out"]]} if "Out" in values else {}
 
     def bind(self, op, scope, ctx):
-        """The transfer bound to ``scope`` (``OpKind.bind``): ``move`` called on its input
-        read from ``scope``, its output stored there, the context looked up once; None
-        under AL_TRACE (``compute`` records its span) or outside a placed program
-        (``compute`` says so)."""
+        """The transfer bound to ``scope`` (``OpKind.bind``): its ``runner``, made on the
+        first run (which opens the channel) and called on every run after; None under
+        AL_TRACE (``compute`` records its span) or outside a placed program (``compute``
+        says so)."""
         runtime = getattr(ctx, "placement", None)
         if runtime is None or al.trace.ENABLED:
             return None
-        move, attrs = self.move, op.attrs
+        attrs = op.attrs
         source = op.inputs["X"][0] if op.inputs.get("X") else None
         target = op.outputs["Out"][0] if op.outputs.get("Out") else None
+        run = None
 
-        def run() -> None:
+        def bound() -> None:
+            nonlocal run
             try:
-                outs = move(runtime, {} if source is None else {"X": [scope[source]]}, attrs)
+                if run is None:
+                    run = self.runner(runtime, attrs, scope, source, target)
+                run()
             except al.TimeoutError as exc:
                 raise self.unanswered(runtime, attrs, exc) from exc
-            if target is not None:
-                scope[target] = outs["Out"][0]
-        return run
+        return bound
 
     def unanswered(self, runtime, attrs, exc) -> al.TimeoutError:
         """The timeout of this transfer, naming the peers it waited for."""
@@ -95,27 +101,70 @@ class _Transfer(OpKind):
             return [attrs["root"]]
         return [r for r in attrs["group"] if r != runtime.rank]
 
-    def move(self, runtime, ins, attrs) -> dict:
+    def runner(self, runtime, attrs, values, source, target):
+        """A no-argument callable making this rank's part of the transfer once: reading
+        ``values[source]`` (a sender: ``source`` given), storing ``values[target]`` (a
+        receiver), with everything else looked up here.  The transfer's channel is opened
+        here on first use (a receiver's plan may be collective: ranks make their runners
+        in the one order of the transfers, as they run them)."""
         raise NotImplementedError
 
 
-def _outgoing(ins, attrs):
+def _outgoing(value, rows):
     """The array a sender hands to the call: the producer's own (a view for ``rows``),
     copied only if it is not C-contiguous."""
-    value = ins["X"][0]
-    rows = attrs.get("rows")
     return np.ascontiguousarray(value if rows is None else value[rows[0]:rows[1]])
 
 
-def _dynamic(attrs) -> bool:
-    return -1 in attrs["shape"]
+def _channel(runtime, attrs, count: int = 0, make=None):
+    """The transfer's channel (``PlacedRun.channel``), opened on its first use with
+    ``count`` buffers and ``make`` their plan, or, with a batch dimension, its header
+    (its buffers and plans made per step shape)."""
+    found = runtime.channel(attrs)
+    if found is not None:
+        return found
+    if -1 in attrs["shape"]:
+        return runtime.open_channel(attrs)
+    return runtime.open_channel(attrs, count, make)
 
 
-def _received(buffer, attrs) -> dict:
+def _scale(attrs):
+    """The factor a receiver scales what it received by, or None."""
     scale = attrs.get("scale")
-    if scale not in (None, 1.0):
-        np.multiply(buffer, scale, out=buffer)
-    return {"Out": [buffer]}
+    return None if scale in (None, 1.0) else scale
+
+
+def _receiver(plan, buffer, attrs, values, target, counted=None):
+    """A receiver's runner of a fixed shape: ``plan`` run into ``buffer``, which is
+    scaled (``_scale``), stored as ``values[target]`` and handed to ``counted``."""
+    run_plan, scale, multiply = plan.run, _scale(attrs), np.multiply
+
+    def run() -> None:
+        run_plan()
+        if scale is not None:
+            multiply(buffer, scale, out=buffer)
+        values[target] = buffer
+        if counting and counted is not None:
+            counted(buffer)
+    return run
+
+
+def _shaped_receiver(channel, receive_header, make, attrs, values, target, counted=None):
+    """A receiver's runner with a batch dimension: the step's shape received first
+    (``receive_header()`` fills ``channel.header``), then the plan of that shape
+    (``Channel.for_shape``, ``make`` making it) run, as ``_receiver``."""
+    header, dtype, scale = channel.header, attrs["dtype"], _scale(attrs)
+
+    def run() -> None:
+        receive_header()
+        buffer, plan = channel.for_shape(tuple(header.tolist()), dtype, make)
+        plan.run()
+        if scale is not None:
+            np.multiply(buffer, scale, out=buffer)
+        values[target] = buffer
+        if counting and counted is not None:
+            counted(buffer)
+    return run
 
 
 @register
@@ -127,15 +176,19 @@ class SendVar(_Transfer):
     def peers(self, attrs, runtime):
         return [attrs["peer"]]
 
-    def move(self, runtime, ins, attrs):
-        value = _outgoing(ins, attrs)
-        if _dynamic(attrs):
-            channel = runtime.channel(attrs) or runtime.open_channel(attrs)
-            channel.header[...] = value.shape
-            al.send(channel.header, attrs["peer"], runtime.comm)
-        al.send(value, attrs["peer"], runtime.comm)
-        record("send", 2, value.nbytes, 0)
-        return {}
+    def runner(self, runtime, attrs, values, source, target):
+        send, peer, comm, rows = al.send, attrs["peer"], runtime.comm, attrs.get("rows")
+        header = _channel(runtime, attrs).header
+
+        def run() -> None:
+            value = _outgoing(values[source], rows)
+            if header is not None:
+                header[...] = value.shape
+                send(header, peer, comm)
+            send(value, peer, comm)
+            if counting:
+                record("send", 2, value.nbytes, 0)
+        return run
 
 
 @register
@@ -147,17 +200,13 @@ class RecvVar(_Transfer):
     def peers(self, attrs, runtime):
         return [attrs["peer"]]
 
-    def move(self, runtime, ins, attrs):
-        if _dynamic(attrs):
-            channel = runtime.channel(attrs) or runtime.open_channel(attrs)
-            al.recv(channel.header, attrs["peer"], runtime.comm)
-            buffer, plan = channel.for_shape(tuple(channel.header.tolist()), attrs["dtype"],
-                                             self.plan)
-            plan.run()
-            return _received(buffer, attrs)
-        channel = runtime.channel(attrs) or runtime.open_channel(attrs, 1, self.plan)
-        channel.plan.run()
-        return _received(channel.buffers[0], attrs)
+    def runner(self, runtime, attrs, values, source, target):
+        channel = _channel(runtime, attrs, 1, self.plan)
+        if channel.header is None:
+            return _receiver(channel.plan, channel.buffers[0], attrs, values, target)
+        recv, header, peer, comm = al.recv, channel.header, attrs["peer"], runtime.comm
+        return _shaped_receiver(channel, lambda: recv(header, peer, comm), self.plan, attrs,
+                                values, target)
 
     @staticmethod
     def plan(channel, buffer=None):
@@ -171,27 +220,31 @@ class BcastVar(_Transfer):
 
     type = "bcast_var"
 
-    def move(self, runtime, ins, attrs):
-        if "X" in ins:
-            channel = runtime.channel(attrs) or runtime.open_channel(attrs)
-            value = _outgoing(ins, attrs)
-            if _dynamic(attrs):
-                channel.header[...] = value.shape
-                al.bcast(channel.header, channel.comm, root=channel.root)
-            al.bcast(value, channel.comm, root=channel.root)
-            record("bcast", channel.comm.size, value.nbytes * (channel.comm.size - 1), 0)
-            return {}
-        if _dynamic(attrs):
-            channel = runtime.channel(attrs) or runtime.open_channel(attrs)
-            al.bcast(channel.header, channel.comm, root=channel.root)
-            buffer, plan = channel.for_shape(tuple(channel.header.tolist()), attrs["dtype"],
-                                             self.plan)
-        else:
-            channel = runtime.channel(attrs) or runtime.open_channel(attrs, 1, self.plan)
-            buffer, plan = channel.buffers[0], channel.plan
-        plan.run()
-        record("bcast", channel.comm.size, 0, buffer.nbytes)
-        return {"Out": [buffer]}
+    def runner(self, runtime, attrs, values, source, target):
+        if source is not None:
+            channel = _channel(runtime, attrs)
+            bcast, comm, root = al.bcast, channel.comm, channel.root
+            header, rows, others = channel.header, attrs.get("rows"), comm.size - 1
+
+            def run() -> None:
+                value = _outgoing(values[source], rows)
+                if header is not None:
+                    header[...] = value.shape
+                    bcast(header, comm, root=root)
+                bcast(value, comm, root=root)
+                if counting:
+                    record("bcast", others + 1, value.nbytes * others, 0)
+            return run
+        channel = _channel(runtime, attrs, 1, self.plan)
+        bcast, header, comm, root, size = (al.bcast, channel.header, channel.comm,
+                                           channel.root, channel.comm.size)
+
+        def counted(buffer) -> None:
+            record("bcast", size, 0, buffer.nbytes)
+        if header is None:
+            return _receiver(channel.plan, channel.buffers[0], attrs, values, target, counted)
+        return _shaped_receiver(channel, lambda: bcast(header, comm, root=root), self.plan,
+                                attrs, values, target, counted)
 
     @staticmethod
     def plan(channel, buffer=None):
@@ -207,19 +260,24 @@ class ReduceVar(_Transfer):
 
     type = "reduce_var"
 
-    def move(self, runtime, ins, attrs):
-        if "X" in ins:
-            channel = runtime.channel(attrs) or runtime.open_channel(attrs)
-            value = _outgoing(ins, attrs)
-            al.reduce(value.reshape(-1), channel.comm, root=channel.root,
-                      algo=al.Algorithm.DIRECT)   # flat: repeated calls take the fast path
-            record("reduce", channel.comm.size, value.nbytes, 0)
-            return {}
-        channel = runtime.channel(attrs) or runtime.open_channel(attrs, 2, self.plan)
-        channel.plan.run()
-        total = channel.buffers[1]
-        record("reduce", channel.comm.size, 0, total.nbytes * (channel.comm.size - 1))
-        return _received(total, attrs)
+    def runner(self, runtime, attrs, values, source, target):
+        if source is not None:
+            channel = _channel(runtime, attrs)
+            reduce, comm, root, rows = al.reduce, channel.comm, channel.root, attrs.get("rows")
+            size, direct = comm.size, al.Algorithm.DIRECT
+
+            def run() -> None:
+                value = _outgoing(values[source], rows)
+                if value.ndim != 1:     # flat: repeated calls take the fast path
+                    value = value.reshape(-1)
+                reduce(value, comm, root=root, algo=direct)
+                if counting:
+                    record("reduce", size, value.nbytes, 0)
+            return run
+        channel = _channel(runtime, attrs, 2, self.plan)
+        size = channel.comm.size
+        return _receiver(channel.plan, channel.buffers[1], attrs, values, target,
+                         lambda total: record("reduce", size, 0, total.nbytes * (size - 1)))
 
     @staticmethod
     def plan(channel):
