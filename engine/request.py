@@ -78,13 +78,14 @@ class Request:
 
     @staticmethod
     @cython.cfunc
+    @cython.locals(request="Request")
     def made(state: State, engine: ProgressEngine, seq: int, key) -> Request:
         """``Request(state, engine, seq, key)``, compiled without parsing the arguments of a
         call (the engine makes one per nonblocking call): a new extension object's fields
         start as ``__init__`` sets the others (None, 0, False)."""
         if not cython.compiled:
             return Request(state, engine, seq, key)
-        request: Request = Request.__new__(Request)
+        request = Request.__new__(Request)
         request.state, request._engine, request.seq, request.key = state, engine, seq, key
         return request
 

@@ -162,3 +162,21 @@ def test_an_mpi_failure_raises_operation_error_naming_the_op():
         FakeReduce.blocking_call(comm, None, sendbuf, recvbuf, Halving(log))()
     assert str(FakeReduce.call_error(error)) == str(caught.value)
     assert FakeReduce.call_error(ValueError("other")) is None
+
+
+def test_only_small_calls_without_a_python_op_are_quick():
+    """Posting, starting and testing a call keep the GIL only where it is quick: at most
+    ``QUICK_BYTES`` in all its buffers, and no reduction op written in Python (MPI may run
+    that on a thread which then needs the GIL)."""
+    from aluminum.backends.mpi.passthrough.native_calls import QUICK_BYTES, quick
+    half = np.zeros(QUICK_BYTES // 8, np.float32)      # QUICK_BYTES / 2 bytes
+    assert quick(([half, MPI.FLOAT], [half.copy(), MPI.FLOAT], MPI.SUM))
+    assert not quick(([half, MPI.FLOAT], [np.zeros(half.size + 1, np.float32), MPI.FLOAT],
+                      MPI.SUM))
+    assert not quick(([np.zeros(QUICK_BYTES + 1, np.uint8), MPI.BYTE], 0))
+    python_op = MPI.Op.Create(lambda a, b, datatype: None, commute=True)
+    try:
+        one = np.zeros(1, np.float32)
+        assert not quick(([one, MPI.FLOAT], [one.copy(), MPI.FLOAT], python_op))
+    finally:
+        python_op.Free()

@@ -35,7 +35,8 @@ from ....core.buffers import Buffer
 from ....engine.state import Action
 from ..datatypes import mpi_datatype
 from .mpi_errors import MPIState, operation_error
-from .native_calls import native_array_call, native_array_post, native_call, native_post
+from .native_calls import (native_array_call, native_array_post, native_call,
+                           native_persistent, native_post)
 from .persistent import PersistentRequest
 
 _CONTINUE, _COMPLETE = Action.CONTINUE, Action.COMPLETE
@@ -143,11 +144,13 @@ class MPICall(MPIState):
         make = getattr(comm.mpi_comm, name, None)
         if make is None:
             return None
+        arguments = cls.arguments(comm, *args)
         try:
-            request = make(*cls.arguments(comm, *args))
+            request = make(*arguments)
         except (NotImplementedError, MPI.Exception):
             return None
-        return PersistentRequest(comm, cls.name, request, cls.finish_step(comm, *args))
+        return PersistentRequest(comm, cls.name, request, cls.finish_step(comm, *args),
+                                 native_persistent(request, arguments=arguments))
 
     @classmethod
     def array_call(cls, comm, *args):

@@ -262,6 +262,7 @@ cdef class NativeCall:
     cdef object held, on_error
     cdef long long expected
     cdef size_t get_count, count_type
+    cdef public bint quick
     cdef _call(self, size_t first, int first_slot, size_t second, int second_slot)
 
 
@@ -279,6 +280,7 @@ cdef class NativeRequest:
     cdef object held
     cdef size_t status[8]
     cdef bint checks
+    cdef public bint quick
     cdef size_t get_count, count_type
     cdef long long expected
     cdef object on_error

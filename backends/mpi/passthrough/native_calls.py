@@ -22,7 +22,13 @@ tested and waited for in C (``native_array_post``: on new arrays each time).
 The call releases the GIL as mpi4py does (other threads - the progress engine, the stall
 monitor - run while it waits) and raises ``MPI.Exception`` for an error code, as mpi4py
 would, for the caller's ``call_error``; the receiving calls and the exchange raise what
-their ``on_error`` makes (``al.OperationError`` naming the sender).
+their ``on_error`` makes (``al.OperationError`` naming the sender).  Except where it
+cannot wait: posting a nonblocking call, starting a persistent one and testing either
+keep the GIL for a *quick* call (``quick``: at most ``QUICK_BYTES`` in its buffers and no
+reduction op of Python's): such a call returns in well under a microsecond whatever the
+peers do, less than releasing and taking back the GIL costs, while a larger one may copy
+its data inside ``MPI_Test``, and a Python op needs the GIL on whichever thread MPI runs
+it.
 
 What surprises people: the callable holds the arrays it was made with and their
 addresses, so it is only for a plan's arguments, which the plan holds and never replaces;
@@ -41,9 +47,10 @@ import numpy as np
 from mpi4py import MPI
 
 __all__ = ["native_call", "native_array_call", "native_array_post", "native_exchange",
-           "native_persistent", "native_post"]
+           "native_persistent", "native_post", "quick"]
 
 _OPEN_MPI = MPI.get_vendor()[0] == "Open MPI"
+QUICK_BYTES = 4096    # a quick call's buffers hold at most this many bytes in all (``quick``)
 _INT_MAX = 2 ** 31 - 1
 _functions: dict[str, int | None] = {}
 
@@ -76,6 +83,7 @@ def native_call(mpi_comm, name: str, arguments: tuple, positions: tuple = (),
     call = NativeCall()
     call.set(signature, function, [*values, MPI._handleof(mpi_comm)],
              (*array_slots, -1, -1)[:2], (arguments, held))
+    call.quick = quick(arguments)
     if on_error is not None:
         count, datatype = _RECEIVING[name](values)
         call.check(get_count, count, datatype, on_error)
@@ -120,6 +128,20 @@ def _array_positions(positions: list) -> bool:
     """Whether ``positions`` are ones the calls on new arrays take: [0], [1] or [0, 1]."""
     return bool(positions) and len(positions) <= 2 and positions[0] in (0, 1) \
         and (len(positions) == 1 or positions == [0, 1])
+
+
+def quick(arguments) -> bool:
+    """Whether a call on ``arguments`` (an mpi4py call's: buffer specs, ops ...) is quick:
+    at most ``QUICK_BYTES`` in its numpy arrays, and no reduction op defined in Python
+    (see the module's docstring)."""
+    total = 0
+    for argument in arguments:
+        for item in argument if type(argument) is list else (argument,):
+            if type(item) is np.ndarray:
+                total += item.nbytes
+            elif type(item) is MPI.Op and not item.is_predefined:
+                return False
+    return total <= QUICK_BYTES
 
 
 def native_array_call(mpi_comm, name: str, arguments: tuple, positions: list, on_error=None):
@@ -435,7 +457,7 @@ class NativeCall:
     checks the count its status says (``check``)."""
 
     __slots__ = ("signature", "function", "values", "first_slot", "second_slot", "held",
-                 "on_error", "expected", "get_count", "count_type", "test_function",
+                 "quick", "on_error", "expected", "get_count", "count_type", "test_function",
                  "wait_function")
 
     def set(self, signature: int, function: int, values: list, slots: tuple, held) -> None:
@@ -464,9 +486,13 @@ class NativeCall:
             return request
         request.test_function, request.wait_function = self.test_function, self.wait_function
         request.at = cython.cast(cython.size_t, cython.address(request.handle))
-        with cython.nogil:
+        if self.quick:
             code = _al_mpi_call(self.signature, self.function, self.values,
                                 cython.address(request.handle))
+        else:
+            with cython.nogil:
+                code = _al_mpi_call(self.signature, self.function, self.values,
+                                    cython.address(request.handle))
         if code != 0:
             raise MPI.Exception(code)
         return request
@@ -490,9 +516,13 @@ class NativeCall:
             values[self.second_slot] = _al_array_data(second)
         request.test_function, request.wait_function = self.test_function, self.wait_function
         request.at = cython.cast(cython.size_t, cython.address(request.handle))
-        with cython.nogil:
+        if self.quick:
             code = _al_mpi_call(self.signature, self.function, values,
                                 cython.address(request.handle))
+        else:
+            with cython.nogil:
+                code = _al_mpi_call(self.signature, self.function, values,
+                                    cython.address(request.handle))
         if code != 0:
             raise MPI.Exception(code)
         return request
@@ -502,6 +532,7 @@ class NativeCall:
         """A new request of the nonblocking call, checking the received count where
         ``check`` set one."""
         request = NativeRequest.__new__(NativeRequest)
+        request.quick = self.quick
         if self.expected >= 0:
             request.receives(self.get_count, self.expected, self.count_type, self.on_error)
         return request
@@ -562,7 +593,7 @@ class NativeRequest:
     status and, once it completed, raises ``on_error(0, count)`` for a message of another
     count than ``expected``, and ``on_error(code, -1)`` for an MPI error ``code``."""
 
-    __slots__ = ("handle", "at", "test_function", "wait_function", "held", "status",
+    __slots__ = ("handle", "at", "test_function", "wait_function", "held", "status", "quick",
                  "checks", "get_count", "count_type", "expected", "on_error")
 
     @cython.locals(code=cython.int, done=cython.int)
@@ -572,9 +603,13 @@ class NativeRequest:
         if not cython.compiled:
             return True
         done = 0
-        with cython.nogil:
+        if self.quick:
             code = _al_test(self.test_function, cython.cast(cython.p_void, self.at),
                             cython.address(done), self.status)
+        else:
+            with cython.nogil:
+                code = _al_test(self.test_function, cython.cast(cython.p_void, self.at),
+                                cython.address(done), self.status)
         if code != 0:
             raise self._failed(code)
         if done == 0:
@@ -612,12 +647,14 @@ class NativeRequest:
             raise self.on_error(0, count)
 
 
-def native_persistent(request, received: tuple | None = None):
+def native_persistent(request, received: tuple | None = None, arguments: tuple | None = None):
     """A ``NativePersistent`` starting, testing and waiting for the persistent mpi4py
     request ``request`` with MPI's C calls; None where it cannot (not compiled, an MPI
     other than Open MPI, a function not found, not an ``MPI.Prequest``).  A receive's
     ``received``, ``(count, datatype, on_error)``: each completed run checks that ``count``
-    elements of the mpi4py ``datatype`` came, raising ``on_error`` as ``native_call``'s."""
+    elements of the mpi4py ``datatype`` came, raising ``on_error`` as ``native_call``'s.
+    ``arguments``, those the request was made with: its starts and tests keep the GIL
+    where they are ``quick``."""
     if not cython.compiled or not _OPEN_MPI or not isinstance(request, MPI.Prequest):
         return None
     functions = [_function(name) for name in ("Start", "Test", "Wait", "Get_count")]
@@ -625,6 +662,7 @@ def native_persistent(request, received: tuple | None = None):
         return None
     native = NativePersistent()
     native.set(request, *functions[:3])
+    native.quick = arguments is not None and quick(arguments)
     if received is not None:
         count, datatype, on_error = received
         native.receives(functions[3], count, MPI._handleof(datatype), on_error)
@@ -655,8 +693,11 @@ class NativePersistent(NativeRequest):
     def Start(self) -> None:   # noqa: N802 (mpi4py's name)
         if not cython.compiled:
             return
-        with cython.nogil:
+        if self.quick:
             code = _al_start(self.start_function, cython.cast(cython.p_void, self.at))
+        else:
+            with cython.nogil:
+                code = _al_start(self.start_function, cython.cast(cython.p_void, self.at))
         if code != 0:
             raise MPI.Exception(code)
 

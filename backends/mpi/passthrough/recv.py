@@ -81,9 +81,11 @@ class PassthroughRecv(MPICall):
     def persistent(cls, comm, stream, buf, src) -> PersistentRequest:
         """``MPI_Recv_init`` on the plan's buffer; each run checks the received count (in C
         where ``native_persistent`` can)."""
-        request = comm.mpi_comm.Recv_init(*cls.arguments(comm, stream, buf, src))
+        arguments = cls.arguments(comm, stream, buf, src)
+        request = comm.mpi_comm.Recv_init(*arguments)
         datatype = mpi_datatype(buf.dtype)
-        native = native_persistent(request, (buf.count, datatype, receive_error(buf, src)))
+        native = native_persistent(request, (buf.count, datatype, receive_error(buf, src)),
+                                   arguments)
         if native is not None:
             return PersistentRequest(comm, cls.name, request, None, native)
 
