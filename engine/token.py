@@ -52,7 +52,7 @@ class DriverToken:
         self._held = True
         return True
 
-    @cython.locals(nap=cython.double, micros=cython.uint)
+    @cython.locals(nap=cython.double, micros=cython.int)
     def take_within(self, timeout) -> cython.bint:
         """Take the token, waiting up to ``timeout`` seconds for it (None or negative:
         as long as it takes); whether this call took it."""
