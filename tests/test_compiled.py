@@ -65,8 +65,15 @@ TOKEN_TEST = "test_the_driver_token_is_one_holder_at_a_time_and_bounded_waits_en
 
 def test_uncompiled_runs_the_same(tmp_path, monkeypatch):
     """With AL_PURE_PYTHON=1: the tests above and the plan cache's in a new process, then
-    the calls on new and repeated buffers on two ranks."""
-    env = dict(os.environ, AL_PURE_PYTHON="1")
+    the calls on new and repeated buffers on two ranks.  The new process cannot import
+    Cython (a ``cython`` module first on its path raises ImportError), so the modules run on
+    aluminum/core/pure_cython.py, as where Cython is not installed, whichever this
+    environment has."""
+    hidden = tmp_path / "no_cython"
+    hidden.mkdir()
+    (hidden / "cython.py").write_text("raise ImportError('Cython hidden by the test')\n")
+    path = os.pathsep.join(p for p in (str(hidden), os.environ.get("PYTHONPATH", "")) if p)
+    env = dict(os.environ, AL_PURE_PYTHON="1", PYTHONPATH=path)
     result = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider",
          f"{TESTS / 'test_compiled.py'}::test_compiled_says_which_modules_run",
