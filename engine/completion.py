@@ -37,9 +37,7 @@ class Completion:
 
 def mark_done(holder) -> None:
     """Set ``holder._done`` and wake its waiters: the one implementation for every object
-    with ``_done``/``_event`` attributes (``Completion``, ``Request``; a compiled
-    ``Request._finish`` makes the same two steps, in this order, on its C fields, sparing
-    every nonblocking call this function's attribute lookups on an untyped ``holder``)."""
+    with ``_done``/``_event`` attributes (``Completion``, ``Request``)."""
     holder._done = True
     event = holder._event
     if event is not None:

@@ -195,12 +195,7 @@ class Request:
             return False
         if error is not None:
             self._error = error
-        if cython.compiled:   # mark_done's two steps on this type's C fields, in its order
-            self._done = True
-            if self._event is not None:
-                self._event.set()
-        else:
-            mark_done(self)
+        mark_done(self)
         if self._callbacks is not None:
             self._run_callbacks()
         return True
