@@ -48,7 +48,9 @@ class Communicator:
         group = self.services.open_group(world if mpi_comm is None else mpi_comm,
                                          f"{type(self).__name__}()")
         self._mpi = group.ops
-        self.freed = False   # an attribute, not a property: plans read it on every run
+        self.freed = False
+        # The plans made on it, told when it is freed (plans do not read ``freed`` per run).
+        self.plans: weakref.WeakSet = weakref.WeakSet()
         self.shares_buffers = False
         self._admin, self._local = group.admin, group.local
         self.local_rank, self.local_size = group.local_rank, group.local_size
@@ -199,6 +201,8 @@ class Communicator:
         if mpi is None:
             return
         self.freed = True
+        for plan in list(self.plans):
+            plan.communicator_freed()
         from . import recall
 
         recall.forget(self)   # remembered plans hold buffers (al.shared_empty's among them)

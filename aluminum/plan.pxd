@@ -1,6 +1,7 @@
 # Cython declarations augmenting plan.py (pure-Python mode; aluminum/core/compiled.py).
 
 from aluminum.arrivals cimport Arrivals
+from aluminum.engine.direct cimport call_made
 from aluminum.engine.progress cimport wait_started_on
 from aluminum.engine.request cimport Request
 

@@ -23,6 +23,7 @@ from . import dispatch
 from .tuning import selector
 from .core.errors import ArgumentError, CommunicatorError
 from .core.ops import POINT_TO_POINT
+from .engine.direct import call_made
 from .engine.progress import wait_started_on
 
 __all__ = ["Plan"]
@@ -69,6 +70,7 @@ class Plan:
         self._arrivals = None if op in POINT_TO_POINT else comm.arrivals
         # Who has not arrived, for a timeout's message: bound once, not on every start.
         self._missing = None if self._arrivals is None else self._arrivals.missing
+        comm.plans.add(self)
 
     def state_class(self, nonblocking: bool) -> type:
         """The State class runs in this mode use (chosen on first use, then kept)."""
@@ -111,7 +113,7 @@ class Plan:
         """Start one run and return its ``Request``; the buffers must not be touched until
         it completes."""
         start, request = self._start, self._request
-        if start is None or self.comm.freed or not (request is None or request._done):
+        if start is None or not (request is None or request._done):
             return self._checked_start()
         arrivals = self._arrivals
         if arrivals is None:
@@ -141,7 +143,7 @@ class Plan:
     def run(self) -> None:
         """Run once and return when done (on stream-bound backends: once enqueued)."""
         run = self._run
-        if run is None or self._request is not None or self.comm.freed:
+        if run is None or self._request is not None:
             run = self._checked_run()
             if run is None:
                 return          # (run on the checked path)
@@ -149,12 +151,12 @@ class Plan:
         try:
             if arrivals is None:
                 wait_started_on(self.comm)
-                run()       # the common repeat: everything else was checked before
+                call_made(run)   # the common repeat: everything else was checked before
                 return
             arrivals.enter(self)   # (counted, and marked for the stall monitor)
             try:
                 wait_started_on(self.comm)
-                run()
+                call_made(run)
             finally:
                 arrivals.leave()
         except Exception as exc:   # (free in Python 3.11 unless raised)
@@ -213,6 +215,11 @@ class Plan:
         for made in prepared.values():
             if made is not None:
                 made.free()
+
+    def communicator_freed(self) -> None:
+        """Drop the prepared calls (``comm.free()`` calls this): the next run or start takes
+        the checked path, which raises."""
+        self._run = self._start = None
 
     def _check_usable(self, doing: str) -> None:
         """Raise unless the plan, its communicator and its last start are all done with.

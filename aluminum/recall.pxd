@@ -40,7 +40,8 @@ cdef extern from *:
 
 
 cdef class _Entry:
-    cdef public object first, comm, stream, options
+    cdef public object first, comm, stream
+    cdef public tuple options
     cdef public Plan plan
     cdef object a, b, a_dtype, a_shape, b_dtype, b_shape, general
     cdef int a_flags, b_flags, arity
@@ -51,6 +52,10 @@ cdef class _Entry:
 cdef dict _recent, _kinds
 
 
+cpdef bint ran_known(op, int count, object a, object b, object comm, object stream, int k,
+                     object o1, object o2, object o3)
+cpdef started_known(op, int count, object a, object b, object comm, object stream, int k,
+                    object o1, object o2, object o3)
 cdef bint _first_remembered(list entries, object first)
 cdef Plan _idle_repeat(_Entry entry, int count, object a, object b, object comm, object stream,
                        int k, object o1, object o2, object o3)

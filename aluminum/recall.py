@@ -130,7 +130,7 @@ def started_known(op: str, count: int, a, b, comm, stream, k: int, o1, o2, o3):
 
 
 @cython.locals(kind="_Kind", plan="Plan", count=cython.int, k=cython.int,
-               nonblocking=cython.bint)
+               nonblocking=cython.bint, entries=list)
 def _known(op: str, count: int, a, b, comm, stream, k: int, o1, o2, o3, nonblocking: bool):
     """``ran_known`` (``nonblocking`` false: True where it ran the call) and
     ``started_known`` (the Request); None where neither case applies."""

@@ -61,6 +61,7 @@ def test_arrays_changed_in_place_are_seen():
 
 
 TOKEN_TEST = "test_the_driver_token_is_one_holder_at_a_time_and_bounded_waits_end"
+DIRECT_TEST = "test_a_direct_call_runs_what_its_class_defines_and_any_callable_runs_too"
 
 
 def test_uncompiled_runs_the_same(tmp_path, monkeypatch):
@@ -79,6 +80,7 @@ def test_uncompiled_runs_the_same(tmp_path, monkeypatch):
          f"{TESTS / 'test_compiled.py'}::test_compiled_says_which_modules_run",
          f"{TESTS / 'test_compiled.py'}::test_arrays_changed_in_place_are_seen",
          f"{TESTS / 'test_engine.py'}::{TOKEN_TEST}",
+         f"{TESTS / 'test_engine.py'}::{DIRECT_TEST}",
          str(TESTS / "test_recall.py")],
         env=env, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stdout + result.stderr

@@ -758,3 +758,22 @@ def test_the_driver_token_is_one_holder_at_a_time_and_bounded_waits_end():
     assert token.take()                           # still one holder at most
     assert not token.take()
     token.give()
+
+
+def test_a_direct_call_runs_what_its_class_defines_and_any_callable_runs_too():
+    """``call_made`` (what a plan's run calls) makes a ``DirectCall`` through its ``call``
+    (a subclass's own, written in Python, included) and any other callable as a call."""
+    from aluminum.engine.direct import DirectCall, call_made
+
+    made = []
+
+    class Recorded(DirectCall):
+        def call(self):
+            made.append("call")
+
+    call_made(Recorded())
+    Recorded()()
+    call_made(lambda: made.append("plain"))
+    assert made == ["call", "call", "plain"]
+    with pytest.raises(NotImplementedError, match="DirectCall defines no call"):
+        call_made(DirectCall())

@@ -184,6 +184,27 @@ def test_freed_communicator():
         al.barrier(comm)
 
 
+@pytest.mark.parametrize("make", [
+    lambda comm: al.barrier_init(comm),
+    lambda comm: al.allreduce_init(np.ones(4, np.float32), comm),
+    lambda comm: al.bcast_init(np.ones(4), comm),
+    lambda comm: al.allreduce_init(np.ones(4, np.float32), comm, algo="ring"),
+], ids=["barrier", "allreduce", "bcast", "allreduce-ring"])
+def test_a_plan_that_ran_refuses_to_run_or_start_once_its_communicator_is_freed(make):
+    """Runs and starts after the first take the prepared path: freeing the communicator
+    must still stop them, with an error saying why, and leave the plan's buffers alone."""
+    comm = al.MPICommunicator()
+    plan = make(comm)
+    for _ in range(2):
+        plan.run()
+        plan.start().wait()
+    comm.free()
+    for use in (plan.run, plan.start):
+        with pytest.raises(al.CommunicatorError, match="communicator of this .* plan was freed"):
+            use()
+    plan.free()
+
+
 def test_the_base_communicator_class_names_the_ones_to_make():
     with pytest.raises(al.CommunicatorError, match="^Communicator: .*al.MPICommunicator"):
         al.Communicator()

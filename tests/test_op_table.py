@@ -54,6 +54,15 @@ def test_each_operation_has_its_three_calls_with_the_declared_arguments(row):
     assert tuple(al.calls_of(row.name)) == tuple(_forms(row.name))
 
 
+def test_the_public_calls_are_written_from_the_op_table():
+    """aluminum/calls.py is generated: it must be what the op table gives today
+    (``python -m aluminum.forms`` writes it again)."""
+    from aluminum import forms
+
+    written = (ROOT / "aluminum" / "calls.py").read_text()
+    assert written == forms.calls_source(), "run `python -m aluminum.forms`"
+
+
 def _bad_arguments(row):
     """(argument, value) pairs the row's checks must refuse on a 1-rank communicator."""
     bad = [("root", 1)] * row.rooted + [("op", "no such op")] * row.reduction

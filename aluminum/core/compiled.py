@@ -31,10 +31,12 @@ import warnings
 MODULES = (
     "aluminum.arrivals",
     "aluminum.recall",
+    "aluminum.calls",
     "aluminum.plan",
     "aluminum.backends.mpi.passthrough.native_calls",
     "aluminum.backends.mpi.passthrough.mpi_call",
     "aluminum.engine.token",
+    "aluminum.engine.direct",
     "aluminum.engine.request",
     "aluminum.engine.scheduler",
     "aluminum.engine.progress",

@@ -53,7 +53,9 @@ class OpSpec:
     generalizes, else its own name); ``uniform`` (the first buffer has one dtype and count on
     every rank: AL_DEBUG compares it); ``in_place``; ``buffers`` (the API arguments that are
     buffers, in the order the plan cache sees them); ``arguments`` (the positional arguments
-    before ``comm``, in order; by default the buffers but for a keyword ``recvbuf``).
+    before ``comm``, in order; by default the buffers but for a keyword ``recvbuf``);
+    ``paired`` (the buffer arguments are lists of ``(buffer, peer)`` pairs, handed to the plan
+    cache by a call the operation's module gives: multisendrecv).
 
     The three public calls take ``(*arguments, comm, stream=None, *, root=0, op=SUM,
     recvbuf=None, algo="automatic")``, keeping ``root`` where rooted, ``op`` where a reduction
@@ -70,6 +72,7 @@ class OpSpec:
     uniform: bool = False
     base: str = ""
     arguments: tuple[str, ...] | None = None
+    paired: bool = False
 
     def __post_init__(self) -> None:
         if not self.base:
@@ -128,7 +131,7 @@ OPS: dict[str, OpSpec] = {spec_.name: spec_ for spec_ in (
     OpSpec("recv", _P, ("buf",), _ALWAYS, arguments=("buf", "src")),
     OpSpec("sendrecv", _P, ("sendbuf", "recvbuf"), _NEVER,
            arguments=("sendbuf", "dest", "recvbuf", "src")),
-    OpSpec("multisendrecv", _P, ("sends", "recvs"), _NEVER),
+    OpSpec("multisendrecv", _P, ("sends", "recvs"), _NEVER, paired=True),
 )}
 
 COLLECTIVES = frozenset(name for name, op in OPS.items() if op.collective)

@@ -1,5 +1,7 @@
 # Cython declarations augmenting native_calls.py (pure-Python mode; aluminum/core/compiled.py).
 
+from aluminum.engine.direct cimport DirectCall
+
 cdef extern from *:
     """
     #include <stddef.h>
@@ -255,7 +257,7 @@ cdef extern from *:
                               int *failed, int *got) nogil
 
 
-cdef class NativeCall:
+cdef class NativeCall(DirectCall):
     cdef int signature, first_slot, second_slot
     cdef size_t function, test_function, wait_function
     cdef size_t values[12]
@@ -264,15 +266,17 @@ cdef class NativeCall:
     cdef size_t get_count, count_type
     cdef public bint quick
     cdef _call(self, size_t first, int first_slot, size_t second, int second_slot)
+    cpdef call(self)
 
 
-cdef class NativeExchange:
+cdef class NativeExchange(DirectCall):
     cdef size_t functions[5]
     cdef int n_recv, n_send, tag
     cdef size_t recv_specs, send_specs, comm
     cdef object held, on_error, which
     cdef size_t which_address
     cdef Py_ssize_t distinct
+    cpdef call(self)
 
 
 cdef class NativeRequest:

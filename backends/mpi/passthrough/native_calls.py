@@ -46,6 +46,8 @@ except ImportError:   # (running uncompiled without Cython)
 import numpy as np
 from mpi4py import MPI
 
+from ....engine.direct import DirectCall
+
 __all__ = ["native_call", "native_array_call", "native_array_post", "native_exchange",
            "native_persistent", "native_post", "quick"]
 
@@ -452,7 +454,7 @@ def _function(name: str) -> int | None:
 
 
 @cython.cclass
-class NativeCall:
+class NativeCall(DirectCall):
     """One C call of MPI with its arguments, made by calling the object; a receiving call
     checks the count its status says (``check``)."""
 
@@ -555,7 +557,8 @@ class NativeCall:
                        0 if second is None else _al_array_data(second),
                        -1 if second is None else self.second_slot)
 
-    def __call__(self) -> None:
+    def call(self) -> None:
+        """The call (a ``DirectCall``: compiled callers make it in C)."""
         if cython.compiled:
             self._call(0, -1, 0, -1)
 
@@ -703,7 +706,7 @@ class NativePersistent(NativeRequest):
 
 
 @cython.cclass
-class NativeExchange:
+class NativeExchange(DirectCall):
     """Messages to post at once and wait for, made by calling the object
     (``native_exchange``)."""
 
@@ -722,7 +725,8 @@ class NativeExchange:
             self.which_address = _address(which)
 
     @cython.locals(code=cython.int, failed=cython.int, got=cython.int)
-    def __call__(self) -> None:
+    def call(self) -> None:
+        """The exchange (a ``DirectCall``: compiled callers make it in C)."""
         if not cython.compiled:
             return
         failed, got = 0, -1
