@@ -201,8 +201,8 @@ class Communicator:
         if mpi is None:
             return
         self.freed = True
-        for plan in list(self.plans):
-            plan.communicator_freed()
+        while self.plans:   # (no name left holding the last plan and its buffers)
+            self.plans.pop().communicator_freed()
         from . import recall
 
         recall.forget(self)   # remembered plans hold buffers (al.shared_empty's among them)
