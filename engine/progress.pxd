@@ -12,3 +12,6 @@ cdef class ProgressEngine(Scheduler):
 
 
 cpdef wait_started_on(key)
+
+
+cdef ProgressEngine _engine   # (the process's engine, or None: read in C on every call)

@@ -566,18 +566,22 @@ class NativeCall(DirectCall):
     def _call(self, first: cython.size_t, first_slot: cython.int, second: cython.size_t,
               second_slot: cython.int) -> None:
         """The call with the address ``first`` at ``first_slot`` and ``second`` at
-        ``second_slot`` (-1: none), on a copy of the arguments: another thread may make
-        the same call on other arrays meanwhile (sends to other ranks may)."""
+        ``second_slot`` (-1: none), those on a copy of the arguments: another thread may
+        make the same call on other arrays meanwhile (sends to other ranks may)."""
         values = cython.declare(cython.size_t[12])
         status = cython.declare(cython.size_t[8])   # (an MPI_Status: 24 bytes in Open MPI)
-        for index in range(12):
-            values[index] = self.values[index]
-        if first_slot >= 0:
-            values[first_slot] = first
-        if second_slot >= 0:
-            values[second_slot] = second
-        with cython.nogil:
-            code = _al_mpi_call(self.signature, self.function, values, status)
+        if first_slot < 0 and second_slot < 0:   # (the arguments as made: nothing to copy)
+            with cython.nogil:
+                code = _al_mpi_call(self.signature, self.function, self.values, status)
+        else:
+            for index in range(12):
+                values[index] = self.values[index]
+            if first_slot >= 0:
+                values[first_slot] = first
+            if second_slot >= 0:
+                values[second_slot] = second
+            with cython.nogil:
+                code = _al_mpi_call(self.signature, self.function, values, status)
         if code != 0:
             if self.on_error is not None:
                 raise self.on_error(code, -1)
