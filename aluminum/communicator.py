@@ -32,7 +32,8 @@ class Communicator:
     """Base class: group bookkeeping shared by every backend's communicator.  ``freed``
     becomes True when ``free()`` (or ``al.finalize()``) releases it; ``shares_buffers``
     when ``al.shared_empty`` first allocates on it (the selector's tables may choose
-    otherwise for such communicators: their allreduces may run zero-copy)."""
+    otherwise for such communicators: their allreduces may run zero-copy); ``plans`` holds
+    the plans made on it, weakly, and ``free()`` drops their prepared calls."""
 
     backend_name: str = ""
 

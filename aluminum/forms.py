@@ -91,6 +91,15 @@ def public_forms(row: OpSpec, checks: Callable[..., Checked], module: str, doc: 
     return forms
 
 
+CALLS_DOC = """Every operation's three public calls: ``al.<op>``, ``al.nonblocking_<op>``,
+``al.<op>_init``.
+
+Written by ``python -m aluminum.forms`` from the op table (aluminum/core/ops.py); do not
+edit.  Each operation's module (aluminum/allreduce.py, ...) gives them their docstrings and
+plan makers (``forms.public_forms``) and is where they are documented and imported from.
+"""
+
+
 def calls_source() -> str:
     """The text of aluminum/calls.py: every row's three calls, in the op table's order."""
     made = "\n".join(f"make_{row.name} = None" for row in OPS.values())
@@ -105,15 +114,6 @@ def calls_source() -> str:
             "arguments.\n"
             f"{made}\n{custom}\n\n\n"
             + "\n\n".join(_source(row, _parameter_names(row)) for row in OPS.values()))
-
-
-CALLS_DOC = """Every operation's three public calls: ``al.<op>``, ``al.nonblocking_<op>``,
-``al.<op>_init``.
-
-Written by ``python -m aluminum.forms`` from the op table (aluminum/core/ops.py); do not
-edit.  Each operation's module (aluminum/allreduce.py, ...) gives them their docstrings and
-plan makers (``forms.public_forms``) and is where they are documented and imported from.
-"""
 
 
 def _not_written(name: str) -> Callable:
@@ -216,5 +216,9 @@ def _plan_maker(row: OpSpec, checks: Callable[..., Checked], names: tuple[str, .
 
 
 if __name__ == "__main__":    # python -m aluminum.forms: write aluminum/calls.py again
-    CALLS_FILE.write_text(calls_source())
-    print(f"wrote {CALLS_FILE}", file=sys.stderr)
+    text = calls_source()
+    if CALLS_FILE.read_text() == text:   # (left alone: its extension stays up to date)
+        print(f"{CALLS_FILE} is what the op table gives", file=sys.stderr)
+    else:
+        CALLS_FILE.write_text(text)
+        print(f"wrote {CALLS_FILE}; `pip install -e .` compiles it", file=sys.stderr)
