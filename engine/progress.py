@@ -48,7 +48,7 @@ from ..core import trace
 from ..core.errors import CommunicatorError, OperationError, TimeoutError
 from .config import EngineConfig, default_core, node_local_rank, pin_thread
 from .request import Request, in_done_callback
-from .scheduler import Scheduler, check_hashable, describe
+from .scheduler import TRACING, Scheduler, check_hashable, describe
 from .state import State
 from .token import DriverToken
 
@@ -133,7 +133,7 @@ class ProgressEngine(Scheduler):
                     except TypeError:
                         check_hashable(key, state)   # (raises, naming the state)
                     seq = self._last_seq = next(self._seq)
-                    tracing = trace.ENABLED
+                    tracing = TRACING
                     if tracing:
                         trace.engine_event("submit", state.name, seq, state.compute_stream)
                         trace.engine_event("admit", state.name, seq, state.compute_stream)
@@ -156,7 +156,7 @@ class ProgressEngine(Scheduler):
                 self._driver.give()
         request = Request.made(state, self, next(self._seq), key)
         self._last_seq = request.seq
-        if trace.ENABLED:
+        if TRACING:
             trace.engine_event("submit", state.name, request.seq, state.compute_stream)
         check_hashable(key, state)
         self._inbox.append(request)

@@ -46,6 +46,7 @@ _POLLS = 16            # polls of a lone waited-for state between looks at the c
 
 _CONTINUE, _ADVANCE, _COMPLETE = Action.CONTINUE, Action.ADVANCE, Action.COMPLETE
 _UNBOUNDED = RunType.UNBOUNDED
+TRACING = trace.ENABLED   # (fixed at import, as trace's is; one lookup fewer per call)
 
 
 class _StreamQueue:
@@ -95,10 +96,10 @@ class Scheduler:
         A state that polls (waiting on a peer) steps tens of times per operation, so the walk
         over queues and the clock reads a pass loop makes would add up.
         """
-        step, inbox = request.state.step, self._inbox
+        state, inbox = request.state, self._inbox
         for polls in range(_POLLS):
             try:
-                action = step()
+                action = state.step()   # (no bound method made per call)
             except BaseException as exc:  # noqa: BLE001 - fails only this request
                 self._settle_alone(request, None, exc)
                 return True
@@ -106,7 +107,7 @@ class Scheduler:
                 if inbox:
                     break
                 continue
-            if action is _COMPLETE and request is self._solo and not trace.ENABLED:
+            if action is _COMPLETE and request is self._solo and not TRACING:
                 # ``_settle_alone`` + ``_retire`` for the commonest case, inlined: a
                 # solo request never entered a queue and is never bounded.
                 self._solo = None
@@ -180,14 +181,14 @@ class Scheduler:
                 break
             waiting.popleft()
             admitted = True
-            if trace.ENABLED:
+            if TRACING:
                 trace.engine_event("admit", state.name, request.seq, state.compute_stream)
             try:
                 state.start()
             except BaseException as exc:  # noqa: BLE001 - fails only this request
                 self._retire(request, exc)
                 continue
-            if trace.ENABLED:
+            if TRACING:
                 trace.engine_event("start", state.name, request.seq, state.compute_stream)
             self._enter(queue, request)
         return admitted
@@ -262,7 +263,7 @@ class Scheduler:
         self._completions += 1
         if request.bounded:
             self._bounded -= 1
-        if trace.ENABLED:
+        if TRACING:
             state = request.state
             trace.engine_event("complete" if error is None else "fail", state.name,
                                request.seq, state.compute_stream)
@@ -327,7 +328,7 @@ class Scheduler:
                 request.state.abandon(error)
             except BaseException:  # noqa: BLE001 - failing it regardless is what matters
                 pass
-            if trace.ENABLED:
+            if TRACING:
                 trace.engine_event("fail", request.state.name, request.seq,
                                    request.state.compute_stream)
             failed += request._finish(error)
