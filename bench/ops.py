@@ -246,13 +246,18 @@ def _written(case: Case, comm, fn: Callable, kw: dict, parameters: str, send: st
     here, which neither a user's literal call nor mpi4py's in the same sweep pays.)"""
     p, rank = case.p, case.rank
     name = case.spec.name
+    peers = [r for r in range(p) if r != rank]
     recv_or_send = f"({send} if {recv} is None else {recv})"
+    if parameters:   # (new buffers: the pairs are made in the call, as the buffers are)
+        pairs = [f"list(zip({send}, peers))", f"list(zip({recv_or_send}, peers))"]
+    else:            # (the same buffers every call: the same lists of pairs too)
+        pairs = ["sends", "recvs"]
     if name == "barrier":
         arguments = ["comm"]
     elif name == "sendrecv":
         arguments = [send, "right", recv_or_send, "left", "comm"]
     elif name == "multisendrecv":
-        arguments = [f"list(zip({send}, peers))", f"list(zip({recv_or_send}, peers))", "comm"]
+        arguments = [*pairs, "comm"]
     elif name == "reduce_scatterv":
         arguments = [send, "counts", "comm"]
     elif name in ("allgatherv", "gatherv", "scatterv"):
@@ -265,9 +270,12 @@ def _written(case: Case, comm, fn: Callable, kw: dict, parameters: str, send: st
     if case.recv is not None and name not in ("barrier", "sendrecv", "multisendrecv"):
         arguments.append(f"recvbuf={recv}")
     namespace = {"fn": fn, "comm": comm, "send": case.send, "recv": case.recv,
-                 "right": (rank + 1) % p, "left": (rank - 1) % p,
-                 "peers": [r for r in range(p) if r != rank], "counts": case.counts,
-                 "displs": case.displs, **{f"kw_{key}": value for key, value in kw.items()}}
+                 "right": (rank + 1) % p, "left": (rank - 1) % p, "peers": peers,
+                 "counts": case.counts, "displs": case.displs,
+                 **{f"kw_{key}": value for key, value in kw.items()}}
+    if name == "multisendrecv" and not parameters:
+        namespace["sends"] = list(zip(case.send, peers))
+        namespace["recvs"] = list(zip(case.send if case.recv is None else case.recv, peers))
     return eval(f"lambda {parameters}: fn({', '.join(arguments)})", namespace)  # noqa: S307
 
 
