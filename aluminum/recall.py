@@ -249,9 +249,9 @@ def _first_remembered(entries: list, first) -> cython.bint:
 @cython.locals(context="_Context", kind="_Kind")
 def _kept(op, objects, comm, stream, options, source=None):
     """The kept kind of a call on new arrays, ready to run on them; None where there is
-    none, the arrays may overlap, the communicator was freed, or the arrays are those of
-    the kind's latest call (twice in a row: they get a plan of their own, ``_made``).
-    ``source``: the objects the call was given, where ``objects`` are their views (CPU
+    none (a freed communicator's were dropped: ``forget``), the arrays may overlap, or the
+    arrays are those of the kind's latest call (twice in a row: they get a plan of their
+    own, ``_made``).  ``source``: the objects the call was given, where ``objects`` are their views (CPU
     tensors), compared instead with the latest call's."""
     contexts = _kinds.get(op)
     if not contexts:
@@ -270,8 +270,6 @@ def _kept(op, objects, comm, stream, options, source=None):
         if kind is None:
             return None
         context.note_latest(kind, objects)
-    if comm.freed:
-        return None
     if len(objects) == 2:   # (the kind's: numpy arrays or None)
         a, b = objects
         if a is not None and b is not None and a is not b \

@@ -144,6 +144,21 @@ def test_freed_comm_after_a_cached_fast_path_call(path):
 
 
 @FAST_PATHS
+def test_freed_comm_after_calls_on_new_arrays_of_a_kept_kind(path):
+    """New arrays each call run the kept kind's decisions; once the communicator is freed
+    they must raise as the first call would, leaving the arrays alone."""
+    allreduce = _allreduce(path)
+    comm = al.MPICommunicator()
+    for _ in range(3):
+        allreduce(f32(), comm, recvbuf=f32())
+    comm.free()
+    buf, out = f32(), np.full(8, 7, np.float32)
+    with pytest.raises(al.CommunicatorError, match="freed"):
+        allreduce(buf, comm, recvbuf=out)
+    np.testing.assert_array_equal(out, np.full(8, 7, np.float32))
+
+
+@FAST_PATHS
 def test_read_only_after_a_cached_fast_path_call(comm, path):
     allreduce = _allreduce(path)
     buf = f32()
