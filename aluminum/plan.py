@@ -108,7 +108,7 @@ class Plan:
         """The name of the algorithm a blocking run uses (``"allreduce/ring"``)."""
         return self.state_class(False).name
 
-    @cython.locals(request="Request", arrivals="Arrivals")
+    @cython.locals(request="Request", arrivals="Arrivals", number="long long")
     def start(self):
         """Start one run and return its ``Request``; the buffers must not be touched until
         it completes."""
@@ -119,8 +119,9 @@ class Plan:
         if arrivals is None:
             request = self._request = start()
             return request
-        request = self._request = start()   # (posted first: counting can follow)
-        request.detail = (self._missing, arrivals.arrive())
+        number = arrivals.arrive()   # (before the State is made: it may read its number)
+        request = self._request = start()
+        request.detail = (self._missing, number)
         return request
 
     def _checked_start(self):

@@ -593,7 +593,7 @@ class _Kind:
         finally:
             arrivals.leave()
 
-    @cython.locals(arrivals="Arrivals")
+    @cython.locals(arrivals="Arrivals", number="long long")
     def start(self, objects: tuple):
         fresh = self.fresh
         if fresh is False:
@@ -605,9 +605,11 @@ class _Kind:
             detail = None if arrivals is None else (arrivals.missing, arrivals.arrive())
             return dispatch.run(self.comm, self.op, self.state_class(True), self.nbytes,
                                 False, arguments, detail)
-        request = submit(_on_arrays(fresh, objects, self.order))   # (posted first: counting can follow, as a plan's start)
-        if arrivals is not None:
-            request.detail = (arrivals.missing, arrivals.arrive())
+        if arrivals is None:
+            return submit(_on_arrays(fresh, objects, self.order))
+        number = arrivals.arrive()   # (before the State is made, as a plan's start)
+        request = submit(_on_arrays(fresh, objects, self.order))
+        request.detail = (arrivals.missing, number)
         return request
 
 

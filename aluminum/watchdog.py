@@ -195,6 +195,18 @@ class ArrivalCounters(Arrivals):
                              if self._peer_ids[rank] is not None)
         return "; ".join(words)
 
+    def node_cells(self) -> list | None:
+        """Every rank's count on this communicator, in rank order (this rank's own
+        included), each a one-element int64 memoryview into the node's board; None where
+        a rank is on another node or the slot was given back.  A barrier through shared
+        memory waits on them (backends/mpi/algorithms/shared_memory_barrier.py): a rank
+        whose count reached a collective's number has entered it."""
+        if self._mine is None or not self._peers \
+                or any(counters is None for counters in self._peers):
+            return None
+        slot = self._slot
+        return [counters[slot:slot + 1] for counters in self._peers]
+
     def _where(self, ranks: list[int]) -> str:
         """`` (host a)`` or `` (hosts a: 1, 2; b: 5)`` for ``ranks``; "" on one node."""
         if not any(counters is None for counters in self._peers):

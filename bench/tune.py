@@ -95,8 +95,10 @@ Points = dict[str, list[sweep.Point]]   # series name -> its points, one per siz
 
 
 def tunable_ops(backend) -> list[str]:
-    """Operations (known to the bench) for which `backend` offers a choice of algorithm."""
-    return [op for op in ops.SPECS if len(backend.ops.get(op, ())) > 1]
+    """Operations (known to the bench) for which `backend` offers a choice of algorithm by
+    size: not barrier, which has no size (the cost model makes its choice)."""
+    return [op for op, spec in ops.SPECS.items()
+            if spec.kind != "barrier" and len(backend.ops.get(op, ())) > 1]
 
 
 def choose(modes: Sequence[Sequence[Points]], default: str) -> list[tuple[int, str]]:

@@ -112,6 +112,18 @@ def test_algorithms_lists_modelled_ops():
     assert costmodel.algorithms("alltoall") == ()
 
 
+@pytest.mark.parametrize("p, rounds", [(2, 1), (3, 2), (4, 2), (5, 3), (8, 3), (9, 4)])
+def test_barrier_is_rounds_of_empty_messages_against_cache_lines_read(p, rounds):
+    # MPI's dissemination barrier: ceil(log2 p) rounds of one empty message; the arrival
+    # board's: the p - 1 other ranks' counts read, a 64-byte line each, at beta / 2
+    assert costmodel.predict("barrier", "mpi_passthrough", p, 0, A, B) == \
+        pytest.approx(rounds * A)
+    assert costmodel.predict("barrier", "shared_memory", p, 0, A, B) == \
+        pytest.approx((p - 1) * 64 * B / 2)
+    assert costmodel.best("barrier", p, 0, A, B) == "shared_memory"
+    assert costmodel.best("barrier", p, 0, A, B, ["mpi_passthrough"]) == "mpi_passthrough"
+
+
 def test_fit_recovers_exact_alpha_beta():
     sizes = [0, 1024, 65536, 1 << 20, 4 << 20]
     times = [3e-6 + n * 2e-10 for n in sizes]

@@ -31,9 +31,9 @@ HERE = Path(__file__).parent / "mpi"
 # runs).
 GROUPS = {
     "rank_ops_*.py": "rank_ops_*.py",
-    "core": ("rank_allreduce.py rank_algorithms.py rank_debug.py rank_nonblocking.py "
-             "rank_overflow.py rank_plans.py rank_reduction_order.py rank_shared_buffers.py "
-             "rank_nccl_bootstrap.py rank_ht_streams.py rank_executor_data_parallel.py "
+    "core": ("rank_allreduce.py rank_algorithms.py rank_barrier.py rank_debug.py "
+             "rank_nonblocking.py rank_overflow.py rank_plans.py rank_reduction_order.py "
+             "rank_shared_buffers.py rank_nccl_bootstrap.py rank_ht_streams.py rank_executor_data_parallel.py "
              "rank_executor_zero_copy.py rank_uneven_batches.py rank_placement.py"),
 }
 GROUPED = {name for pattern in GROUPS.values() for part in pattern.split()

@@ -24,30 +24,33 @@ LATE_RANK = textwrap.dedent("""
         time.sleep(6)                            # misses #2 for a while
     else:
         try:
-            al.allreduce(buf, comm)              # blocking: must not hang
+            {second}                             # blocking: must not hang
         except al.TimeoutError as exc:
             print("rank", comm.rank, "timeout:", exc, flush=True)
         else:
             print("rank", comm.rank, "no timeout", flush=True)
     if comm.rank == {late}:
-        al.allreduce(buf, comm)                  # finally joins #2
+        {second}                                 # finally joins #2
     al.finalize()
     print("rank", comm.rank, "done", flush=True)
 """)
 
 
-def _run(nprocs, late, timeout="1.5"):
-    result = launch(nprocs, [sys.executable, "-c", LATE_RANK.format(late=late)], timeout=120,
+def _run(nprocs, late, timeout="1.5", second="al.allreduce(buf, comm)"):
+    script = LATE_RANK.format(late=late, second=second)
+    result = launch(nprocs, [sys.executable, "-c", script], timeout=120,
                     env={**os.environ, "AL_TIMEOUT": timeout}, capture=True)
     assert result.returncode == 0, result.stdout
     return result.stdout
 
 
-def test_blocking_collective_names_the_rank_that_never_arrived():
-    out = _run(3, late=1)
+@pytest.mark.parametrize("op, second", [("allreduce", "al.allreduce(buf, comm)"),
+                                        ("barrier", "al.barrier(comm)")])
+def test_blocking_collective_names_the_rank_that_never_arrived(op, second):
+    out = _run(3, late=1, second=second)
     for rank in (0, 2):
         line = next(l for l in out.splitlines() if l.startswith(f"rank {rank} timeout:"))
-        assert "allreduce" in line and "AL_TIMEOUT=1.5" in line, line
+        assert op in line and "AL_TIMEOUT=1.5" in line, line
         assert "ranks that never arrived at collective #2 on this communicator: [1]" in line
     assert "no timeout" not in out
     assert all(f"rank {r} done" in out for r in range(3))

@@ -42,6 +42,7 @@ MODULES = (
     "aluminum.engine.progress",
     "aluminum.engine.completion",
     "aluminum.backends.mpi.passthrough.persistent",
+    "aluminum.backends.mpi.algorithms.board_wait",
 )
 
 PURE_PYTHON = os.environ.get("AL_PURE_PYTHON", "") not in ("", "0")

@@ -29,7 +29,8 @@ class Algorithm(_Name):
     RECURSIVE_DOUBLING = "recursive_doubling"
     RING = "ring"
     RABENSEIFNER = "rabenseifner"
-    SHARED_MEMORY = "shared_memory"          # node-shared buffers (al.shared_empty)
+    SHARED_MEMORY = "shared_memory"          # through node-shared memory (barrier: the
+                                             # arrival board; al.shared_empty's buffers)
     HIERARCHICAL = "hierarchical"            # inside nodes, then across them
     DIRECT = "direct"                        # every rank straight to the root (reduce)
     HOST_TRANSFER = "host_transfer"          # the host-transfer backend's staging

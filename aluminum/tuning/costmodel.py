@@ -19,6 +19,11 @@ second barrier, every rank copies the result out. Time = 2·sync + 3n·copy_beta
 read the contributions of its slice, copy out). By default sync = α (a barrier costs about
 one small-message latency) and copy_beta = β/2 (an intra-node MPI message is two memory
 copies, into and out of the transport's shared buffer).
+
+``barrier`` (n is 0): MPI's is a dissemination barrier, ceil(log2 p) rounds of one empty
+message (α each); ``shared_memory`` sends no message: each rank stores its count on the
+node's arrival board and reads the p − 1 others', a cache line each (``CACHE_LINE`` bytes at
+copy_beta), so on one node it always wins in this model.
 """
 
 from __future__ import annotations
@@ -100,6 +105,20 @@ def _recursive_half(p: int, n: float, a: float, b: float, shm: SharedMemoryCost)
     return math.log2(q) * a + (q - 1) / q * n * b + _block_fold(p, n, a, b)
 
 
+CACHE_LINE = 64   # bytes a core fetches to read another core's counter
+
+
+def _barrier_dissemination(p: int, n: float, a: float, b: float,
+                           shm: SharedMemoryCost) -> float:
+    return math.ceil(math.log2(p)) * a
+
+
+def _barrier_shared_memory(p: int, n: float, a: float, b: float,
+                           shm: SharedMemoryCost) -> float:
+    copy_beta = b / 2 if shm.copy_beta is None else shm.copy_beta
+    return (p - 1) * CACHE_LINE * copy_beta
+
+
 def _passthrough(*variants: _Formula) -> _Formula:
     def formula(p: int, n: float, a: float, b: float, shm: SharedMemoryCost) -> float:
         return min(f(p, n, a, b, shm) for f in variants)
@@ -125,6 +144,10 @@ _MODELS: dict[str, dict[str, _Formula]] = {
         "mpi_passthrough": _passthrough(_recursive_half, _ring_half),
         "recursive_doubling": _recursive_half,
         "ring": _ring_half,
+    },
+    "barrier": {
+        "mpi_passthrough": _barrier_dissemination,
+        "shared_memory": _barrier_shared_memory,
     },
 }
 

@@ -636,8 +636,11 @@ def node_layout(comm) -> tuple[int, int] | None:
 def runs_on(comm, cls: type) -> bool:
     """Whether the algorithm ``cls`` can run on ``comm``'s nodes: ``single_node`` classes
     need every rank on one node, ``multi_node`` ones ranks on several nodes,
-    ``uniform_nodes`` ones as many ranks on every node."""
+    ``uniform_nodes`` ones as many ranks on every node; ``needs_arrivals`` ones the
+    communicator's arrival counters (``comm.arrivals``: alike on every rank)."""
     if getattr(cls, "single_node", False) and comm.local_size != comm.size:
+        return False
+    if getattr(cls, "needs_arrivals", False) and getattr(comm, "arrivals", None) is None:
         return False
     nodes = getattr(comm, "nodes", None)
     if getattr(cls, "multi_node", False) and len(nodes or ()) < 2:

@@ -78,6 +78,8 @@ def table_picking_shared_memory(comm, hosts):
 def test_single_node_algorithms_are_neither_offered_nor_chosen(comm, hosts,
                                                                table_picking_shared_memory):
     assert "shared_memory" not in al.algorithms("allreduce", comm=comm)
+    assert "shared_memory" not in al.algorithms("barrier", comm=comm)
+    al.barrier(comm)             # automatic: the arrival board's barrier would raise here
     for nbytes in (4, 1 << 16, 1 << 22):
         buf = np.ones(nbytes // 4, np.float32)
         al.allreduce(buf, comm)      # automatic: the table's shared_memory would raise here

@@ -1,5 +1,5 @@
 """Custom MPI algorithms (ring, recursive doubling, Rabenseifner, shared memory, hierarchical,
-direct reduce).
+direct reduce, the barrier through the node's arrival board).
 
 ``CUSTOM_ALGORITHMS[op][name]`` is the State class of algorithm ``name`` for ``op``.  Each
 class lives in its own file and writes its algorithm as one generator (program.py), so the
@@ -17,6 +17,7 @@ from .ring_allgather import RingAllgather
 from .ring_allreduce import RingAllreduce
 from .ring_reduce_scatter import RingReduceScatter
 from .shared_memory import SharedMemoryAllreduce
+from .shared_memory_barrier import SharedMemoryBarrier
 
 CUSTOM_ALGORITHMS: dict[str, dict[Algorithm, type]] = {
     "allreduce": {
@@ -30,4 +31,5 @@ CUSTOM_ALGORITHMS: dict[str, dict[Algorithm, type]] = {
     "allgather": {Algorithm.RING: RingAllgather, Algorithm.HIERARCHICAL: HierarchicalAllgather},
     "reduce": {Algorithm.DIRECT: DirectReduce, Algorithm.HIERARCHICAL: HierarchicalReduce},
     "bcast": {Algorithm.HIERARCHICAL: HierarchicalBcast},
+    "barrier": {Algorithm.SHARED_MEMORY: SharedMemoryBarrier},
 }

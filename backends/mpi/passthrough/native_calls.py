@@ -49,7 +49,7 @@ from mpi4py import MPI
 from ....engine.direct import DirectCall
 
 __all__ = ["native_call", "native_array_call", "native_array_post", "native_exchange",
-           "native_persistent", "native_post", "quick"]
+           "native_persistent", "native_post", "probe_function", "quick"]
 
 _OPEN_MPI = MPI.get_vendor()[0] == "Open MPI"
 QUICK_BYTES = 4096    # a quick call's buffers hold at most this many bytes in all (``quick``)
@@ -90,6 +90,13 @@ def native_call(mpi_comm, name: str, arguments: tuple, positions: tuple = (),
         count, datatype = _RECEIVING[name](values)
         call.check(get_count, count, datatype, on_error)
     return call
+
+
+def probe_function() -> int | None:
+    """The address of ``MPI_Iprobe`` for compiled callers to drive MPI's progress with
+    while they wait on something else (board_wait.py); None where calls cannot be made
+    directly (see the module's docstring)."""
+    return _function("Iprobe") if cython.compiled and _OPEN_MPI else None
 
 
 def native_post(mpi_comm, name: str, arguments: tuple, on_error=None):

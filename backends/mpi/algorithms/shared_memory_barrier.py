@@ -1,0 +1,83 @@
+"""Barrier through the node's arrival board: no message, one store and a few loads.
+
+Every rank counts each collective it enters on a communicator on the node's arrival board
+(aluminum/watchdog.py: a plan counts before it runs or starts, for the timeouts' and stall
+warnings' "ranks that never arrived"), and collectives are entered in one order on every
+rank.  A rank that has entered barrier number ``k`` of a communicator has therefore stored
+``k``, and every rank has entered it once every rank's count reached ``k``: this barrier
+only reads its own count and waits for the others' (board_wait.py for the blocking form,
+``step`` for the engine's).  On two ranks of one node that is a cache line crossing each way,
+where ``MPI_Barrier`` sends a message each way through MPI's shared-memory transport.
+
+What surprises people:
+- it needs every rank on this node and the communicator's arrival counters (a
+  communicator made when a rank had no board slot left has none); ``automatic`` takes it
+  only there, and ``algo="shared_memory"`` elsewhere raises ``UnsupportedError``;
+- it matches only other ranks' barriers through the board, as any algorithm matches only
+  itself: every rank of a barrier must run the same algorithm (``automatic`` makes the same
+  choice everywhere);
+- while it waits it keeps MPI progressing (``MPI_Iprobe``) and yields the core, so a peer
+  held in a receive this rank's earlier ``Isend`` feeds still gets there, as with MPI's own
+  barrier.
+"""
+from __future__ import annotations
+
+import functools
+
+from mpi4py import MPI
+
+from ....core.errors import UnsupportedError
+from ....engine.state import Action, State
+from .board_wait import BoardWait
+
+__all__ = ["SharedMemoryBarrier"]
+
+
+def node_counts(comm) -> list:
+    """Every rank's count of ``comm``'s collectives on the node's board (rank order);
+    raises ``UnsupportedError`` where the barrier cannot run on ``comm``."""
+    arrivals = comm.arrivals
+    cells = None if arrivals is None else arrivals.node_cells()
+    if cells is not None and comm.local_size == comm.size:
+        return cells
+    if comm.local_size != comm.size:
+        why = (f"needs every rank on one node; this communicator has {comm.size} ranks, "
+               f"{comm.local_size} of them on this node")
+    else:
+        why = ("needs the communicator's arrival counters on the node's board, and this "
+               "one has none (made when a rank had no board slot left, or freed)")
+    raise UnsupportedError(f"algo: barrier/shared_memory {why} (use mpi_passthrough)")
+
+
+class SharedMemoryBarrier(State):
+    """Barrier for communicators whose ranks all share one node: wait until every rank's
+    count on the arrival board reached this rank's (counted before the state is made)."""
+
+    name = "barrier/shared_memory"
+    single_node = True        # the selector falls back to the default on multi-node
+    needs_arrivals = True     # communicators, and on those without arrival counters
+
+    def __init__(self, comm, stream, counts: list | None = None) -> None:
+        self.counts = node_counts(comm) if counts is None else counts
+        self.mpi = comm.mpi_comm
+        self.number = self.counts[comm.rank][0]
+
+    def step(self) -> Action:
+        number = self.number
+        for count in self.counts:
+            if count[0] < number:
+                self.mpi.Iprobe(MPI.ANY_SOURCE, MPI.ANY_TAG)   # (MPI's progress)
+                return Action.CONTINUE
+        return Action.COMPLETE
+
+    @classmethod
+    def run_blocking(cls, comm, stream) -> None:
+        cls.blocking_call(comm, stream)()
+
+    @classmethod
+    def blocking_call(cls, comm, stream):
+        return BoardWait(node_counts(comm), comm.rank, comm.mpi_comm)
+
+    @classmethod
+    def fresh(cls, comm, stream):
+        return functools.partial(cls, comm, stream, node_counts(comm))
