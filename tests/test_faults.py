@@ -446,6 +446,38 @@ def test_dropped_communicators_are_released_at_garbage_collection(nprocs, tmp_pa
     assert out.count("HANDLES") == nprocs, out
 
 
+def test_ctrl_c_ends_a_barrier_waiting_for_a_peer_that_is_late(tmp_path):
+    """Without AL_TIMEOUT a one-node barrier waits on the arrival board, in C; SIGINT still
+    ends it (KeyboardInterrupt, where MPI's barrier would sit through it), and the
+    communicator stays usable: the late rank's barrier meets the interrupted one."""
+    code, reports, out, _ = run_case(2, '''
+        from mpi4py import MPI
+        comm = al.MPICommunicator()
+        pids = MPI.COMM_WORLD.allgather(os.getpid())
+        al.barrier(comm)
+        if comm.rank == 0:
+            fault()
+            try:
+                al.barrier(comm)
+            except KeyboardInterrupt:
+                report(0, "interrupted")
+            else:
+                report(0, "passed-alone")
+        else:
+            time.sleep(0.5)                       # rank 0 is waiting in the barrier by then
+            os.kill(pids[0], signal.SIGINT)
+            time.sleep(2.5)
+            al.barrier(comm)                      # the barrier rank 0 entered
+        al.barrier(comm)
+        report(comm.rank, "usable")
+        al.finalize()
+    ''', env={"AL_TIMEOUT": None}, tmp_path=tmp_path)
+    assert code == 0, out
+    # (at the signal, not when rank 1 arrives 2.5 s later)
+    assert reports[(0, "interrupted")][0] == "ok" and reports[(0, "interrupted")][2] < 1.5, out
+    assert (0, "usable") in reports and (1, "usable") in reports, out
+
+
 # -- the flight recorder on SIGUSR1, the stall warning ----------------------------------------
 
 @NPROCS
