@@ -8,6 +8,7 @@ calls into this class's fields rather than Python method calls.
 
 What surprises people: ``count`` keeps counting after the slot is given back (``_mine``
 None), so numbers stay increasing on a communicator freed under a run; nothing reads them.
+The slot's cell holds the count under the slot's generation (core/board_cells.py).
 """
 from __future__ import annotations
 
@@ -15,6 +16,8 @@ try:
     import cython
 except ImportError:   # (running uncompiled without Cython)
     from .core import pure_cython as cython
+
+from .core.board_cells import COUNT_BITS, generation_of
 
 __all__ = ["Arrivals"]
 
@@ -25,19 +28,21 @@ class Arrivals:
     memoryview of int64 on the node's shared board), and the blocking run in progress."""
 
     __slots__ = ("count", "_inside_number", "_inside_plan", "_mine", "_counts", "_slot",
-                 "__weakref__")
+                 "_base", "__weakref__")
 
     def __init__(self, mine, slot: int) -> None:
         self.count = 0
         self._inside_number, self._inside_plan = 0, None   # the blocking run in progress
         self._mine, self._slot = mine, slot
         self._counts = mine   # (compiled: a typed view of ``mine``, stored into directly)
+        # The cell's generation bits, kept while the slot is this communicator's.
+        self._base = 0 if mine is None else generation_of(mine[slot]) << COUNT_BITS
 
     def arrive(self) -> int:
         """Count one more collective entered by this rank; its number on this communicator."""
         count = self.count = self.count + 1
         if self._counts is not None:
-            self._counts[self._slot] = count
+            self._counts[self._slot] = self._base + count
         return count
 
     def detach(self):

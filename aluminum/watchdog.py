@@ -50,6 +50,7 @@ import weakref
 import numpy as np
 
 from .arrivals import Arrivals
+from .core.board_cells import count_of, generation_of, given_back
 
 __all__ = ["ENABLED", "ArrivalCounters", "open_board", "close_board", "attach"]
 
@@ -84,7 +85,9 @@ class _Board:
         return self.shared.locate(comm.mpi_comm, comm.size)
 
     def give_back(self, slot: int) -> None:
-        self.mine[slot] = 0          # before the slot can be agreed on again
+        # (count 0 before the slot can be agreed on again; the next generation, so that a
+        # peer still waiting on the old count sees the slot was let go: core/board_cells.py)
+        self.mine[slot] = given_back(self.mine[slot])
         self.free[slot] = 1
 
     def close(self) -> None:
@@ -152,8 +155,8 @@ class ArrivalCounters(Arrivals):
     calls ``enter`` before each blocking run and ``leave`` after it, ``arrive`` before a
     start) and its peers', read by the timeouts and the monitor thread's stall warning."""
 
-    __slots__ = ("_peers", "_peer_ids", "_warned", "describe", "_hosts", "_admin",
-                 "_services")
+    __slots__ = ("_peers", "_peer_ids", "_generations", "_warned", "describe", "_hosts",
+                 "_admin", "_services")
 
     def __init__(self, board: _Board, slot: int, peers: list[int | None], describe: str,
                  hosts: list[str] | None = None, admin=None, services=None) -> None:
@@ -161,6 +164,11 @@ class ArrivalCounters(Arrivals):
         # (None: a rank on another node, asked by roll call over ``admin``)
         self._peers = [None if peer is None else board.counters[peer] for peer in peers]
         self._peer_ids = peers
+        # Each node peer's generation of the slot, read after the agreement on it (made
+        # after every peer gave the slot back), so it is the one it keeps for this
+        # communicator.
+        self._generations = [None if counters is None else generation_of(counters[slot])
+                             for counters in self._peers]
         self._hosts, self._admin, self._services = hosts, admin, services
         self._warned = None
         self.describe = describe  # "rank R of N", for the monitor's message
@@ -171,7 +179,7 @@ class ArrivalCounters(Arrivals):
             return "the ranks that never arrived are unknown: the communicator was freed"
         slot = self._slot
         late = [rank for rank, counters in enumerate(self._peers)
-                if counters is not None and counters[slot] < number]
+                if counters is not None and count_of(counters[slot]) < number]
         elsewhere = [rank for rank, counters in enumerate(self._peers) if counters is None]
         silent = []
         if elsewhere:
@@ -195,17 +203,18 @@ class ArrivalCounters(Arrivals):
                              if self._peer_ids[rank] is not None)
         return "; ".join(words)
 
-    def node_cells(self) -> list | None:
-        """Every rank's count on this communicator, in rank order (this rank's own
-        included), each a one-element int64 memoryview into the node's board; None where
-        a rank is on another node or the slot was given back.  A barrier through shared
-        memory waits on them (backends/mpi/algorithms/shared_memory_barrier.py): a rank
-        whose count reached a collective's number has entered it."""
+    def node_cells(self) -> tuple[list, list] | None:
+        """Every rank's cell of this communicator's slot, in rank order (this rank's own
+        included), each a one-element int64 memoryview into the node's board, and the
+        slot's generation on each rank while it is this communicator's
+        (core/board_cells.py); None where a rank is on another node or the slot was given
+        back.  A barrier through shared memory waits on them
+        (backends/mpi/algorithms/shared_memory_barrier.py)."""
         if self._mine is None or not self._peers \
                 or any(counters is None for counters in self._peers):
             return None
         slot = self._slot
-        return [counters[slot:slot + 1] for counters in self._peers]
+        return [counters[slot:slot + 1] for counters in self._peers], self._generations
 
     def _where(self, ranks: list[int]) -> str:
         """`` (host a)`` or `` (hosts a: 1, 2; b: 5)`` for ``ranks``; "" on one node."""

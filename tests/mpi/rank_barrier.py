@@ -2,6 +2,8 @@
 last has entered, make what was written before them visible after them, and keep MPI and
 the progress engine going while they wait (the shared-memory barrier waits on the node's
 arrival board, not in MPI)."""
+import os
+import signal
 import time
 
 import numpy as np
@@ -98,6 +100,30 @@ def test_a_barrier_lets_the_engine_run_what_a_peer_waits_for(comm):
     al.barrier(comm)
     request.wait()
     np.testing.assert_array_equal(buf, np.full(buf.size, comm.size, np.float32))
+
+
+def test_a_barrier_ends_when_a_peer_gives_its_board_slot_back_right_after_it():
+    """Rank 1 is stopped inside a board barrier before it has seen rank 0 arrive; rank 0
+    leaves the barrier and at once gives the communicator's board slot back (what dropping
+    a communicator without free() does when it is collected); resumed, rank 1 must leave
+    the barrier too, not wait on the slot's reset count."""
+    other = al.MPICommunicator()
+    try:
+        if other.size < 2 or "shared_memory" not in al.algorithms("barrier", comm=other):
+            pytest.skip("no barrier through the board here")
+        pids = world.allgather(os.getpid())
+        al.barrier(other, algo="shared_memory")
+        if other.rank == 0:
+            time.sleep(0.2)                          # rank 1 is waiting by then
+            os.kill(pids[1], signal.SIGSTOP)
+            al.barrier(other, algo="shared_memory")  # everyone arrived: leaves at once
+            other.arrivals.release()
+            os.kill(pids[1], signal.SIGCONT)
+        else:
+            al.barrier(other, algo="shared_memory")
+        world.Barrier()
+    finally:
+        other.free()
 
 
 def test_automatic_takes_the_board_on_one_node(comm):

@@ -7,7 +7,10 @@ rank.  A rank that has entered barrier number ``k`` of a communicator has theref
 ``k``, and every rank has entered it once every rank's count reached ``k``: this barrier
 only reads its own count and waits for the others' (board_wait.py for the blocking form,
 ``step`` for the engine's).  On two ranks of one node that is a cache line crossing each way,
-where ``MPI_Barrier`` sends a message each way through MPI's shared-memory transport.
+where ``MPI_Barrier`` sends a message each way through MPI's shared-memory transport.  A
+rank may give its slot back (free or drop the communicator) as soon as it has left the
+barrier; the slot's generation then changes, which counts as having arrived
+(core/board_cells.py), so a peer that had not looked yet does not wait on the reset count.
 
 What surprises people:
 - it needs every rank on this node and the communicator's arrival counters (a
@@ -17,8 +20,8 @@ What surprises people:
   itself: every rank of a barrier must run the same algorithm (``automatic`` makes the same
   choice everywhere);
 - while it waits it keeps MPI progressing (``MPI_Iprobe``) and yields the core, so a peer
-  held in a receive this rank's earlier ``Isend`` feeds still gets there, as with MPI's own
-  barrier.
+  held in a blocking send that only this rank's progress completes (into an ``Irecv``
+  posted before the barrier) still gets there, as with MPI's own barrier.
 """
 from __future__ import annotations
 
@@ -26,6 +29,7 @@ import functools
 
 from mpi4py import MPI
 
+from ....core.board_cells import count_of, reached
 from ....core.errors import UnsupportedError
 from ....engine.state import Action, State
 from .board_wait import BoardWait
@@ -33,13 +37,14 @@ from .board_wait import BoardWait
 __all__ = ["SharedMemoryBarrier"]
 
 
-def node_counts(comm) -> list:
-    """Every rank's count of ``comm``'s collectives on the node's board (rank order);
-    raises ``UnsupportedError`` where the barrier cannot run on ``comm``."""
+def node_cells(comm) -> tuple[list, list]:
+    """Every rank's cell of ``comm``'s slot on the node's board and the slot's generation
+    (rank order, ``ArrivalCounters.node_cells``); raises ``UnsupportedError`` where the
+    barrier cannot run on ``comm``."""
     arrivals = comm.arrivals
-    cells = None if arrivals is None else arrivals.node_cells()
-    if cells is not None and comm.local_size == comm.size:
-        return cells
+    found = None if arrivals is None else arrivals.node_cells()
+    if found is not None and comm.local_size == comm.size:
+        return found
     if comm.local_size != comm.size:
         why = (f"needs every rank on one node; this communicator has {comm.size} ranks, "
                f"{comm.local_size} of them on this node")
@@ -57,15 +62,15 @@ class SharedMemoryBarrier(State):
     single_node = True        # the selector falls back to the default on multi-node
     needs_arrivals = True     # communicators, and on those without arrival counters
 
-    def __init__(self, comm, stream, counts: list | None = None) -> None:
-        self.counts = node_counts(comm) if counts is None else counts
+    def __init__(self, comm, stream, cells: tuple | None = None) -> None:
+        self.cells, self.generations = node_cells(comm) if cells is None else cells
         self.mpi = comm.mpi_comm
-        self.number = self.counts[comm.rank][0]
+        self.number = count_of(self.cells[comm.rank][0])
 
     def step(self) -> Action:
         number = self.number
-        for count in self.counts:
-            if count[0] < number:
+        for cell, generation in zip(self.cells, self.generations):
+            if not reached(cell[0], generation, number):
                 self.mpi.Iprobe(MPI.ANY_SOURCE, MPI.ANY_TAG)   # (MPI's progress)
                 return Action.CONTINUE
         return Action.COMPLETE
@@ -76,8 +81,8 @@ class SharedMemoryBarrier(State):
 
     @classmethod
     def blocking_call(cls, comm, stream):
-        return BoardWait(node_counts(comm), comm.rank, comm.mpi_comm)
+        return BoardWait(*node_cells(comm), comm.rank, comm.mpi_comm)
 
     @classmethod
     def fresh(cls, comm, stream):
-        return functools.partial(cls, comm, stream, node_counts(comm))
+        return functools.partial(cls, comm, stream, node_cells(comm))
