@@ -138,6 +138,7 @@ def test_free_with_operations_a_peer_never_joins_fails_them(nprocs, tmp_path):
         if comm.rank == 0:
             requests = [al.nonblocking_allreduce(b, comm, algo=algo)
                         for b, algo in zip(bufs, ["mpi_passthrough", "ring"] * 3)]
+            requests.append(al.nonblocking_barrier(comm))   # (one node: on the board)
         fault()
         attempt(comm.rank, "free", comm.free)
         if comm.rank == 0:
@@ -147,8 +148,8 @@ def test_free_with_operations_a_peer_never_joins_fails_them(nprocs, tmp_path):
         report(comm.rank, "exit")
     ''', tmp_path=tmp_path)
     assert code == 0, out
-    expect(reports, out, [0], "free", "CommunicatorError", match=r"6 operation\(s\)")
-    for i in range(6):
+    expect(reports, out, [0], "free", "CommunicatorError", match=r"7 operation\(s\)")
+    for i in range(7):
         expect(reports, out, [0], f"request{i}", "CommunicatorError", match="comm.free")
     for rank in range(nprocs):
         assert (rank, "exit") in reports, out

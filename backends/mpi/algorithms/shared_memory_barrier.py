@@ -19,6 +19,10 @@ What surprises people:
 - it matches only other ranks' barriers through the board, as any algorithm matches only
   itself: every rank of a barrier must run the same algorithm (``automatic`` makes the same
   choice everywhere);
+- a slot given back counts as arrived, so a peer that skips the barrier and drops the
+  communicator without ``free()`` lets it end once the communicator is collected, where
+  MPI's barrier would wait forever (a peer's ``free()`` gives the slot back only after
+  this rank has come to ``free()`` too: it is collective);
 - while it waits it keeps MPI progressing (``MPI_Iprobe``) and yields the core, so a peer
   held in a blocking send that only this rank's progress completes (into an ``Irecv``
   posted before the barrier) still gets there, as with MPI's own barrier.
@@ -64,7 +68,7 @@ class SharedMemoryBarrier(State):
 
     def __init__(self, comm, stream, cells: tuple | None = None) -> None:
         self.cells, self.generations = node_cells(comm) if cells is None else cells
-        self.mpi = comm.mpi_comm
+        self.comm, self.mpi = comm, comm.mpi_comm   # (the engine queues states by comm)
         self.number = count_of(self.cells[comm.rank][0])
 
     def step(self) -> Action:
