@@ -116,9 +116,11 @@ def test_a_barrier_ends_when_a_peer_gives_its_board_slot_back_right_after_it():
         if other.rank == 0:
             time.sleep(0.2)                          # rank 1 is waiting by then
             os.kill(pids[1], signal.SIGSTOP)
-            al.barrier(other, algo="shared_memory")  # everyone arrived: leaves at once
-            other.arrivals.release()
-            os.kill(pids[1], signal.SIGCONT)
+            try:
+                al.barrier(other, algo="shared_memory")  # everyone arrived: leaves at once
+                other.arrivals.release()
+            finally:
+                os.kill(pids[1], signal.SIGCONT)
         else:
             al.barrier(other, algo="shared_memory")
         world.Barrier()
