@@ -1,6 +1,9 @@
 """Across emulated hosts only (tests/test_multirank.py::test_ranks_across_hosts): what
 crosses between hosts, read from each host's own ``eth0`` counter, and what the communicator
 knows of its nodes."""
+import os
+import threading
+
 import numpy as np
 import pytest
 
@@ -73,6 +76,19 @@ def table_picking_shared_memory(comm, hosts):
               "by_bytes": [[0, "shared_memory"]], **nodes} for nodes in ({}, {"nodes": hosts})]
     with tuning_table("shared_memory_table", comm.rank, rules):
         yield
+
+
+def test_the_progress_engine_may_run_on_every_core(comm, hosts):
+    """The emulated hosts share this machine's cores and each counts only its own
+    node-local ranks, so engines pinned by node-local rank would share one core with the
+    same rank of every other host (which stalled nonblocking collectives between hosts
+    for seconds to minutes: docs/hosts.md).  The launcher leaves the engines unpinned."""
+    requests = [al.nonblocking_allreduce(np.ones(4), comm) for _ in range(3)]
+    al.wait_all(requests)          # (two in flight at once: the engine's thread runs)
+    engines = [thread for thread in threading.enumerate() if thread.name == "AlProgress"]
+    assert engines, "no progress engine thread after nonblocking calls in flight together"
+    for engine in engines:
+        assert os.sched_getaffinity(engine.native_id) == os.sched_getaffinity(0)
 
 
 def test_single_node_algorithms_are_neither_offered_nor_chosen(comm, hosts,
