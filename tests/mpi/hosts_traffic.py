@@ -1,6 +1,6 @@
 """Across emulated hosts only (tests/test_multirank.py::test_ranks_across_hosts): what
 crosses between hosts, read from each host's own ``eth0`` counter, and what the communicator
-knows of its nodes."""
+knows of its nodes, and where the launcher lets the progress engine run."""
 import os
 import threading
 
@@ -84,7 +84,7 @@ def test_the_progress_engine_may_run_on_every_core(comm, hosts):
     same rank of every other host (which stalled nonblocking collectives between hosts
     for seconds to minutes: docs/hosts.md).  The launcher leaves the engines unpinned."""
     requests = [al.nonblocking_allreduce(np.ones(4), comm) for _ in range(3)]
-    al.wait_all(requests)          # (two in flight at once: the engine's thread runs)
+    al.wait_all(requests)          # (several in flight at once: the engine thread runs)
     engines = [thread for thread in threading.enumerate() if thread.name == "AlProgress"]
     assert engines, "no progress engine thread after nonblocking calls in flight together"
     for engine in engines:
