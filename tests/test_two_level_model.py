@@ -1,8 +1,10 @@
 """The two-level α-β model (aluminum/tuning/two_level_model.py) against values worked out by hand,
 and the selector's choices on communicators that span nodes."""
 import json
+import math
 
 import pytest
+from hypothesis import given, strategies as st
 
 from aluminum.core.pieces import between_nodes_piece, pipeline_chunks
 from aluminum.tuning import selector
@@ -324,3 +326,30 @@ def test_a_measured_link_is_rounded_to_one_two_or_five_times_a_power_of_ten():
     assert one_two_five(3.2e-5) == pytest.approx(5e-5)
     assert one_two_five(7.0) == pytest.approx(5.0)
     assert one_two_five(7.2) == pytest.approx(10.0)
+
+
+# Every 1, 2 or 5 times a power of ten from 1e-12 to 5e12, as Python reads the literal (the
+# float nearest each number): what a rounded reading must be exactly.
+ONE_TWO_FIVE = {float(f"{mantissa}e{exponent}") for mantissa in (1, 2, 5)
+                for exponent in range(-12, 13)}
+
+
+@given(st.floats(min_value=1.0, max_value=9.99), st.integers(min_value=-11, max_value=11))
+def test_a_rounded_reading_is_exactly_the_float_of_one_two_or_five_times_a_power_of_ten(
+        mantissa, exponent):
+    """Exactly that float, not a product a rounding error away from it (``10 * 1e-06`` is
+    9.999999999999999e-06), so equal links compare equal; and the nearest by ratio (never
+    more than sqrt(2.5) away: the widest gap, 2 to 5, splits at sqrt(10))."""
+    from aluminum.backends.mpi.link_probe import one_two_five
+    value = mantissa * 10.0 ** exponent
+    rounded = one_two_five(value)
+    assert rounded in ONE_TWO_FIVE
+    assert abs(math.log(rounded / value)) <= math.log(2.5) / 2 + 1e-12
+
+
+def test_a_few_microseconds_round_to_the_literal_values():
+    from aluminum.backends.mpi.link_probe import one_two_five
+    assert one_two_five(9.7e-6) == 1e-05
+    assert one_two_five(8.0e-6) == 1e-05
+    assert one_two_five(4.8e-6) == 5e-06
+    assert one_two_five(9.7e-7) == 1e-06

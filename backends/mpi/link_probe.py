@@ -73,9 +73,12 @@ def measure_link(world, wanted: bool) -> tuple[float, float] | None:
 
 
 def one_two_five(value: float) -> float:
-    """``value`` (> 0) rounded to 1, 2 or 5 times a power of ten, the nearest by ratio."""
-    decade = 10.0 ** math.floor(math.log10(value))
-    return min((step * decade for step in (1, 2, 5, 10)),
+    """``value`` (> 0) rounded to 1, 2 or 5 times a power of ten, the nearest by ratio:
+    the float nearest that number (``10 * 1e-06`` would be 9.999999999999999e-06), so
+    that equal links give equal floats."""
+    exponent = math.floor(math.log10(value))
+    return min((float(f"{step}e{exponent + shift}")
+                for step, shift in ((1, 0), (2, 0), (5, 0), (1, 1))),
                key=lambda candidate: abs(math.log(candidate / value)))
 
 
