@@ -63,9 +63,8 @@ def launch_env(base: dict | None = None, ranks: int = 1, hosts: int | None = Non
 
     On several emulated hosts the progress engines are not pinned to cores
     (``AL_PE_CORE=none``): each host counts its own node-local ranks, so the engines of
-    every host would pin to the same cores of this one machine, and a pinned engine
-    sharing its core with other hosts' ranks stalled nonblocking collectives between the
-    hosts for seconds to minutes (docs/hosts.md, "A stall between hosts")."""
+    every host would pin to the same cores of this one machine, where they stalled
+    nonblocking collectives between the hosts (docs/hosts.md, "A stall between hosts")."""
     env = dict(os.environ if base is None else base)
     for key, value in LAUNCH_ENV.items():
         env.setdefault(key, value)
