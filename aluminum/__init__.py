@@ -14,7 +14,6 @@ from .barrier import barrier, barrier_init, nonblocking_barrier
 from .bcast import bcast, bcast_init, nonblocking_bcast
 from .communicator import (Communicator, HostTransferCommunicator, MPICommunicator,
                            NCCLCommunicator)
-from .core.dtypes import bfloat16
 from .core.names import Algorithm, Buffers, Device, Mode, Placement
 from .core.ops import OPS, OpSpec
 from .forms import OpCalls, calls_of
@@ -46,6 +45,12 @@ SUM, PROD, MIN, MAX = ReductionOp.SUM, ReductionOp.PROD, ReductionOp.MIN, Reduct
 LOR, LAND, LXOR = ReductionOp.LOR, ReductionOp.LAND, ReductionOp.LXOR
 BOR, BAND, BXOR = ReductionOp.BOR, ReductionOp.BAND, ReductionOp.BXOR
 AVG = ReductionOp.AVG
+
+
+def __getattr__(name: str):
+    if name == "bfloat16":   # (ml_dtypes is imported on first use: core/dtypes.py)
+        return dtypes.bfloat16
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def algorithms(op: str, backend: str = "mpi", comm=None) -> list[Algorithm]:

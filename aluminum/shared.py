@@ -45,7 +45,7 @@ def shared_empty(shape, dtype, comm) -> np.ndarray:
         dtype = np.dtype(dtype)
     except TypeError as exc:
         raise ArgumentError(f"dtype: not a numpy dtype: {dtype!r}") from exc
-    if dtype not in dtypes.SUPPORTED_DTYPES:
+    if not dtypes.is_supported(dtype):
         raise ArgumentError(f"dtype: aluminum does not communicate {dtype}")
     count = int(np.prod(shape, dtype=np.int64))
     segment = allocate(comm, count * dtype.itemsize)

@@ -224,7 +224,7 @@ class MPI4PyPeer:
 
 
 def _mpi_datatype(dtype: np.dtype, reduces: bool) -> MPI.Datatype:
-    if dtype in dtypes.HALF_PRECISION:
+    if dtypes.is_half(dtype):
         if reduces:
             raise PeerUnavailable(f"mpi4py: MPI has no reduction for {dtype}")
         return MPI.UINT16_T

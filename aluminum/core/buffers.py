@@ -103,7 +103,7 @@ def _from_ndarray(obj: object, array: np.ndarray, name: str) -> Buffer:
         raise BufferError(f"{name}: expected a C-contiguous buffer, got a non-contiguous view "
                           f"with shape {array.shape} and strides {array.strides}")
     dtype = array.dtype
-    if dtype not in dtypes.SUPPORTED_DTYPES:
+    if dtype not in dtypes.NATIVE_DTYPES and not dtypes.is_bfloat16(dtype):
         raise BufferError(f"{name}: unsupported dtype {dtype}; expected a numpy integer or "
                           f"float type, bool, float16 or bfloat16")
     return contiguous_host_buffer(obj, array, array.flags.writeable)
@@ -134,7 +134,7 @@ def _from_cupy(obj, name: str) -> Buffer:
     at a fraction of the cost of building and parsing that dict); dtypes cupy stores as raw
     2-byte voids (bfloat16) go through the interface, which carries their name."""
     dtype = obj.dtype
-    if dtype not in dtypes.SUPPORTED_DTYPES:
+    if dtype not in dtypes.NATIVE_DTYPES and not dtypes.is_bfloat16(dtype):
         return _from_cuda_interface(obj, obj.__cuda_array_interface__, name)
     if not obj.flags.c_contiguous:
         raise BufferError(f"{name}: expected a C-contiguous device buffer, got strides "
@@ -155,9 +155,9 @@ def _from_cuda_interface(obj: object, iface: dict, name: str) -> Buffer:
             raise BufferError(f"{name}: unsupported typestr {typestr!r}") from exc
     if iface.get("descr") and iface["descr"][0][0] == "bf16":
         dtype = dtypes.bfloat16
-    if dtype not in dtypes.SUPPORTED_DTYPES and dtype.kind == "V" and dtype.itemsize == 2:
+    if dtype not in dtypes.NATIVE_DTYPES and dtype.kind == "V" and dtype.itemsize == 2:
         dtype = dtypes.bfloat16
-    if dtype not in dtypes.SUPPORTED_DTYPES:
+    if not dtypes.is_supported(dtype):
         raise BufferError(f"{name}: unsupported dtype {dtype} in __cuda_array_interface__")
     count = math.prod(shape)
     strides = iface.get("strides")
@@ -206,7 +206,7 @@ def _torch_dtypes(torch) -> dict:
              "float64", "uint16", "uint32", "uint64"]
     found = {getattr(torch, n): np.dtype(n) for n in names if hasattr(torch, n)}
     found[torch.bfloat16] = dtypes.bfloat16
-    return {k: v for k, v in found.items() if v in dtypes.SUPPORTED_DTYPES}
+    return {k: v for k, v in found.items() if dtypes.is_supported(v)}
 
 
 def _torch_to_numpy(tensor, name: str) -> np.ndarray:

@@ -18,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 from mpi4py import MPI
 
-from ...core.dtypes import HALF_PRECISION
+from ...core.dtypes import is_half
 from ...core.reduction import ReductionOp
 
 _NATIVE_OPS = {
@@ -40,7 +40,7 @@ def mpi_datatype(dtype: np.dtype) -> MPI.Datatype:
     """The MPI datatype that moves elements of ``dtype`` (halves: a 2-byte integer type)."""
     found = _datatypes.get(dtype)
     if found is None:
-        found = MPI.UINT16_T if dtype in HALF_PRECISION else MPI.Datatype.fromcode(dtype.char)
+        found = MPI.UINT16_T if is_half(dtype) else MPI.Datatype.fromcode(dtype.char)
         _datatypes[dtype] = found
     return found
 
@@ -50,7 +50,7 @@ def mpi_op(op: ReductionOp, dtype: np.dtype) -> MPI.Op:
     key = (op, dtype)
     found = _ops.get(key)
     if found is None:
-        if dtype in HALF_PRECISION or not _wraps(op, dtype):
+        if is_half(dtype) or not _wraps(op, dtype):
             found = MPI.Op.Create(_numpy_reducer(op, dtype), commute=True)
         elif dtype == np.bool_:
             found = _BOOL_OPS.get(op, _NATIVE_OPS[op])
