@@ -22,9 +22,12 @@ from .program import (ProgramState, partition, rank_order_allreduce, result_buff
 from .shared_buffers import SharedBuffers
 from .vector_copy import copy_vector
 
-# Chunks in flight at once: several crossing between nodes while others are reduced in them
-# (with 2, the link idled whenever both waited on the node's phases).
-IN_FLIGHT = 8
+# Chunks in flight at once: one crossing between nodes while the next is reduced in them.
+# Each chunk already carries about a millisecond of the link's time (core/pieces.py); with
+# more in flight, their messages leave each host at once and share its link unevenly
+# (docs/hosts.md): 8 at a time ran 1 MiB on 2 x 2 hosts at 1 Gbit/s 2-8 % behind MPI's own
+# allreduce, 2 at a time 0-5 % ahead of it.
+IN_FLIGHT = 2
 
 
 class HierarchicalAllreduce(ProgramState):
