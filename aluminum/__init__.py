@@ -53,6 +53,10 @@ def __getattr__(name: str):
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
+def __dir__() -> list[str]:
+    return sorted([*globals(), "bfloat16"])
+
+
 def algorithms(op: str, backend: str = "mpi", comm=None) -> list[Algorithm]:
     """The algorithms ``algo=`` accepts for ``op`` on ``backend`` (besides automatic);
     each an ``al.Algorithm``, which is also its plain string name.  With ``comm``, only

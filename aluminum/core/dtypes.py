@@ -6,7 +6,7 @@ MPI backend reduces them through custom MPI ops computed in numpy (see backends/
 
 ml_dtypes is imported when ``bfloat16`` is first asked for (``al.bfloat16``,
 ``dtypes.bfloat16``), not with aluminum: its import registers numpy loops for a dozen types
-and takes 0.7 s with ml_dtypes 0.7 (0.1 s with 0.6), paid by every rank of every job.  An
+and can take most of a second (ml_dtypes 0.7), paid by every rank of every job.  An
 array of bfloat16 can only exist once ml_dtypes is imported, so the checks below look for it
 in ``sys.modules`` rather than importing it.
 """
