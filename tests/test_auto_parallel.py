@@ -171,6 +171,27 @@ def test_measured_kernel_and_step_times_replace_the_rates():
     assert found.reduction == pytest.approx(reductions, rel=1e-12)
 
 
+def test_a_gradient_summed_over_every_rank_is_priced_as_the_allreduce_op():
+    """The pass sums a gradient over every rank with the data-parallel ``allreduce`` op, so
+    the model prices it with the measured ``sum`` step, and a forward Partial output (a
+    redistribution) with ``allreduce``'s: data parallelism's weight and bias gradients
+    both move to ``sum``, a row-parallel layer only its bias gradient; without ``sum``
+    measured, both are ``allreduce``'s."""
+    layer = Layer(8, 4, 6)
+    (a1, b1), (a2, b2) = (3e-4, 1e-9), (1e-4, 5e-10)
+    redistributed = CostModel(op=1e-6, steps=(("allreduce", 2, a1, b1),))
+    summed = CostModel(op=1e-6, steps=(("allreduce", 2, a1, b1), ("sum", 2, a2, b2)))
+    weight, bias = 8 * 4 * 6, 8 * 6         # bytes the busiest of 2 ranks receives: all
+
+    def gained(strategy):
+        return estimate([layer], 2, [strategy], redistributed).time - \
+            estimate([layer], 2, [strategy], summed).time
+
+    assert gained(data_parallel(2)) == pytest.approx(
+        2 * (a1 - a2) + (b1 - b2) * (weight + bias), rel=1e-9)
+    assert gained(((1, 2), (2, 1))) == pytest.approx((a1 - a2) + (b1 - b2) * bias, rel=1e-9)
+
+
 def test_a_reduction_hides_under_the_previous_layers_gradients():
     """Two data-parallel layers: the second layer's reductions run while the first layer
     computes its gradients, so they cost only what the first layer's backward does not

@@ -65,16 +65,35 @@ def test_an_inner_dimension_split_gives_partial_summed_before_the_bias():
     assert after.type == "redistribute" and after.attrs["dst"]["placements"] == ["R"]
 
 
+def _made_by(program, names):
+    """The ops that write ``names``, with their input's and output's placements."""
+    block = program.global_block()
+    return [(op.type, [str(p) for p in block.var(op.input_names()[0]).layout.placements],
+             [str(p) for p in block.var(op.output_names()[0]).layout.placements])
+            for op in block.ops if op.output_names() and op.output_names()[0] in names]
+
+
 def test_a_batch_split_weight_gradient_is_summed_back_to_the_weight_layout():
     """Data parallelism falls out: the weight gradient is Partial over the batch split and
-    a redistribution (an allreduce) makes it the weight's layout again."""
+    an allreduce over every rank makes it the weight's layout again -- the data-parallel
+    pass's op, not a redistribution."""
     main, out = fc_program(((2, 1), (1, 1)))
     program = ex.shard_program(main, comm(2), out.name)
-    ops = program.global_block().ops
-    fixes = [op for op in ops if op.type == "redistribute" and
-             op.outputs["Out"][0] in ("fc_0.w@GRAD", "fc_0.b@GRAD")]
-    assert [(op.attrs["src"]["placements"], op.attrs["dst"]["placements"]) for op in fixes] \
-        == [(["P"], ["R"])] * 2
+    assert _made_by(program, ("fc_0.w@GRAD", "fc_0.b@GRAD")) == \
+        [("allreduce", ["P"], ["R"])] * 2
+
+
+@pytest.mark.parametrize("shard, name, placements", [
+    (((2, 1), (1, 2)), "fc_0.w@GRAD", (["P", "S(1)"], ["R", "S(1)"])),   # stays split
+    (((2, 2), (2, 1)), "fc_0.b@GRAD", (["P", "R"], ["R", "R"])),         # whole, one axis
+])
+def test_a_sum_along_one_mesh_dimension_stays_a_redistribution(shard, name, placements):
+    """On a 2 x 2 mesh with the batch split in two, a gradient summed along the batch
+    dimension's lines only (into a split weight, or into a whole bias the other dimension
+    already holds alike) takes the planner's route, not an allreduce over every rank."""
+    main, out = fc_program(shard)
+    program = ex.shard_program(main, comm(4), out.name)
+    assert _made_by(program, (name,)) == [("redistribute", *placements)]
 
 
 @pytest.mark.parametrize("shard, message", [

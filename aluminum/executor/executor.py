@@ -32,6 +32,14 @@ def run_op(op: Operator, scope: Scope, place: str = "cpu", stream: str = "comput
         _execute(kind, op, op.inputs.items(), op.outputs.items(), scope, place, context)
 
 
+class _Communicating:
+    """What a sharded program's communication ops get from an ``Executor``: the program's
+    communicator, and no buckets (its ``allreduce`` ops sum each gradient in a copy)."""
+
+    def __init__(self, comm) -> None:
+        self.comm = comm
+
+
 class PreparedOp:
     """``run_op`` for an op run many times: its kind is looked up and its slots listed once,
     and it is bound to its scope, place, stream name, context and output destinations (or
@@ -234,10 +242,11 @@ class Executor:
             return run_placed(self, program, feed, fetch_list, scope)
         feed = dict(feed or {})
         names = fetch_names(fetch_list)
-        rank = None
+        rank = context = None
         if getattr(program, "sharding", None) is not None:   # sharding/: each rank's part
             from .sharding import local_feed, local_scope
             rank = program.sharding.comm.rank
+            context = _Communicating(program.sharding.comm)
             feed = local_feed(program, feed, rank)
             local_scope(program, scope, rank)
         check_feed(program, feed, rank)
@@ -248,10 +257,10 @@ class Executor:
             check_feed_finite(feed)
             store_feed(scope, feed)
             for op in program.global_block().ops:
-                run_op(op, scope, self.place)
+                run_op(op, scope, self.place, context=context)
                 check_outputs_finite(op, scope, self.place)
         else:
             store_feed(scope, feed)
             for op in program.global_block().ops:
-                run_op(op, scope, self.place)
+                run_op(op, scope, self.place, context=context)
         return [fetch_value(name, scope, self.place) for name in names]

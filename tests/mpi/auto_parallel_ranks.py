@@ -152,8 +152,9 @@ def test_the_calibrated_model_is_the_same_on_every_rank_and_cached(comm, tmp_pat
         assert (first.alpha, first.beta) == tuple(calibrate.alpha_beta())
         groups = [g for g in range(2, SIZE + 1) if SIZE % g == 0]
         assert sorted((kind, group) for kind, group, _, _ in first.steps) == sorted(
-            (kind, g) for g in groups
-            for kind in ("allreduce", "reduce_scatter", "allgather", "alltoall"))
+            [(kind, g) for g in groups
+             for kind in ("allreduce", "reduce_scatter", "allgather", "alltoall")] +
+            [("sum", SIZE)])
         assert all(alpha >= 0 and beta >= 0 for _, _, alpha, beta in first.steps)
         assert any(alpha > 0 for _, _, alpha, _ in first.steps)
         if RANK == 0:

@@ -19,7 +19,7 @@ from ..errors import ExecutionError, ProgramError
 from .mesh import Layout, Replicate
 from .planner import Redistribution, plan_redistribution
 from .steps import Step, split_bounds
-from .traffic import record
+from .traffic import record, record_allreduce
 
 _lines: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()   # comm -> {key: sub}
 
@@ -162,11 +162,8 @@ def _pad(step: Step, value, shape, rank):
 def _allreduce(step, value, shape, group, rank):
     out = np.array(value, order="C", copy=True)
     if group.size > 1:
-        n = out.size
-        a, b = split_bounds(n, group.size)[group.rank]
-        moved = ((n - (b - a)) + (group.size - 1) * (b - a)) * out.itemsize
         al.allreduce(out, group)
-        record("allreduce", group.size, moved, moved)
+        record_allreduce(out.size, out.itemsize, group.size, group.rank)
     return out
 
 

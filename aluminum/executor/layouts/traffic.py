@@ -1,5 +1,6 @@
-"""Counting the bytes a rank's redistributions and placement's transfers send and receive,
-from the buffers the runtime hands to aluminum's calls (not from the plan):
+"""Counting the bytes a rank's redistributions, placement's transfers and the executor's
+``allreduce`` ops send and receive, from the buffers the runtime hands to aluminum's calls
+(not from the plan):
 ``with count_traffic() as t: ...`` then ``t.sent``, ``t.received`` and ``t.calls``.
 
 A call counts as its direct algorithm moves data: ``alltoallv``/``multisendrecv`` the
@@ -45,6 +46,17 @@ def count_traffic() -> Iterator[Traffic]:
     finally:
         with _lock:
             active.remove(traffic)
+
+
+def record_allreduce(elements: int, itemsize: int, group: int, rank: int) -> None:
+    """``record`` an allreduce of ``elements`` over ``group`` ranks from ``rank`` (module
+    docstring: a reduce-scatter then an allgather of ``array_split`` blocks)."""
+    if not active or group == 1:
+        return
+    base, extra = divmod(elements, group)
+    block = base + (rank < extra)
+    moved = ((elements - block) + (group - 1) * block) * itemsize
+    record("allreduce", group, moved, moved)
 
 
 def record(call: str, group: int, sent: int, received: int) -> None:

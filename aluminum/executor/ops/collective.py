@@ -9,6 +9,7 @@ import numpy as np
 import aluminum as al
 
 from ..errors import ExecutionError
+from ..layouts.traffic import record_allreduce
 from .registry import OpKind, register
 
 
@@ -30,7 +31,12 @@ class Allreduce(OpKind):
 
     After the gradients the bucket carries this rank's sample count (``Samples``, under
     ``gradient_scale="samples"``) and a 1 saying it takes part; once reduced, the bucket is
-    weighed as the ``gradient_scale`` attribute says (``Buckets.weigh``)."""
+    weighed as the ``gradient_scale`` attribute says (``Buckets.weigh``).
+
+    The sharded pass (sharding/program_pass.py) makes these ops too, for gradients summed
+    over every rank; an ``Executor`` running such a program has no buckets, and there each
+    gradient is summed in a copy.  ``count_traffic`` counts an allreduce as the
+    redistributions' (layouts/traffic.py)."""
 
     type = "allreduce"
     differentiable = False
@@ -44,6 +50,12 @@ class Allreduce(OpKind):
     def compute(self, ins, attrs, ctx, out):
         comm = _comm(ctx, self.type)
         grads = ins["X"]
+        if getattr(ctx, "buckets", None) is None and attrs.get("root") is None:
+            sums = [np.array(grad, order="C", copy=True) for grad in grads]
+            for total in sums:
+                al.allreduce(total, comm)
+                record_allreduce(total.size, total.itemsize, comm.size, comm.rank)
+            return {"Out": sums}
         bucket = ctx.buckets.get(attrs.get("bucket", id(attrs)),
                                  tuple(grad.shape for grad in grads), grads[0].dtype,
                                  attrs.get("root"))
@@ -52,6 +64,9 @@ class Allreduce(OpKind):
                 view[...] = grad
         bucket.tail[...] = (float(ins["Samples"][0][0]) if "Samples" in ins else 0.0, 1.0)
         bucket.run()
+        if attrs.get("root") is None:
+            record_allreduce(bucket.tensors.size, bucket.memory.itemsize, comm.size,
+                             comm.rank)
         if comm.stream is not None:   # a stream-ordered plan has only been enqueued
             comm.stream.synchronize()
         if attrs.get("root", comm.rank) == comm.rank:   # a reduce's other ranks hold no sum

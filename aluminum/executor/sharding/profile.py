@@ -312,18 +312,25 @@ def group_sizes(nranks: int) -> list[int]:
 
 
 def step_keys(nranks: int) -> list[tuple[str, int]]:
-    """(kind, line length) of every step ``step_times`` measures, in its order."""
-    return [(kind, group) for group in group_sizes(nranks) for kind in STEP_KINDS]
+    """(kind, line length) of every step ``step_times`` measures, in its order; ``sum``:
+    the data-parallel ``allreduce`` op over every rank (the sharded pass sums gradients
+    with it, search.py prices them so)."""
+    whole = [("sum", nranks)] if nranks > 1 else []
+    return [(kind, group) for group in group_sizes(nranks) for kind in STEP_KINDS] + whole
 
 
 def step_times(comm, itemsize: int = 8, sizes=(1 << 10, 1 << 20)) -> np.ndarray:
     """α (seconds per step) and β (seconds per byte the busiest rank receives) of each
     ``step_keys(comm.size)`` in a row, fitted to redistributions of two tensor sizes
     (``sizes`` bytes) on lines of that length; this rank's, collective over ``comm``."""
+    from ..buckets import Buckets
     from ..layouts import DeviceMesh, Layout, Partial, Replicate, Shard, \
         plan_redistribution, redistribute
+    from ..scope import Scope
     dtype = np.dtype({8: np.float64, 4: np.float32, 2: np.float16}[itemsize])
-    moves = {"allreduce": (Partial(), Replicate()), "reduce_scatter": (Partial(), Shard(0)),
+    buckets = Buckets(comm)       # (the executor's, as its allreduce ops use them)
+    moves = {"allreduce": (Partial(), Replicate()), "sum": (Partial(), Replicate()),
+             "reduce_scatter": (Partial(), Shard(0)),
              "allgather": (Shard(0), Replicate()), "alltoall": (Shard(0), Shard(1))}
     table = []
     for kind, group in step_keys(comm.size):
@@ -338,9 +345,14 @@ def step_times(comm, itemsize: int = 8, sizes=(1 << 10, 1 << 20)) -> np.ndarray:
             plan = plan_redistribution(src, dst, shape, dtype.name)
             local = np.ones(src.local_shape(comm.rank, shape), dtype)
             busiest = max(plan.bytes_received(r) for r in range(comm.size))
-            points.append((busiest, _median(
-                lambda: redistribute(local, src, dst, shape, comm, plan=plan))))
+            if kind == "sum":     # the gradient already in its bucket, as the op finds it
+                run = buckets.get(("calibration", shape), (local.shape,), dtype).run
+            else:
+                def run():
+                    redistribute(local, src, dst, shape, comm, plan=plan)
+            points.append((busiest, _median(run)))
         (b1, t1), (b2, t2) = points
         beta = max((t2 - t1) / (b2 - b1), 0.0) if b2 > b1 else 0.0
         table.append((max(t1 - beta * b1, 0.0), beta))
+    buckets.release(Scope())
     return np.array(table, np.float64).reshape(-1, 2)

@@ -17,7 +17,9 @@ whose ops compute each rank's box:
    the input lacks (a replicated weight's gradient on a batch-split mesh dimension); where
    that differs from the input's layout (Partial read as Replicate), a redistribution
    follows it: that is where data parallelism's allreduce comes from, and Megatron's
-   backward allreduce of a column-parallel layer's input gradient.
+   backward allreduce of a column-parallel layer's input gradient.  A sum over every rank
+   into a whole tensor is the data-parallel pass's ``allreduce`` op (ops/collective.py),
+   not a ``redistribute``: the same sum, in a bucket kept from step to step.
 3. The optimizer ops as they were; their state (moments, velocities) is laid out as its
    parameter.
 
@@ -31,7 +33,7 @@ from dataclasses import dataclass
 from ..backward import append_backward
 from ..errors import ProgramError
 from ..ir import Operator, Program
-from ..layouts import Layout
+from ..layouts import Layout, Replicate
 from ..layouts.mesh import known_comm
 from ..ops import registry
 from . import kernels  # noqa: F401  (registers the sharded kernels)
@@ -238,8 +240,33 @@ def _gradients_laid_out(block, ops, sharder: _Sharder) -> list:
                 block.create_var(summands, grad.shape, grad.dtype).layout = natural
                 op.outputs[slot] = [summands if j == i else n for j, n in enumerate(names)]
                 names = op.outputs[slot]
-                out.append(redistribute_op(block, summands, name, wanted))
+                out.append(_sum_op(block, summands, name, wanted, sharder.nranks))
     return out
+
+
+def sums_over_every_rank(src: Layout, dst: Layout, nranks: int) -> bool:
+    """Whether going from ``src`` to ``dst`` is the sum over every one of ``nranks`` ranks
+    (in their order) into a whole tensor on each: Partial along every dimension of a mesh
+    of all of them, Replicate along every one after."""
+    return src.mesh.ranks == dst.mesh.ranks == tuple(range(nranks)) and \
+        len(src.partial_dims) == src.mesh.ndim and \
+        all(isinstance(p, Replicate) for p in dst.placements)
+
+
+def _sum_op(block, summands: str, name: str, layout: Layout, nranks: int) -> Operator:
+    """The op making gradient ``name``, laid out as ``layout``, from its ``summands``:
+    where that is the sum over every rank of the communicator into a whole tensor on each
+    (data parallelism's weight and bias gradients, a 1-D Megatron's input gradients), the
+    data-parallel pass's ``allreduce`` op -- its bucket and persistent plan, the gradient
+    written straight into the bucket -- else a redistribution along the planner's route."""
+    if not sums_over_every_rank(block.var(summands).layout, layout, nranks):
+        return redistribute_op(block, summands, name, layout)
+    block.var(name).layout = layout
+    op = Operator("allreduce", {"X": [summands]}, {"Out": [name]},
+                  {"op_role": "communication", "gradient_scale": "one",
+                   "bucket": f"sum of {name}"})
+    registry.get(op.type).infer(block, op)
+    return op
 
 
 def _lay_out_like_inputs(block, op) -> None:

@@ -44,7 +44,7 @@ from functools import cached_property, lru_cache
 from ..errors import ProgramError
 from ..layouts import Layout, plan_redistribution
 from .profile import layer_key, tail_key
-from .program_pass import equivalent
+from .program_pass import equivalent, sums_over_every_rank
 from .strategy import OpSharding, Signature, from_strategy
 
 MATMUL = Signature({"X": ["mk"], "Y": ["kn"]}, {"Out": ["mn"]})
@@ -120,9 +120,12 @@ class CostModel:
     def collective_time(self, kind: str, group: int, busiest: int,
                         reduction: bool = False) -> float:
         """Seconds of one collective step of ``kind`` on a line of ``group`` ranks
-        (``reduction``: a parameter gradient's, off the critical path)."""
+        (``reduction``: a parameter gradient's, off the critical path; ``sum``: the
+        data-parallel ``allreduce`` op over every rank, as the pass sums gradients)."""
         call = self.reduction_call if reduction else self.call
         measured = self._steps.get(("alltoall" if kind == "exchange" else kind, group))
+        if measured is None and kind == "sum":    # (not measured: priced as a redistribution's)
+            measured = self._steps.get(("allreduce", group))
         if measured is None:
             return self.alpha + call + self.beta * busiest
         alpha, beta = measured
@@ -212,13 +215,20 @@ def _largest(layout: Layout, shape) -> int:
 
 
 def _redistribution(src: Layout, dst: Layout, shape, model: CostModel,
-                    copy: bool = True, reduction: bool = False) -> Estimate:
+                    copy: bool = True, reduction: bool = False,
+                    gradient: bool = False) -> Estimate:
     """One redistribute op from ``src`` to ``dst``; ``copy``: its output is kept (memory);
-    ``reduction``: a parameter gradient's (off the critical path: ``reduction_call``)."""
+    ``reduction``: a parameter gradient's (off the critical path: ``reduction_call``);
+    ``gradient``: a gradient the pass sums, where it sums over every rank, with the
+    data-parallel ``allreduce`` op (step kind ``sum``)."""
     if equivalent(src, dst, shape, src.mesh.size):
         return Estimate()
     plan = plan_redistribution(src, dst, shape, f"float{model.itemsize * 8}")
     steps = len(plan.collectives)
+    if gradient and sums_over_every_rank(src, dst, src.mesh.size):
+        busiest = max(plan.bytes_received(rank) for rank in src.mesh.ranks)
+        time = model.op + model.collective_time("sum", src.mesh.size, busiest, reduction)
+        return Estimate(time, 0, plan.bytes, steps)
     time = model.op + sum(model.step_time(step, max(step.received.values(), default=0),
                                           reduction) for step in plan.steps)
     memory = _largest(dst, shape) * model.itemsize if copy else 0
@@ -276,7 +286,7 @@ class ChainCost:
             wanted = Layout(sharding.mesh, sharding.layout(dims).placements)
             parameter = dims != "mk"
             moved = _redistribution(sharding.gradient_layout(dims), wanted, shape, model,
-                                    copy=False, reduction=parameter)
+                                    copy=False, reduction=parameter, gradient=True)
             if parameter:
                 moved += Estimate(reduction=moved.time, reductions=moved.collectives)
             estimate += moved
