@@ -21,7 +21,8 @@ are measured on this machine, on every rank at once (the load the job makes is i
 - ``step_times(comm, itemsize)``: α and β of each collective step kind (allreduce,
   reduce_scatter, allgather, alltoall) on lines of every group size a mesh of ``comm.size``
   ranks can have, fitted to redistributions of two sizes run through the executor's own
-  ``redistribute`` on all ranks at once.
+  ``redistribute`` on all ranks at once; and ``sum``, the data-parallel ``allreduce`` op's
+  bucket over every rank, with which the sharded pass sums gradients.
 
 What surprises people: activations are costed as tanh whatever the layer uses, and the
 measured times are those of the process layout of the calibration run -- a cost model
