@@ -36,6 +36,8 @@ class _Communicating:
     """What a sharded program's communication ops get from an ``Executor``: the program's
     communicator, and no buckets (its ``allreduce`` ops sum each gradient in a copy)."""
 
+    buckets = None
+
     def __init__(self, comm) -> None:
         self.comm = comm
 

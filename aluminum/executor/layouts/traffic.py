@@ -18,6 +18,8 @@ import threading
 from dataclasses import dataclass, field
 from typing import Iterator
 
+from .mesh import split_bounds
+
 _lock = threading.Lock()
 # The Traffic objects counting now (every thread's calls count: an executor runs ops on its
 # pool); empty when nothing counts, which a hot path may check before calling ``record``.
@@ -53,8 +55,8 @@ def record_allreduce(elements: int, itemsize: int, group: int, rank: int) -> Non
     docstring: a reduce-scatter then an allgather of ``array_split`` blocks)."""
     if not active or group == 1:
         return
-    base, extra = divmod(elements, group)
-    block = base + (rank < extra)
+    start, stop = split_bounds(elements, group)[rank]
+    block = stop - start
     moved = ((elements - block) + (group - 1) * block) * itemsize
     record("allreduce", group, moved, moved)
 

@@ -50,7 +50,7 @@ class Allreduce(OpKind):
     def compute(self, ins, attrs, ctx, out):
         comm = _comm(ctx, self.type)
         grads = ins["X"]
-        if getattr(ctx, "buckets", None) is None and attrs.get("root") is None:
+        if ctx.buckets is None and attrs.get("root") is None:
             sums = [np.array(grad, order="C", copy=True) for grad in grads]
             for total in sums:
                 al.allreduce(total, comm)
@@ -65,8 +65,8 @@ class Allreduce(OpKind):
         bucket.tail[...] = (float(ins["Samples"][0][0]) if "Samples" in ins else 0.0, 1.0)
         bucket.run()
         if attrs.get("root") is None:
-            record_allreduce(bucket.tensors.size, bucket.memory.itemsize, comm.size,
-                             comm.rank)
+            record_allreduce(bucket.memory.size - bucket.extra, bucket.memory.itemsize,
+                             comm.size, comm.rank)
         if comm.stream is not None:   # a stream-ordered plan has only been enqueued
             comm.stream.synchronize()
         if attrs.get("root", comm.rank) == comm.rank:   # a reduce's other ranks hold no sum

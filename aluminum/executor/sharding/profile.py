@@ -324,12 +324,9 @@ def step_times(comm, itemsize: int = 8, sizes=(1 << 10, 1 << 20)) -> np.ndarray:
     """α (seconds per step) and β (seconds per byte the busiest rank receives) of each
     ``step_keys(comm.size)`` in a row, fitted to redistributions of two tensor sizes
     (``sizes`` bytes) on lines of that length; this rank's, collective over ``comm``."""
-    from ..buckets import Buckets
     from ..layouts import DeviceMesh, Layout, Partial, Replicate, Shard, \
         plan_redistribution, redistribute
-    from ..scope import Scope
     dtype = np.dtype({8: np.float64, 4: np.float32, 2: np.float16}[itemsize])
-    buckets = Buckets(comm)       # (the executor's, as its allreduce ops use them)
     moves = {"allreduce": (Partial(), Replicate()), "sum": (Partial(), Replicate()),
              "reduce_scatter": (Partial(), Shard(0)),
              "allgather": (Shard(0), Replicate()), "alltoall": (Shard(0), Shard(1))}
@@ -347,13 +344,13 @@ def step_times(comm, itemsize: int = 8, sizes=(1 << 10, 1 << 20)) -> np.ndarray:
             local = np.ones(src.local_shape(comm.rank, shape), dtype)
             busiest = max(plan.bytes_received(r) for r in range(comm.size))
             if kind == "sum":     # the gradient already in its bucket, as the op finds it
-                run = buckets.get(("calibration", shape), (local.shape,), dtype).run
+                bucket = al.GradientBucket((local.shape,), dtype, comm)
+                points.append((busiest, _median(bucket.run)))
+                bucket.free()
             else:
-                def run():
-                    redistribute(local, src, dst, shape, comm, plan=plan)
-            points.append((busiest, _median(run)))
+                points.append((busiest, _median(
+                    lambda: redistribute(local, src, dst, shape, comm, plan=plan))))
         (b1, t1), (b2, t2) = points
         beta = max((t2 - t1) / (b2 - b1), 0.0) if b2 > b1 else 0.0
         table.append((max(t1 - beta * b1, 0.0), beta))
-    buckets.release(Scope())
     return np.array(table, np.float64).reshape(-1, 2)

@@ -228,9 +228,9 @@ def _redistribution(src: Layout, dst: Layout, shape, model: CostModel,
     if gradient and sums_over_every_rank(src, dst, src.mesh.size):
         busiest = max(plan.bytes_received(rank) for rank in src.mesh.ranks)
         time = model.op + model.collective_time("sum", src.mesh.size, busiest, reduction)
-        return Estimate(time, 0, plan.bytes, steps)
-    time = model.op + sum(model.step_time(step, max(step.received.values(), default=0),
-                                          reduction) for step in plan.steps)
+    else:
+        time = model.op + sum(model.step_time(step, max(step.received.values(), default=0),
+                                              reduction) for step in plan.steps)
     memory = _largest(dst, shape) * model.itemsize if copy else 0
     return Estimate(time, memory, plan.bytes, steps)
 

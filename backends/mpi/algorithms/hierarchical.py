@@ -24,9 +24,8 @@ from .vector_copy import copy_vector
 
 # Chunks in flight at once: one crossing between nodes while the next is reduced in them.
 # Each chunk already carries about a millisecond of the link's time (core/pieces.py); with
-# more in flight, their messages leave each host at once and share its link unevenly
-# (docs/hosts.md): at 1 MiB on 2 x 2 hosts at 1 Gbit/s, 8 at a time ran behind MPI's own
-# allreduce in 6 runs of 7 (by up to 8 %), 2 at a time level or ahead in all 7.
+# more in flight, their messages leave each host at once and share its link unevenly, and
+# the allreduce fell behind MPI's own (docs/hosts.md has the runs).
 IN_FLIGHT = 2
 
 
