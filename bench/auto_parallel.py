@@ -2,14 +2,16 @@
 parallelism, predicted (the search's cost model, calibrated on this machine) and measured.
 
     python -m aluminum.run -n 4 python bench/auto_parallel.py [--steps 15] [--cached]
-        [--json out.json]
+        [--json out.json] [--fusion on|off|both]
 
 For a deep-narrow MLP, a wide MLP and a memory-bounded one (Adam, bound 0.95 x data
 parallelism's memory estimate): per strategy the predicted and measured step time (the
 slowest rank's, median over the steps; the three strategies of a model take turns, one step
 each), predicted/measured, the bytes moved per step (summed over ranks: the planner's
 prediction and the runtime's count), the memory estimate per rank and the search time.
-Pure model parallel is Megatron's column/row alternation.  The machine is calibrated
+Pure model parallel is Megatron's column/row alternation.  Every executor fuses its
+gradient sums into buckets (``BuildStrategy(fuse_all_reduce_ops=True)``, the search told
+so) unless ``--fusion off``; ``both`` runs each strategy both ways, taking turns.  The machine is calibrated
 afresh for the first model (a few seconds), since a calibration made under another load (or
 another state of the VM) predicts every step too slow or too fast; ``--cached`` reads the
 cached one instead (``calibrate.cache_path()``), as the search does outside the bench.
@@ -54,9 +56,12 @@ def build(batch, widths, optimizer, shards):
     return main, startup, loss
 
 
-def prepare(comm, model, spec, shards, bound) -> dict:
-    """One strategy's executor, made and warmed up (``shards`` None: the search's)."""
+def prepare(comm, model, spec, shards, bound, fused) -> dict:
+    """One strategy's executor, made and warmed up (``shards`` None: the search's;
+    ``fused``: the gradient sums fused in buckets, ``fuse_all_reduce_ops``)."""
     batch, widths, optimizer, _ = spec
+    strategy = ex.BuildStrategy(fuse_all_reduce_ops=fused)
+    model = dataclasses.replace(model, bucket_mb=strategy.fuse_grad_size_mb if fused else None)
     mode = ex.ParallelMode.AUTO_PARALLEL if shards is None else \
         ex.ParallelMode.SEMI_AUTO_PARALLEL
     ex.set_parallel_context(parallel_mode=mode, comm=comm, cost_model=model,
@@ -65,7 +70,7 @@ def prepare(comm, model, spec, shards, bound) -> dict:
     chain, _ = fc_chain(main)
     scope = ex.Scope()
     ex.Executor().run(startup, scope=scope)
-    pe = ex.ParallelExecutor(main, loss_name=loss.name, scope=scope)
+    pe = ex.ParallelExecutor(main, loss_name=loss.name, scope=scope, build_strategy=strategy)
     ex.reset_parallel_context()      # (the executor took what it needs from it)
     found = getattr(pe.program, "auto_parallel", None)
     strategies = found.strategies if found else shards
@@ -75,7 +80,7 @@ def prepare(comm, model, spec, shards, bound) -> dict:
         pe.run([loss.name], feed)
     predicted = estimate(chain, comm.size, strategies, model)
     return {"pe": pe, "loss": loss.name, "feed": feed, "times": [], "moved": 0,
-            "row": {"strategies": [list(map(list, s)) for s in strategies],
+            "row": {"strategies": [list(map(list, s)) for s in strategies], "fused": fused,
                     "predicted_ms": predicted.time * 1e3, "bytes_predicted": predicted.moved,
                     "memory_mb": predicted.memory / 2**20,
                     "search_ms": found.seconds * 1e3 if found else None}}
@@ -115,6 +120,9 @@ def main() -> None:
     parser.add_argument("--cached", action="store_true",
                         help="read the cached calibration instead of calibrating again")
     parser.add_argument("--json", default=None)
+    parser.add_argument("--fusion", choices=("on", "off", "both"), default="on",
+                        help="fuse the gradient sums in buckets (BuildStrategy's "
+                             "fuse_all_reduce_ops), not, or both taking turns")
     args = parser.parse_args()
     rows = []
     refresh = not args.cached   # (the first model's calibration refreshes the cache)
@@ -131,8 +139,13 @@ def main() -> None:
                 main_, _, _ = build(batch, widths, optimizer, None)
                 chain, _ = fc_chain(main_)
                 bound = 0.95 * estimate(chain, size, dp, model).memory / 2**20
-            labels = ("searched", "data parallel", "model parallel")
-            prepared = [prepare(comm, model, spec, shards, bound) for shards in (None, dp, mp)]
+            fusion = {"on": (True,), "off": (False,), "both": (False, True)}[args.fusion]
+            labels = [label + ("" if args.fusion != "both" else
+                               " fused" if fused else " unfused")
+                      for label in ("searched", "data parallel", "model parallel")
+                      for fused in fusion]
+            prepared = [prepare(comm, model, spec, shards, bound, fused)
+                        for shards in (None, dp, mp) for fused in fusion]
             for label, row in zip(labels, measure(prepared, args.steps)):
                 rows.append({"model": name, "strategy": label, "bound_mb": bound, **row})
     if WORLD.rank == 0:

@@ -10,16 +10,18 @@ the measured kernel and step costs and the overlap of gradient reductions.
 import dataclasses
 import json
 import os
+import types
 
 import numpy as np
 import pytest
 
 import aluminum.executor as ex
 from aluminum.executor import layers
+from aluminum.executor.layouts import plan_redistribution
 from aluminum.executor.sharding import calibrate
 from aluminum.executor.sharding.auto import fc_chain, search_program
 from aluminum.executor.sharding.search import (ChainCost, CostModel, Layer, brute_force,
-                                               data_parallel, estimate, search)
+                                               candidates, data_parallel, estimate, search)
 from test_multirank import run_ranks
 
 MODEL = CostModel(alpha=2e-6, beta=2e-10, flops=5e9, bandwidth=1e10, op=5e-6, call=1e-5)
@@ -175,8 +177,9 @@ def test_a_gradient_summed_over_every_rank_is_priced_as_the_allreduce_op():
     """The pass sums a gradient over every rank with the data-parallel ``allreduce`` op, so
     the model prices it with the measured ``sum`` step, and a forward Partial output (a
     redistribution) with ``allreduce``'s: data parallelism's weight and bias gradients
-    both move to ``sum``, a row-parallel layer only its bias gradient; without ``sum``
-    measured, both are ``allreduce``'s."""
+    both move to ``sum``; a row-parallel layer sums no gradient (its Partial output is
+    summed forward, a redistribution); without ``sum`` measured, both are
+    ``allreduce``'s."""
     layer = Layer(8, 4, 6)
     (a1, b1), (a2, b2) = (3e-4, 1e-9), (1e-4, 5e-10)
     redistributed = CostModel(op=1e-6, steps=(("allreduce", 2, a1, b1),))
@@ -189,7 +192,58 @@ def test_a_gradient_summed_over_every_rank_is_priced_as_the_allreduce_op():
 
     assert gained(data_parallel(2)) == pytest.approx(
         2 * (a1 - a2) + (b1 - b2) * (weight + bias), rel=1e-9)
-    assert gained(((1, 2), (2, 1))) == pytest.approx((a1 - a2) + (b1 - b2) * bias, rel=1e-9)
+    assert gained(((1, 2), (2, 1))) == pytest.approx(0.0, abs=1e-15)
+
+
+@pytest.mark.parametrize("nranks", [2, 4])
+def test_the_model_prices_the_parameter_gradient_collectives_the_pass_emits(nranks):
+    """For every candidate strategy, as the first layer and after another: the collective
+    steps the model counts for a layer's weight and bias gradients are those of the
+    ``allreduce`` and ``redistribute`` ops the SEMI_AUTO_PARALLEL pass makes them with."""
+    for strategy in candidates(nranks):
+        for first in (True, False):
+            ex.reset_unique_names()
+            main, startup = ex.Program(), ex.Program()
+            with ex.program_guard(main, startup):
+                h = layers.data("x", (8, 6), "float64", append_batch_size=False)
+                if not first:
+                    h = layers.fc(h, 6, name="pre", shard=((1, 1), (1, 1)))
+                out = layers.mean(layers.fc(h, 4, act="tanh", name="l", shard=strategy))
+                ex.SGD(0.1).minimize(out)
+            block = ex.shard_program(main, types.SimpleNamespace(size=nranks, rank=0),
+                                     out.name).global_block()
+            emitted = 0
+            for op in block.ops:
+                grads = [n for n in op.output_names() if n in ("l.w@GRAD", "l.b@GRAD")]
+                if grads and op.type == "allreduce":
+                    emitted += 1
+                elif grads and op.type == "redistribute":
+                    plan = plan_redistribution(block.var(op.inputs["X"][0]).layout,
+                                               block.var(grads[0]).layout,
+                                               block.var(grads[0]).shape, "float64")
+                    emitted += len(plan.collectives)
+            chain = [Layer(8, 6, 4)] if first else [Layer(8, 6, 6), Layer(8, 6, 4)]
+            strategies = [strategy] if first else [((1, 1), (1, 1)), strategy]
+            priced = estimate(chain, nranks, strategies, CostModel()).reductions
+            assert priced == emitted, (strategy, first)
+
+
+@pytest.mark.parametrize("buckets", [1, 2, 3])
+def test_fused_gradient_sums_pay_one_call_per_bucket(buckets):
+    """Under ``bucket_mb`` (BuildStrategy's fused gradient sums) data parallelism's six
+    weight and bias sums pay the op, α and call of as many buckets as their bytes fill
+    (all of them in one where they fit), where unfused each pays its own; the bytes cost
+    the same."""
+    layers = [Layer(8, 4, 6), Layer(8, 6, 6), Layer(8, 6, 3)]
+    op, alpha, call = 2e-6, 1e-4, 3e-5
+    fixed = op + alpha + call
+    nbytes = 8 * sum(l.inputs * l.outputs + l.outputs for l in layers)
+    unfused = CostModel(op=op, reduction_call=call, overlap=0.0,
+                        steps=(("sum", 2, alpha, 1e-9),))
+    fused = CostModel(**{**unfused.__dict__, "bucket_mb": nbytes / buckets / 2**20})
+    saved = estimate(layers, 2, [data_parallel(2)] * 3, unfused).time - \
+        estimate(layers, 2, [data_parallel(2)] * 3, fused).time
+    assert saved == pytest.approx((6 - buckets) * fixed, rel=1e-9)
 
 
 def test_a_reduction_hides_under_the_previous_layers_gradients():
@@ -265,7 +319,8 @@ def test_the_loss_after_the_chain_is_costed_and_searched():
 def test_a_parameter_gradient_reduction_pays_reduction_call_and_the_critical_path_call():
     """Data parallelism's weight and bias reductions are charged ``reduction_call`` each
     and not ``call``; a row-parallel layer's Partial output (summed on the critical path
-    before the bias) is charged ``call``, its bias gradient's sum ``reduction_call``."""
+    before the bias) is charged ``call``, and its bias gradient nothing: the bias is added
+    to the whole output, so every rank has its whole gradient."""
     layer = Layer(8, 4, 6)
     base = CostModel(op=1e-6, steps=(("allreduce", 2, 3e-4, 1e-9),))
 
@@ -280,9 +335,9 @@ def test_a_parameter_gradient_reduction_pays_reduction_call_and_the_critical_pat
     assert extra(data_parallel(2), call=5e-3) == pytest.approx(0.0, abs=1e-15)
     row = ((1, 2), (2, 1))
     found = estimate([layer], 2, [row], base)
-    assert (found.collectives, found.reductions) == (2, 1)    # the output's, the bias's
+    assert (found.collectives, found.reductions) == (1, 0)    # the output's
     assert extra(row, call=5e-3) == pytest.approx(5e-3, rel=1e-9)
-    assert extra(row, reduction_call=7e-3) == pytest.approx(7e-3, rel=1e-9)
+    assert extra(row, reduction_call=7e-3) == pytest.approx(0.0, abs=1e-15)
 
 
 def _fit_programs(nranks):

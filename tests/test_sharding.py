@@ -12,7 +12,7 @@ import pytest
 
 import aluminum.executor as ex
 from aluminum.executor import layers
-from aluminum.executor.sharding import from_strategy
+from aluminum.executor.sharding import from_strategy, fuse_gradient_sums
 from aluminum.executor.sharding.rules import signature
 from test_multirank import run_ranks
 
@@ -81,6 +81,32 @@ def test_a_batch_split_weight_gradient_is_summed_back_to_the_weight_layout():
     program = ex.shard_program(main, comm(2), out.name)
     assert _made_by(program, ("fc_0.w@GRAD", "fc_0.b@GRAD")) == \
         [("allreduce", ["P"], ["R"])] * 2
+
+
+def test_fused_gradient_sums_are_one_op_after_the_last_gradient_they_sum():
+    """Data parallelism's four parameter-gradient sums become one fused allreduce, placed
+    after the op computing the last of them and before the optimizer reads any."""
+    ex.reset_unique_names()
+    main, startup = ex.Program(), ex.Program()
+    with ex.program_guard(main, startup):
+        x = layers.data("x", (8, 6), "float64", append_batch_size=False)
+        h = layers.fc(layers.fc(x, 5, act="tanh", name="a", shard=((2, 1), (1, 1))), 3,
+                      name="b")
+        out = layers.mean(h)
+        ex.SGD(0.1).minimize(out)
+    program = fuse_gradient_sums(ex.shard_program(main, comm(2), out.name), 32.0)
+    ops = program.global_block().ops
+    sums = [i for i, op in enumerate(ops) if op.type in ("allreduce", "fused_allreduce")
+            and any(name.endswith(".w@GRAD") or name.endswith(".b@GRAD")
+                    for name in op.output_names())]
+    assert len(sums) == 1 and ops[sums[0]].type == "fused_allreduce", \
+        [ops[i].type for i in sums]
+    fused = ops[sums[0]]
+    params = {"a.w", "a.b", "b.w", "b.b"}
+    assert sorted(fused.output_names()) == sorted(p + "@GRAD" for p in params)
+    writers = [i for i, op in enumerate(ops) if set(op.output_names()) & set(fused.input_names())]
+    readers = [i for i, op in enumerate(ops) if set(op.input_names()) & params]
+    assert max(writers) < sums[0] < min(i for i in readers if ops[i].type == "sgd")
 
 
 @pytest.mark.parametrize("shard, name, placements", [

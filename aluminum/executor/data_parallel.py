@@ -127,7 +127,7 @@ def data_parallel_program(program: Program, loss_name: str, num_devices: int,
         owner = {param + GRAD: rank_ for param, rank_ in owners(
             block, params, num_devices // places).items()}
     groups = [[name] for name in order] if fuse_grad_size_mb is None else \
-        _buckets(block, order, fuse_grad_size_mb, first_bucket_mb, owner)
+        gradient_buckets(block, order, fuse_grad_size_mb, first_bucket_mb, owner)
     # latest insertion point first, so that each insertion leaves the earlier points where
     # they are (a bucket of one dtype or owner may close after a later-opened one)
     for bucket, names in sorted(enumerate(groups), reverse=True,
@@ -189,11 +189,12 @@ def _nbytes(var) -> int:
     return int(np.prod(var.shape)) * np.dtype(var.dtype).itemsize
 
 
-def _buckets(block, order: list[str], cap_mb: float, first_mb: float,
-             owner: dict[str, int] | None = None) -> list[list[str]]:
+def gradient_buckets(block, order: list[str], cap_mb: float, first_mb: float,
+                     owner: dict[str, int] | None = None) -> list[list[str]]:
     """The gradients in ``order`` grouped by ``al.assign_buckets``'s rule (one dtype, and
     one owner under the reduce strategy, per bucket; each at most its cap unless a single
-    gradient is larger), in the order the buckets open."""
+    gradient is larger), in the order the buckets open.  The sharded pass fuses its
+    gradient sums by it too (``sharding.fuse_gradient_sums``)."""
     keys = [(str(block.var(name).dtype), None if owner is None else owner[name])
             for name in order]
     groups = al.assign_buckets([_nbytes(block.var(name)) for name in order], keys,

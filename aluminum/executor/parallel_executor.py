@@ -82,7 +82,8 @@ class BuildStrategy:
     ``broadcast_parameters`` (rank 0's persistable variables copied to every rank when the
     executor is made), ``overlap`` (False: allreduce only after the whole backward pass),
     ``fuse_all_reduce_ops`` with ``fuse_grad_size_mb`` and
-    ``first_bucket_mb``, ``reduce_strategy`` ("all_reduce", or "reduce": each gradient
+    ``first_bucket_mb`` (a sharded program's gradient sums over every rank too,
+    ``sharding.fuse_gradient_sums``), ``reduce_strategy`` ("all_reduce", or "reduce": each gradient
     reduced to one owner rank, which alone updates that parameter and broadcasts it; see
     data_parallel.py), ``gradients_in_buckets`` (True: the op finishing a gradient writes
     it straight into its allreduce bucket, on numpy arrays; False: each allreduce copies
@@ -148,10 +149,14 @@ class ParallelExecutor:
         if getattr(main_program, "sharding", None) is None and comm is not None and \
                 context.parallel_mode is ParallelMode.AUTO_PARALLEL:
             from .sharding.auto import auto_parallel_program
-            main_program = auto_parallel_program(main_program, comm, loss_name,
-                                                 context.cost_model, context.max_memory_mb)
+            main_program = auto_parallel_program(
+                main_program, comm, loss_name, context.cost_model, context.max_memory_mb,
+                build.fuse_grad_size_mb if build.fuse_all_reduce_ops else None)
         if getattr(main_program, "sharding", None) is not None:   # sharding/: tensor parallel
-            from .sharding import local_scope
+            from .sharding import fuse_gradient_sums, local_scope
+            if build.fuse_all_reduce_ops:
+                main_program = fuse_gradient_sums(main_program, build.fuse_grad_size_mb,
+                                                  build.first_bucket_mb)
             comm = self._context.comm = comm or main_program.sharding.comm
             if len(self.places) > 1:
                 raise ProgramError(f"places: a sharded program runs one place per rank, got "

@@ -134,9 +134,10 @@ def initial(main, seed):
             for v in main.global_block().vars.values() if v.is_parameter}
 
 
-def train(main, startup, loss, params, batches, names, sequential=False):
-    """K steps by the ParallelExecutor (or, ``sequential``, the Executor running the
-    pass's program); the program run, the scope, each step's calls and losses."""
+def train(main, startup, loss, params, batches, names, sequential=False, build=None):
+    """K steps by the ParallelExecutor (with ``build``, a BuildStrategy) or,
+    ``sequential``, the Executor running the pass's program; the program run, the scope,
+    each step's calls and losses."""
     scope = ex.Scope()
     ex.Executor().run(startup, scope=scope)
     for name, value in params.items():
@@ -146,7 +147,7 @@ def train(main, startup, loss, params, batches, names, sequential=False):
         executor = ex.Executor()
         run = lambda feed: executor.run(program, feed, [loss.name], scope)  # noqa: E731
     else:
-        pe = ex.ParallelExecutor(main, loss_name=loss.name, scope=scope)
+        pe = ex.ParallelExecutor(main, loss_name=loss.name, scope=scope, build_strategy=build)
         program = pe.program
         run = lambda feed: pe.run([loss.name], feed=feed)  # noqa: E731
     calls, losses = [], []
@@ -187,6 +188,33 @@ def test_megatron_mlp_trains_as_one_process(tp, dp, sequential):
         else:
             layout = program.global_block().var("col0.w").layout
             assert [str(p) for p in layout.placements] == ["R", "S(1)"], layout
+    agree(check)
+
+
+@pytest.mark.parametrize("tp, dp, cap_mb, calls_per_step", [
+    (1, SIZE, 32.0, 1 + 1),      # data parallel: the loss's sum, then one bucket
+    (1, SIZE, 1e-6, 1 + 12),     # a cap below every gradient: a bucket each
+    (SIZE, 1, 32.0, 4),          # Megatron: its input gradients' sums are not fused
+])
+def test_fused_gradient_sums_train_as_one_process(tp, dp, cap_mb, calls_per_step):
+    """``fuse_all_reduce_ops`` fuses a sharded program's parameter-gradient sums over
+    every rank into buckets (one allreduce each); training still equals numpy's."""
+    blocks = 2                   # 2 + 2 * blocks fc layers: 12 parameter gradients
+    main, startup, loss = build_mlp(tp, dp, blocks)
+    params = initial(main, 9)
+    batches = mlp_batches(10)
+    build = ex.BuildStrategy(fuse_all_reduce_ops=True, fuse_grad_size_mb=cap_mb,
+                             first_bucket_mb=cap_mb)
+    program, scope, calls, losses = train(main, startup, loss, params, batches, ["x", "y"],
+                                          build=build)
+    expected, expected_losses = mlp_reference(params, batches, blocks)
+
+    def check():
+        np.testing.assert_allclose(losses, expected_losses, rtol=1e-10)
+        for name, value in expected.items():
+            np.testing.assert_allclose(gathered(program, scope, name), value, rtol=1e-10,
+                                       atol=1e-12, err_msg=name)
+        assert all(step == [("allreduce", SIZE)] * calls_per_step for step in calls), calls
     agree(check)
 
 

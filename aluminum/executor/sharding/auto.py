@@ -16,6 +16,7 @@ others.  Anything else is a ``ProgramError`` naming the first op that breaks the
 """
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import dataclass
 
@@ -141,12 +142,16 @@ def search_program(program, nranks: int, model: CostModel,
 
 
 def auto_parallel_program(program, comm, loss_name: str | None,
-                          model: CostModel | None = None, max_memory_mb: float | None = None):
+                          model: CostModel | None = None, max_memory_mb: float | None = None,
+                          bucket_mb: float | None = None):
     """``program`` with the searched strategies, sharded over ``comm``; ``model`` None:
-    this machine's, its layers' kernels measured (``calibrate.program_model``)."""
+    this machine's, its layers' kernels measured (``calibrate.program_model``);
+    ``bucket_mb``: the executor will fuse the gradient sums into buckets of that size
+    (``fuse_gradient_sums``), and the search prices them so."""
     if model is None:
         from .calibrate import program_model
         model = program_model(program, comm)
+    model = dataclasses.replace(model, bucket_mb=bucket_mb)
     found = search_program(program, comm.size, model, max_memory_mb)
     chosen = program.clone()
     names = set(found.outputs)

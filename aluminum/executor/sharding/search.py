@@ -73,6 +73,13 @@ class CostModel:
     them (``call``, ``reduction_call`` and ``compute_scale`` fitted to whole training
     steps).
 
+    ``bucket_mb``: the parameter gradients summed over every rank are fused into buckets
+    of at most that many MB (``BuildStrategy(fuse_all_reduce_ops=True)``'s
+    ``fuse_grad_size_mb``; None: each summed by its own op).  A fused gradient pays β per
+    byte and its share of one bucket's α, call and op: its bytes over the bucket's, the
+    cap or, where every parameter fits in one bucket, all of them (so pure data
+    parallelism pays one bucket's).
+
     Measured costs replace the rates where present (profile.py): ``steps``, ``((kind,
     group, alpha, beta), ...)`` per collective step kind and line length; ``kernels``,
     ``((layer_key, forward, backward), ...)``, seconds of a layer's kernels at its local
@@ -89,6 +96,7 @@ class CostModel:
     activation: float = 0.0
     compute_scale: float = 1.0
     overlap: float = 1.0
+    bucket_mb: float | None = None
     steps: tuple = ()
     kernels: tuple = ()
     tail: tuple = ()
@@ -216,18 +224,22 @@ def _largest(layout: Layout, shape) -> int:
 
 def _redistribution(src: Layout, dst: Layout, shape, model: CostModel,
                     copy: bool = True, reduction: bool = False,
-                    gradient: bool = False) -> Estimate:
+                    gradient: bool = False, share: float | None = None) -> Estimate:
     """One redistribute op from ``src`` to ``dst``; ``copy``: its output is kept (memory);
     ``reduction``: a parameter gradient's (off the critical path: ``reduction_call``);
     ``gradient``: a gradient the pass sums, where it sums over every rank, with the
-    data-parallel ``allreduce`` op (step kind ``sum``)."""
+    data-parallel ``allreduce`` op (step kind ``sum``); ``share``: that sum's share of a
+    fused bucket (``CostModel.bucket_mb``), None: an op of its own."""
     if equivalent(src, dst, shape, src.mesh.size):
         return Estimate()
     plan = plan_redistribution(src, dst, shape, f"float{model.itemsize * 8}")
     steps = len(plan.collectives)
     if gradient and sums_over_every_rank(src, dst, src.mesh.size):
         busiest = max(plan.bytes_received(rank) for rank in src.mesh.ranks)
+        fixed = model.op + model.collective_time("sum", src.mesh.size, 0, reduction)
         time = model.op + model.collective_time("sum", src.mesh.size, busiest, reduction)
+        if share is not None:
+            time += (share - 1) * fixed
     else:
         time = model.op + sum(model.step_time(step, max(step.received.values(), default=0),
                                               reduction) for step in plan.steps)
@@ -244,6 +256,9 @@ class ChainCost:
         for layer in self.layers:
             if layer.fixed is not None and layer.fixed not in self.strategies:
                 self.strategies.append(layer.fixed)
+        parameters = sum(l.inputs * l.outputs + l.outputs for l in self.layers)
+        self.bucket_bytes = None if model.bucket_mb is None else \
+            min(model.bucket_mb * 2**20, parameters * model.itemsize)
         self.node = lru_cache(maxsize=None)(self._node)
         self.edge = lru_cache(maxsize=None)(self._edge)
         self.tail = lru_cache(maxsize=None)(self._tail)
@@ -279,14 +294,22 @@ class ChainCost:
                             ((2 + layer.state) * (weight + bias) + activations) * model.itemsize,
                             backward=backward)
         estimate += _redistribution(out, whole, shape_out, model)     # a Partial output
-        grads = [("kn", (layer.inputs, layer.outputs)), ("n", (layer.outputs,))]
+        # the bias is added to the output once its Partial sum is resolved: its gradient
+        # is a sum of parts only along the batch split, not the inner one
+        resolved = OpSharding(sharding.mesh, tuple(None if letter == "k" else letter
+                                                   for letter in sharding.letters))
+        grads = [("kn", (layer.inputs, layer.outputs), sharding),
+                 ("n", (layer.outputs,), resolved)]
         if not first:                                 # data needs no input gradient
-            grads.append(("mk", (layer.batch, layer.inputs)))
-        for dims, shape in grads:
+            grads.append(("mk", (layer.batch, layer.inputs), sharding))
+        for dims, shape, by in grads:
             wanted = Layout(sharding.mesh, sharding.layout(dims).placements)
             parameter = dims != "mk"
-            moved = _redistribution(sharding.gradient_layout(dims), wanted, shape, model,
-                                    copy=False, reduction=parameter, gradient=True)
+            share = None if not parameter or self.bucket_bytes is None else \
+                math.prod(shape) * model.itemsize / self.bucket_bytes
+            moved = _redistribution(by.gradient_layout(dims), wanted, shape, model,
+                                    copy=False, reduction=parameter, gradient=True,
+                                    share=share)
             if parameter:
                 moved += Estimate(reduction=moved.time, reductions=moved.collectives)
             estimate += moved
