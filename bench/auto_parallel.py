@@ -61,7 +61,8 @@ def prepare(comm, model, spec, shards, bound, fused) -> dict:
     ``fused``: the gradient sums fused in buckets, ``fuse_all_reduce_ops``)."""
     batch, widths, optimizer, _ = spec
     strategy = ex.BuildStrategy(fuse_all_reduce_ops=fused)
-    model = dataclasses.replace(model, bucket_mb=strategy.fuse_grad_size_mb if fused else None)
+    model = dataclasses.replace(model, buckets=(strategy.first_bucket_mb,
+                                                strategy.fuse_grad_size_mb) if fused else None)
     mode = ex.ParallelMode.AUTO_PARALLEL if shards is None else \
         ex.ParallelMode.SEMI_AUTO_PARALLEL
     ex.set_parallel_context(parallel_mode=mode, comm=comm, cost_model=model,

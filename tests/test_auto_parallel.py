@@ -139,7 +139,8 @@ def test_the_calibration_is_cached(tmp_path, monkeypatch):
     calls = []
     monkeypatch.setattr(calibrate, "measure", lambda *a, **k: calls.append(1) or
                         {"flops": 1e9, "bandwidth": 2e9, "op": 3e-6, "call": 0.0,
-                         "reduction_call": 0.0, "activation": 1e-8, "compute_scale": 1.0})
+                         "reduction_call": 0.0, "bucket_call": 0.0, "activation": 1e-8,
+                         "compute_scale": 1.0})
     first = calibrate.machine_model()
     assert calibrate.machine_model() == first and len(calls) == 1
     assert json.loads(path.read_text())["ranks=1,itemsize=8"]["flops"] == 1e9
@@ -228,22 +229,24 @@ def test_the_model_prices_the_parameter_gradient_collectives_the_pass_emits(nran
             assert priced == emitted, (strategy, first)
 
 
-@pytest.mark.parametrize("buckets", [1, 2, 3])
-def test_fused_gradient_sums_pay_one_call_per_bucket(buckets):
-    """Under ``bucket_mb`` (BuildStrategy's fused gradient sums) data parallelism's six
-    weight and bias sums pay the op, α and call of as many buckets as their bytes fill
-    (all of them in one where they fit), where unfused each pays its own; the bytes cost
-    the same."""
+@pytest.mark.parametrize("first, cap, buckets", [(1.0, 1.0, 1), (0.25, 1.0, 2),
+                                                 (0.5, 0.25, 3)])
+def test_fused_gradient_sums_pay_for_the_buckets_they_fill(first, cap, buckets):
+    """Under ``buckets`` (BuildStrategy's fused gradient sums; ``first`` and ``cap`` here
+    as shares of all the parameters' bytes) data parallelism's six weight and bias sums
+    pay the op, α and ``bucket_call`` of the buckets their bytes fill (the first bucket,
+    then as many of ``cap`` as the rest needs), where unfused each pays its op, α and
+    ``reduction_call``; the bytes cost the same."""
     layers = [Layer(8, 4, 6), Layer(8, 6, 6), Layer(8, 6, 3)]
-    op, alpha, call = 2e-6, 1e-4, 3e-5
-    fixed = op + alpha + call
-    nbytes = 8 * sum(l.inputs * l.outputs + l.outputs for l in layers)
-    unfused = CostModel(op=op, reduction_call=call, overlap=0.0,
+    op, alpha, call, bucket_call = 2e-6, 1e-4, 3e-5, 7e-4
+    mb = 8 * sum(l.inputs * l.outputs + l.outputs for l in layers) / 2**20
+    unfused = CostModel(op=op, reduction_call=call, overlap=0.0, bucket_call=bucket_call,
                         steps=(("sum", 2, alpha, 1e-9),))
-    fused = CostModel(**{**unfused.__dict__, "bucket_mb": nbytes / buckets / 2**20})
+    fused = dataclasses.replace(unfused, buckets=(first * mb, cap * mb))
     saved = estimate(layers, 2, [data_parallel(2)] * 3, unfused).time - \
         estimate(layers, 2, [data_parallel(2)] * 3, fused).time
-    assert saved == pytest.approx((6 - buckets) * fixed, rel=1e-9)
+    assert saved == pytest.approx(6 * (op + alpha + call) -
+                                  buckets * (op + alpha + bucket_call), rel=1e-9)
 
 
 def test_a_reduction_hides_under_the_previous_layers_gradients():
@@ -341,23 +344,27 @@ def test_a_parameter_gradient_reduction_pays_reduction_call_and_the_critical_pat
 
 
 def _fit_programs(nranks):
-    """(chain, strategies, model) of data-parallel, unsharded and Megatron chains with
-    hand-made kernel and step costs (the first data-parallel chain's reductions longer
-    than its layers' backward, so the overlap credit's min is in play)."""
+    """(chain, strategies, model) of data-parallel (gradient sums fused or not), unsharded
+    and Megatron chains with hand-made kernel and step costs (the first data-parallel
+    chain's reductions longer than its layers' backward, so the overlap credit's min is in
+    play)."""
     steps = tuple((kind, nranks, 2e-4, 1e-9) for kind in ("allreduce", "allgather"))
     model = CostModel(op=1e-6, steps=steps, flops=1e9, bandwidth=1e9)
+    fused = dataclasses.replace(model, buckets=(1.0, 32.0))
     narrow, square = [Layer(64, 16, 16)] * 4, [Layer(32, 64, 64)] * 2
     megatron = [((1, 1), (1, nranks)), ((1, nranks), (nranks, 1))] * 2
     return [(narrow, [data_parallel(nranks)] * 4, model),
             (square, [data_parallel(nranks)] * 2, model),
+            (square, [data_parallel(nranks)] * 2, fused),
             (square, [((1, 1), (1, 1))] * 2, model),
             ([Layer(32, 64, 64)] * 4, megatron, model)]
 
 
-@pytest.mark.parametrize("truth", [(2.0, 3e-4, 8e-5), (1.5, 0.0, 6e-4)])
+@pytest.mark.parametrize("truth", [(2.0, 3e-4, 8e-5, 1e-3), (1.5, 0.0, 6e-4, 0.0)])
 def test_the_fit_recovers_the_critical_path_and_reduction_costs(truth):
     """Steps timed as the model predicts them with known (compute_scale, call,
-    reduction_call) give those three back: four programs determine them apart."""
+    reduction_call, bucket_call) give those four back: five programs determine them
+    apart."""
     programs = _fit_programs(2)
     measured = np.array([estimate(chain, 2, shards, dataclasses.replace(
         model, **dict(zip(calibrate.FITTED, truth)))).time
@@ -373,12 +380,12 @@ def test_the_fit_holds_a_call_at_zero_and_one_rank_fits_only_the_scale():
     truth = dict(compute_scale=2.0, call=-1e-3, reduction_call=1e-4)
     measured = np.array([estimate(c, 2, s, dataclasses.replace(m, **truth)).time
                          for c, s, m in programs])
-    scale, call, reduction_call = calibrate.fit_step_costs(programs, measured, 2)
-    assert call == 0.0 and scale > 0.1 and reduction_call >= 0.0
+    scale, call, reduction_call, bucket_call = calibrate.fit_step_costs(programs, measured, 2)
+    assert call == 0.0 and scale > 0.1 and reduction_call >= 0.0 and bucket_call >= 0.0
     one = [(c, [((1, 1), (1, 1))] * len(c), m) for c, _, m in programs]
     measured = np.array([estimate(c, 1, s, dataclasses.replace(m, compute_scale=3.0)).time
                          for c, s, m in one])
-    assert calibrate.fit_step_costs(one, measured, 1) == pytest.approx((3.0, 0.0, 0.0),
+    assert calibrate.fit_step_costs(one, measured, 1) == pytest.approx((3.0, 0.0, 0.0, 0.0),
                                                                        rel=1e-9)
 
 

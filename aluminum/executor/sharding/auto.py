@@ -143,15 +143,15 @@ def search_program(program, nranks: int, model: CostModel,
 
 def auto_parallel_program(program, comm, loss_name: str | None,
                           model: CostModel | None = None, max_memory_mb: float | None = None,
-                          bucket_mb: float | None = None):
+                          buckets: tuple | None = None):
     """``program`` with the searched strategies, sharded over ``comm``; ``model`` None:
     this machine's, its layers' kernels measured (``calibrate.program_model``);
-    ``bucket_mb``: the executor will fuse the gradient sums into buckets of that size
-    (``fuse_gradient_sums``), and the search prices them so."""
+    ``buckets``: ``(first_mb, cap_mb)`` where the executor will fuse the gradient sums
+    into buckets (``fuse_gradient_sums``), and the search prices them so."""
     if model is None:
         from .calibrate import program_model
         model = program_model(program, comm)
-    model = dataclasses.replace(model, bucket_mb=bucket_mb)
+    model = dataclasses.replace(model, buckets=buckets)
     found = search_program(program, comm.size, model, max_memory_mb)
     chosen = program.clone()
     names = set(found.outputs)

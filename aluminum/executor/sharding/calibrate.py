@@ -10,10 +10,11 @@
   ParallelExecutor's time per op, from a chain of tiny ops) are measured alone;
 - ``steps``: each redistribution step kind's α and β on lines of every length
   (``profile.step_times``);
-- ``compute_scale``, ``call`` and ``reduction_call`` are fitted to whole training steps of
-  six MLPs (``fit_training_steps``): how much slower kernels run inside a step, what
-  each collective on the critical path costs beyond its α there, and what each
-  parameter-gradient reduction (run on the communication stream, overlapped) does;
+- ``compute_scale``, ``call``, ``reduction_call`` and ``bucket_call`` are fitted to whole
+  training steps of eight MLPs (``fit_training_steps``): how much slower kernels run
+  inside a step, what each collective on the critical path costs beyond its α there, what
+  each parameter-gradient reduction (run on the communication stream, overlapped) does,
+  and what each bucket of them fused does;
 - ``overlap``: whether a gradient reduction can run under computation (where the executor
   runs a second thread, ``default_threads``; not measured, not cached);
 
@@ -40,7 +41,8 @@ import aluminum as al
 from . import profile
 from .search import CostModel
 
-RATES = ("flops", "bandwidth", "op", "call", "activation", "compute_scale", "reduction_call")
+RATES = ("flops", "bandwidth", "op", "call", "activation", "compute_scale", "reduction_call",
+         "bucket_call")
 
 
 def cache_path() -> Path:
@@ -102,8 +104,8 @@ def measure(comm=None, itemsize: int = 8, alpha: float = 0.0) -> dict:
         op = _median(lambda: pe.run([h.name], feed), 15) / 64
         pe.close()
 
-    return {"flops": flops, "bandwidth": bandwidth, "op": op, "call": 0.0,
-            "activation": activation, "compute_scale": 1.0, "reduction_call": 0.0}
+    return {"flops": flops, "bandwidth": bandwidth, "op": op, "activation": activation,
+            **dict(zip(FITTED, _START))}
 
 
 def _read_cache(key: str, steps: int) -> dict | None:
@@ -173,61 +175,70 @@ def _model(ab, itemsize: int, values, steps, overlap: float) -> CostModel:
                                  in zip(steps, fitted)))
 
 
-# (batch, widths, strategy per layer of a 1-D mesh of n ranks; None: Megatron's): steps of
-# parameter-gradient reductions (data parallel: narrow; deep and narrow, 20 reductions with
-# little computation to hide them, which pins ``reduction_call`` down; square), of
-# computation alone (unsharded) and of critical-path collectives (Megatron: a Partial
-# output's allreduce forward, an input gradient's backward; column-parallel layers: an
-# allgather of every output forward, an allreduce of every input gradient backward).  The
-# batches make each step several of the scheduler's time slices long: where ranks outnumber
-# cores, a step of a few slices took up to twice as long in one calibration as in the next,
-# depending on how the ranks happened to share the cores, and the fitted numbers followed.
+# (batch, widths, strategy per layer of a 1-D mesh of n ranks, None: Megatron's; whether
+# the gradient sums are fused): steps of parameter-gradient reductions (data parallel:
+# narrow; deep and narrow, 20 reductions with little computation to hide them, which pins
+# ``reduction_call`` down; square; the deep and the square ones again with their sums
+# fused in buckets, for ``bucket_call``), of computation alone (unsharded) and of
+# critical-path collectives (Megatron: a Partial output's allreduce forward, an input
+# gradient's backward; column-parallel layers: an allgather of every output forward, an
+# allreduce of every input gradient backward).  The batches make each step several of the
+# scheduler's time slices long: where ranks outnumber cores, a step of a few slices took up
+# to twice as long in one calibration as in the next, depending on how the ranks happened
+# to share the cores, and the fitted numbers followed.
 _FIT_PROGRAMS = (
-    (1024, (64,) * 5, lambda n: ((n, 1), (1, 1))),
-    (512, (64,) * 11, lambda n: ((n, 1), (1, 1))),
-    (256, (256,) * 3, lambda n: ((n, 1), (1, 1))),
-    (256, (256,) * 3, lambda n: ((1, 1), (1, 1))),
-    (256, (256,) * 5, None),
-    (512, (128,) * 5, lambda n: ((1, 1), (1, n))),
+    (1024, (64,) * 5, lambda n: ((n, 1), (1, 1)), False),
+    (512, (64,) * 11, lambda n: ((n, 1), (1, 1)), False),
+    (512, (64,) * 11, lambda n: ((n, 1), (1, 1)), True),
+    (256, (256,) * 3, lambda n: ((n, 1), (1, 1)), False),
+    (256, (256,) * 3, lambda n: ((n, 1), (1, 1)), True),
+    (256, (256,) * 3, lambda n: ((1, 1), (1, 1)), False),
+    (256, (256,) * 5, None, False),
+    (512, (128,) * 5, lambda n: ((1, 1), (1, n)), False),
 )
-FITTED = ("compute_scale", "call", "reduction_call")
-_LOWER = np.array([0.1, 0.0, 0.0])
+FITTED = ("compute_scale", "call", "reduction_call", "bucket_call")
+_START = np.array([1.0, 0.0, 0.0, 0.0])
+_LOWER = np.array([0.1, 0.0, 0.0, 0.0])
+_STEPS = np.array([1e-2, 1e-5, 1e-5, 1e-5])
 
 
-def fit_training_steps(comm, model: CostModel, steps: int = 15) -> tuple[float, float, float]:
-    """``(compute_scale, call, reduction_call)`` fitted by least squares to whole training
-    steps of six MLPs (``_FIT_PROGRAMS``) run by the ParallelExecutor on ``comm``'s
-    ranks: each measured step (the slowest rank's median) against ``model``'s estimate of
-    it with those three free.  Kernels run slower inside a step than alone where ranks
-    share cores with each other and with their communication (``compute_scale``, from
-    every program); a collective on the critical path costs the executor's path and the
-    wait for the slowest rank besides its α (``call``: Megatron's, column-parallel
-    layers', the split loss's sum); a parameter-gradient reduction runs on the
-    communication stream under later gradients (``reduction_call``: data parallelism's).
-    Six equations for three unknowns; the estimate is linear in them but for the overlap
-    credit (a min), so the fit is Gauss-Newton (``fit_step_costs``), each within its bound
-    (scale ≥ 0.1, calls ≥ 0).  Without communication (one rank) both calls are 0.
-    Collective over ``comm``."""
+def fit_training_steps(comm, model: CostModel, steps: int = 15) -> tuple[float, ...]:
+    """``FITTED`` (compute_scale, call, reduction_call, bucket_call) fitted by least
+    squares to whole training steps of eight MLPs (``_FIT_PROGRAMS``) run by the
+    ParallelExecutor on ``comm``'s ranks: each measured step (the slowest rank's median)
+    against ``model``'s estimate of it with those four free.  Kernels run slower inside a
+    step than alone where ranks share cores with each other and with their communication
+    (``compute_scale``, from every program); a collective on the critical path costs the
+    executor's path and the wait for the slowest rank besides its α (``call``:
+    Megatron's, column-parallel layers', the split loss's sum); a parameter-gradient
+    reduction runs on the communication stream under later gradients (``reduction_call``:
+    data parallelism's); a fused bucket of them waits for every rank's last gradient in it
+    (``bucket_call``: data parallelism's under ``fuse_all_reduce_ops``).  Eight equations
+    for four unknowns; the estimate is linear in them but for the overlap credit (a min),
+    so the fit is Gauss-Newton (``fit_step_costs``), each within its bound (scale ≥ 0.1,
+    calls ≥ 0).  Without communication (one rank) the calls are 0.  Collective over
+    ``comm``."""
     from ..executor import Executor
     from ..parallel_context import ParallelMode, set_parallel_context, swapped_context
-    from ..parallel_executor import ParallelExecutor
+    from ..parallel_executor import BuildStrategy, ParallelExecutor
     from ..scope import Scope
     from .auto import fc_chain
     from .search import model_parallel
 
     size = 1 if comm is None else comm.size
-    programs, measured = [], []
-    for batch, widths, strategy in _FIT_PROGRAMS:
+    programs, measured, kernels = [], [], {}
+    for batch, widths, strategy, fused in _FIT_PROGRAMS:
         depth = len(widths) - 1
         shards = model_parallel(depth, size) if strategy is None else [strategy(size)] * depth
         main, startup, loss = _mlp(batch, widths, shards if size > 1 else None)
         chain, _ = fc_chain(main)
+        build = BuildStrategy(fuse_all_reduce_ops=fused)
         with swapped_context():
             if size > 1:
                 set_parallel_context(parallel_mode=ParallelMode.SEMI_AUTO_PARALLEL, comm=comm)
             scope = Scope()
             Executor().run(startup, scope=scope)
-            pe = ParallelExecutor(main, loss_name=loss, scope=scope)
+            pe = ParallelExecutor(main, loss_name=loss, scope=scope, build_strategy=build)
             rng = np.random.default_rng(0)
             feed = {"fit_x": rng.random((batch, widths[0])),
                     "fit_t": rng.random((batch, widths[-1]))}
@@ -243,12 +254,16 @@ def fit_training_steps(comm, model: CostModel, steps: int = 15) -> tuple[float, 
             pe.close()
         if size > 1:
             al.allreduce(times, comm, op=al.MAX)
-        programs.append((chain, shards, _with_kernels(model, main, comm, size, False)))
+        key = (batch, widths, str(shards))       # (a fused twin has the same kernels)
+        if key not in kernels:
+            kernels[key] = _with_kernels(model, main, comm, size, False)
+        buckets = (build.first_bucket_mb, build.fuse_grad_size_mb) if fused else None
+        programs.append((chain, shards, dataclasses.replace(kernels[key], buckets=buckets)))
         measured.append(float(np.median(times)))
     return fit_step_costs(programs, np.array(measured), size)
 
 
-def fit_step_costs(programs, measured, size: int) -> tuple[float, float, float]:
+def fit_step_costs(programs, measured, size: int) -> tuple[float, ...]:
     """``FITTED`` minimizing the squared error of the estimates of ``programs`` ((chain,
     strategies, model) each) against ``measured`` seconds.  The estimate is piecewise
     linear in them (linear but for the overlap credit's min), so Gauss-Newton with a
@@ -261,13 +276,12 @@ def fit_step_costs(programs, measured, size: int) -> tuple[float, float, float]:
             model, **dict(zip(FITTED, theta.tolist())))).time
             for chain, shards, model in programs])
 
-    theta = np.array([1.0, 0.0, 0.0])
-    steps = np.array([1e-2, 1e-5, 1e-5])
+    theta = _START.copy()
     for _ in range(8):
         base = predict(theta)
         jacobian = np.column_stack([(predict(theta + step) - base) / step[j]
-                                    for j, step in enumerate(np.diag(steps))])
-        free = np.ones(3, bool) if size > 1 else np.array([True, False, False])
+                                    for j, step in enumerate(np.diag(_STEPS))])
+        free = np.arange(len(FITTED)) == 0 if size == 1 else np.ones(len(FITTED), bool)
         target = measured - base + jacobian @ theta
         while free.any():
             new = _LOWER.copy()

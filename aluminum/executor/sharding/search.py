@@ -73,12 +73,13 @@ class CostModel:
     them (``call``, ``reduction_call`` and ``compute_scale`` fitted to whole training
     steps).
 
-    ``bucket_mb``: the parameter gradients summed over every rank are fused into buckets
-    of at most that many MB (``BuildStrategy(fuse_all_reduce_ops=True)``'s
-    ``fuse_grad_size_mb``; None: each summed by its own op).  A fused gradient pays β per
-    byte and its share of one bucket's α, call and op: its bytes over the bucket's, the
-    cap or, where every parameter fits in one bucket, all of them (so pure data
-    parallelism pays one bucket's).
+    ``buckets``: ``(first_mb, cap_mb)`` where the parameter gradients summed over every
+    rank are fused into buckets (``BuildStrategy(fuse_all_reduce_ops=True)``'s
+    ``first_bucket_mb`` and ``fuse_grad_size_mb``; None: each summed by its own op).  A
+    fused gradient pays β per byte and its share, by bytes, of the op, α and
+    ``bucket_call`` of the buckets all the chain's parameters would fill (so pure data
+    parallelism pays for its buckets exactly, a mix of strategies for a share of them);
+    ``bucket_call``: seconds per fused bucket beyond α (fitted like ``reduction_call``).
 
     Measured costs replace the rates where present (profile.py): ``steps``, ``((kind,
     group, alpha, beta), ...)`` per collective step kind and line length; ``kernels``,
@@ -96,7 +97,8 @@ class CostModel:
     activation: float = 0.0
     compute_scale: float = 1.0
     overlap: float = 1.0
-    bucket_mb: float | None = None
+    buckets: tuple | None = None
+    bucket_call: float = 0.0
     steps: tuple = ()
     kernels: tuple = ()
     tail: tuple = ()
@@ -228,18 +230,19 @@ def _redistribution(src: Layout, dst: Layout, shape, model: CostModel,
     """One redistribute op from ``src`` to ``dst``; ``copy``: its output is kept (memory);
     ``reduction``: a parameter gradient's (off the critical path: ``reduction_call``);
     ``gradient``: a gradient the pass sums, where it sums over every rank, with the
-    data-parallel ``allreduce`` op (step kind ``sum``); ``share``: that sum's share of a
-    fused bucket (``CostModel.bucket_mb``), None: an op of its own."""
+    data-parallel ``allreduce`` op (step kind ``sum``); ``share``: the buckets that sum
+    pays for where the sums are fused (``CostModel.buckets``), None: an op of its own."""
     if equivalent(src, dst, shape, src.mesh.size):
         return Estimate()
     plan = plan_redistribution(src, dst, shape, f"float{model.itemsize * 8}")
     steps = len(plan.collectives)
     if gradient and sums_over_every_rank(src, dst, src.mesh.size):
         busiest = max(plan.bytes_received(rank) for rank in src.mesh.ranks)
-        fixed = model.op + model.collective_time("sum", src.mesh.size, 0, reduction)
         time = model.op + model.collective_time("sum", src.mesh.size, busiest, reduction)
-        if share is not None:
-            time += (share - 1) * fixed
+        if share is not None:     # a bucket's op, α and call instead of its own
+            alone = model.op + model.collective_time("sum", src.mesh.size, 0, reduction)
+            bucket = alone - model.reduction_call + model.bucket_call
+            time += share * bucket - alone
     else:
         time = model.op + sum(model.step_time(step, max(step.received.values(), default=0),
                                               reduction) for step in plan.steps)
@@ -256,9 +259,13 @@ class ChainCost:
         for layer in self.layers:
             if layer.fixed is not None and layer.fixed not in self.strategies:
                 self.strategies.append(layer.fixed)
-        parameters = sum(l.inputs * l.outputs + l.outputs for l in self.layers)
-        self.bucket_bytes = None if model.bucket_mb is None else \
-            min(model.bucket_mb * 2**20, parameters * model.itemsize)
+        self.bucket_share = None            # buckets per byte of fused gradient sums
+        if model.buckets is not None:
+            first, cap = (mb * 2**20 for mb in model.buckets)
+            parameters = model.itemsize * sum(l.inputs * l.outputs + l.outputs
+                                              for l in self.layers)
+            filled = 1 + max(0, math.ceil((parameters - first) / cap))
+            self.bucket_share = filled / parameters
         self.node = lru_cache(maxsize=None)(self._node)
         self.edge = lru_cache(maxsize=None)(self._edge)
         self.tail = lru_cache(maxsize=None)(self._tail)
@@ -305,8 +312,8 @@ class ChainCost:
         for dims, shape, by in grads:
             wanted = Layout(sharding.mesh, sharding.layout(dims).placements)
             parameter = dims != "mk"
-            share = None if not parameter or self.bucket_bytes is None else \
-                math.prod(shape) * model.itemsize / self.bucket_bytes
+            share = None if not parameter or self.bucket_share is None else \
+                math.prod(shape) * model.itemsize * self.bucket_share
             moved = _redistribution(by.gradient_layout(dims), wanted, shape, model,
                                     copy=False, reduction=parameter, gradient=True,
                                     share=share)
