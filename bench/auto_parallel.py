@@ -83,6 +83,7 @@ def prepare(comm, model, spec, shards, bound, fused) -> dict:
     return {"pe": pe, "loss": loss.name, "feed": feed, "times": [], "moved": 0,
             "row": {"strategies": [list(map(list, s)) for s in strategies], "fused": fused,
                     "predicted_ms": predicted.time * 1e3, "bytes_predicted": predicted.moved,
+                    "collectives_predicted": predicted.collectives,
                     "memory_mb": predicted.memory / 2**20,
                     "search_ms": found.seconds * 1e3 if found else None}}
 
@@ -99,11 +100,12 @@ def measure(prepared: list[dict], steps: int) -> list[dict]:
                 run["pe"].run([run["loss"]], run["feed"])
             run["times"].append(WORLD.allreduce(time.perf_counter() - start, op=MPI.MAX))
             run["moved"] = WORLD.allreduce(traffic.received, op=MPI.SUM)
+            run["calls"] = len(traffic.calls)
     rows = []
     for run in prepared:
         run["pe"].close()
         rows.append({**run["row"], "measured_ms": float(np.median(run["times"])) * 1e3,
-                     "bytes_measured": run["moved"]})
+                     "bytes_measured": run["moved"], "collectives_measured": run["calls"]})
     return rows
 
 
