@@ -9,9 +9,10 @@ parallelism's memory estimate): per strategy the predicted and measured step tim
 slowest rank's, median over the steps; the three strategies of a model take turns, one step
 each), predicted/measured, the bytes moved per step (summed over ranks: the planner's
 prediction and the runtime's count), the memory estimate per rank and the search time.
-Pure model parallel is Megatron's column/row alternation.  Every executor fuses its
-gradient sums into buckets (``BuildStrategy(fuse_all_reduce_ops=True)``, the search told
-so) unless ``--fusion off``; ``both`` runs each strategy both ways, taking turns.  The machine is calibrated
+Pure model parallel is Megatron's column/row alternation.  Each strategy runs twice,
+taking turns: with each gradient summed by its own allreduce (the BuildStrategy default)
+and with the sums fused in buckets (``BuildStrategy(fuse_all_reduce_ops=True)``, the
+search told so); ``--fusion off`` or ``on`` runs only one.  The machine is calibrated
 afresh for the first model (a few seconds), since a calibration made under another load (or
 another state of the VM) predicts every step too slow or too fast; ``--cached`` reads the
 cached one instead (``calibrate.cache_path()``), as the search does outside the bench.
@@ -123,7 +124,7 @@ def main() -> None:
     parser.add_argument("--cached", action="store_true",
                         help="read the cached calibration instead of calibrating again")
     parser.add_argument("--json", default=None)
-    parser.add_argument("--fusion", choices=("on", "off", "both"), default="on",
+    parser.add_argument("--fusion", choices=("on", "off", "both"), default="both",
                         help="fuse the gradient sums in buckets (BuildStrategy's "
                              "fuse_all_reduce_ops), not, or both taking turns")
     args = parser.parse_args()
@@ -159,15 +160,17 @@ def main() -> None:
               f"{len(model.steps)} step kinds and {len(model.kernels)} layer kernels measured")
         print(f"# load average {' '.join(load)} on {os.cpu_count()} CPUs")
         print("| model | strategy | strategies | predicted ms | measured ms | pred/meas | "
-              "bytes/step predicted | measured | memory MB | search ms |")
-        print("|---|---|---|---|---|---|---|---|---|---|")
+              "bytes/step predicted | measured | collectives predicted | counted | "
+              "memory MB | search ms |")
+        print("|---|---|---|---|---|---|---|---|---|---|---|---|")
         for r in rows:
             search = f"{r['search_ms']:.1f}" if r["search_ms"] is not None else ""
             bound = f" (bound {r['bound_mb']:.2f} MB)" if r["bound_mb"] else ""
             print(f"| {r['model']}{bound} | {r['strategy']} | {short(r['strategies'])} | "
                   f"{r['predicted_ms']:.2f} | {r['measured_ms']:.2f} | "
                   f"{r['predicted_ms'] / r['measured_ms']:.2f} | {r['bytes_predicted']:,.0f} | "
-                  f"{r['bytes_measured']:,.0f} | {r['memory_mb']:.2f} | {search} |")
+                  f"{r['bytes_measured']:,.0f} | {r['collectives_predicted']} | "
+                  f"{r['collectives_measured']} | {r['memory_mb']:.2f} | {search} |")
         if args.json:
             with open(args.json, "w", encoding="utf-8") as out:
                 json.dump({"ranks": size, "load": load, "model": dataclasses.asdict(model),
