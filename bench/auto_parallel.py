@@ -169,7 +169,7 @@ def main() -> None:
             print(f"| {r['model']}{bound} | {r['strategy']} | {short(r['strategies'])} | "
                   f"{r['predicted_ms']:.2f} | {r['measured_ms']:.2f} | "
                   f"{r['predicted_ms'] / r['measured_ms']:.2f} | {r['bytes_predicted']:,.0f} | "
-                  f"{r['bytes_measured']:,.0f} | {r['collectives_predicted']} | "
+                  f"{r['bytes_measured']:,.0f} | {r['collectives_predicted']:.3g} | "
                   f"{r['collectives_measured']} | {r['memory_mb']:.2f} | {search} |")
         if args.json:
             with open(args.json, "w", encoding="utf-8") as out:

@@ -247,6 +247,8 @@ def test_fused_gradient_sums_pay_for_the_buckets_they_fill(first, cap, buckets):
         estimate(layers, 2, [data_parallel(2)] * 3, fused).time
     assert saved == pytest.approx(6 * (op + alpha + call) -
                                   buckets * (op + alpha + bucket_call), rel=1e-9)
+    assert estimate(layers, 2, [data_parallel(2)] * 3, fused).reductions == \
+        pytest.approx(buckets, rel=1e-9)
 
 
 def test_a_reduction_hides_under_the_previous_layers_gradients():
@@ -299,6 +301,18 @@ def test_program_model_measures_every_candidate_layer():
     # square_error_cost and mean, their gradients and the loss gradient's fill_constant
     assert [(key, ops) for key, _, ops in model.tail] == [((8, 3), 5)]
     assert 0 < model.tail[0][1] < 1
+
+
+def test_the_loss_is_measured_on_every_part_of_the_output_a_strategy_gives():
+    """Split by columns too (a column-parallel last layer): the regression target is cut
+    as the output is, so the loss runs on every part, the batch's and the columns'."""
+    from aluminum.executor.sharding import profile
+    main = program(widths=(6, 5, 4))
+    chain, _ = fc_chain(main)
+    tail = profile.tail_times(main, chain, candidates(2))
+    # batch 8 x 4 outputs: whole, rows split in 2, columns split in 2
+    assert sorted(key for key, _, _ in tail) == [(4, 4), (8, 2), (8, 4)]
+    assert all(0 < seconds < 1 and ops == 5 for _, seconds, ops in tail)
 
 
 def test_the_loss_after_the_chain_is_costed_and_searched():

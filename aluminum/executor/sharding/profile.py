@@ -242,9 +242,12 @@ def tail_key(layer, strategy) -> tuple:
 def _tail_kernels(ops, block, output: str, batch: int, key: tuple):
     """Two calls running the loss ops' kernels (forward, then their gradients) on a part
     of ``key``'s shape of the last layer's output; data they read of the batch's length
-    is cut to the part's rows.  Zeros stand in for data (valid class labels too)."""
+    is cut to the part's rows, and data of the output's whole shape (a regression target)
+    to the part itself, as the pass lays it out.  Zeros stand in for data (valid class
+    labels too)."""
     from ..ops.registry import ANYWHERE, get
     rows, cols = key
+    whole = [d if d > 0 else batch for d in block.var(output).shape]
     values = {output: np.random.default_rng(0).random((rows, cols)).astype(
         block.var(output).dtype)}
     done = []
@@ -253,7 +256,9 @@ def _tail_kernels(ops, block, output: str, batch: int, key: tuple):
         if name not in values:
             var = block.var(name)
             shape = [d if d > 0 else batch for d in var.shape]
-            if shape and shape[0] == batch:
+            if shape == whole:
+                shape = [rows, cols]
+            elif shape and shape[0] == batch:
                 shape[0] = rows
             values[name] = np.zeros(shape, var.dtype)
         return values[name]

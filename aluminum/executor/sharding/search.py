@@ -169,7 +169,8 @@ class Layer:
 @dataclass(frozen=True)
 class Estimate:
     """Predicted seconds per training step, bytes per rank (the largest), bytes moved per
-    step (summed over ranks), collective steps per step; ``backward``: seconds of
+    step (summed over ranks), collective steps per step (a fused gradient sum counts its
+    share of its buckets); ``backward``: seconds of
     gradient computation, ``reduction``: seconds of parameter-gradient reductions (each
     counted in ``time`` too: a layer's reduction runs while the layer before it computes
     its gradients, ``ChainCost.edge``); ``reductions``: how many of the collective steps
@@ -178,10 +179,10 @@ class Estimate:
     time: float = 0.0
     memory: float = 0.0
     moved: float = 0.0
-    collectives: int = 0
+    collectives: float = 0
     backward: float = 0.0
     reduction: float = 0.0
-    reductions: int = 0
+    reductions: float = 0
 
     def __add__(self, other: Estimate) -> Estimate:
         return Estimate(self.time + other.time, self.memory + other.memory,
@@ -243,6 +244,7 @@ def _redistribution(src: Layout, dst: Layout, shape, model: CostModel,
             alone = model.op + model.collective_time("sum", src.mesh.size, 0, reduction)
             bucket = alone - model.reduction_call + model.bucket_call
             time += share * bucket - alone
+            steps = share
     else:
         time = model.op + sum(model.step_time(step, max(step.received.values(), default=0),
                                               reduction) for step in plan.steps)
