@@ -6,7 +6,7 @@ import threading
 import warnings
 from dataclasses import dataclass
 
-__all__ = ["EngineConfig", "default_core", "default_spin_s", "node_local_rank", "pin_thread"]
+__all__ = ["EngineConfig", "default_core", "node_local_rank", "pin_thread"]
 
 DEFAULT_CONCURRENT_OPS = 4
 DEFAULT_SPIN_US = 100.0
@@ -18,7 +18,7 @@ class EngineConfig:
     """Engine settings; ``from_env`` reads them from the environment (see docs/engine.md)."""
 
     max_concurrent: int = DEFAULT_CONCURRENT_OPS   # AL_PE_NUM_CONCURRENT_OPS
-    spin_s: float | None = None                    # AL_PE_SPIN_US; None: default_spin_s
+    spin_s: float = DEFAULT_SPIN_US * 1e-6         # AL_PE_SPIN_US
     pin: bool = True                               # AL_PE_CORE=none turns pinning off
     core: int | None = None                        # AL_PE_CORE=<n>; None: from local rank
     timeout_s: float | None = None                 # AL_TIMEOUT
@@ -33,11 +33,10 @@ class EngineConfig:
         core = None
         if pin and core_text:
             core = parse_setting(env, "AL_PE_CORE", int, 0, None)
-        spin_us = parse_setting(env, "AL_PE_SPIN_US", float, 0.0, None)
         return cls(
             max_concurrent=parse_setting(env, "AL_PE_NUM_CONCURRENT_OPS", int, 1,
                                   DEFAULT_CONCURRENT_OPS),
-            spin_s=None if spin_us is None else spin_us * 1e-6,
+            spin_s=parse_setting(env, "AL_PE_SPIN_US", float, 0.0, DEFAULT_SPIN_US) * 1e-6,
             pin=pin, core=core,
             timeout_s=parse_setting(env, "AL_TIMEOUT", float, 1e-9, None),
             stall_warn_s=parse_setting(env, "AL_STALL_WARN_S", float, 1e-3, DEFAULT_STALL_WARN_S))
@@ -58,17 +57,6 @@ def parse_setting(env, name: str, kind: type, minimum, default):
                       f"using {default}", RuntimeWarning, stacklevel=3)
         return default
     return value
-
-
-def default_spin_s(local_size: int, cpus: int | None = None) -> float:
-    """``AL_PE_SPIN_US`` where it is not set, for a process one of ``local_size`` ranks on a
-    node of ``cpus`` CPUs (``os.cpu_count()``): 100 µs, or none where the ranks outnumber
-    the CPUs.  There a waiter that spins holds a CPU that the rank it waits for (or one
-    still computing) needs, as Open MPI's ``mpi_yield_when_idle`` decides for its own waits
-    on an oversubscribed node: 4 ranks on 2 CPUs trained 5-20 % faster per step without the
-    spin, and their small allreduces were as fast."""
-    cpus = os.cpu_count() if cpus is None else cpus
-    return 0.0 if cpus and local_size > cpus else DEFAULT_SPIN_US * 1e-6
 
 
 # -- core pinning --------------------------------------------------------------------------

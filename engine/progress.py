@@ -33,7 +33,6 @@ passes at a time, whoever holds ``_driver`` (a ``DriverToken``, token.py):
 from __future__ import annotations
 
 import atexit
-import dataclasses
 import os
 import threading
 import time
@@ -47,7 +46,7 @@ except ImportError:   # (running uncompiled without Cython)
 
 from ..core import trace
 from ..core.errors import CommunicatorError, OperationError, TimeoutError
-from .config import EngineConfig, default_core, default_spin_s, node_local_rank, pin_thread
+from .config import EngineConfig, default_core, node_local_rank, pin_thread
 from .request import Request, in_done_callback
 from .scheduler import TRACING, Scheduler, check_hashable, describe
 from .state import State
@@ -416,9 +415,6 @@ class ProgressEngine(Scheduler):
         with self._start_lock:
             if self._thread is not None:
                 return
-            if self.config.spin_s is None:   # (before any thread reads it)
-                self.config = dataclasses.replace(
-                    self.config, spin_s=default_spin_s(node_local_rank(first_state)[1]))
             thread = threading.Thread(target=self._run, name=self.name, daemon=True)
             thread.start()
             self._thread = thread

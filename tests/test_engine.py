@@ -562,28 +562,6 @@ def test_config_from_env():
         assert EngineConfig.from_env({"AL_PE_NUM_CONCURRENT_OPS": "0"}).max_concurrent == 4
 
 
-@pytest.mark.parametrize("local_size, spin_s", [(1, 100e-6), (os.cpu_count(), 100e-6),
-                                                (os.cpu_count() + 1, 0.0)])
-def test_the_engine_spins_only_where_the_nodes_ranks_fit_its_cpus(make_engine, local_size,
-                                                                  spin_s):
-    """Without ``AL_PE_SPIN_US`` the engine spins 100 µs, unless its first operation's
-    communicator has more ranks on this node than it has CPUs: then it does not spin."""
-    class NodeComm:       # a communicator as the engine sees it (hashable)
-        local_rank = 0
-
-    NodeComm.local_size = local_size
-    engine = make_engine()
-    state = Fake("first")
-    state.comm = NodeComm()
-    engine.submit(state).wait(WAIT)
-    assert engine.config.spin_s == pytest.approx(spin_s)
-    set_by_user = make_engine(spin_s=50e-6)
-    state = Fake("again")
-    state.comm = NodeComm()
-    set_by_user.submit(state).wait(WAIT)
-    assert set_by_user.config.spin_s == pytest.approx(50e-6)
-
-
 def test_default_core_from_local_rank():
     assert default_core(0, 2, [0, 1]) == 1
     assert default_core(1, 2, [0, 1]) == 0

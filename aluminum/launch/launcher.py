@@ -59,8 +59,7 @@ def launch_env(base: dict | None = None, ranks: int = 1, hosts: int | None = Non
     oversubscribed node: each host's daemon counts only its own slots, so it cannot see
     that the hosts share the cores, and ranks polling the network without yielding
     starve the peers they wait for: MPI's own blocking collectives then run many times
-    slower than the links allow.  The progress engine's waits do not spin there either
-    (``AL_PE_SPIN_US=0``, as it decides by itself on one node: engine/config.py).
+    slower than the links allow.
 
     On several emulated hosts the progress engines are not pinned to cores
     (``AL_PE_CORE=none``): each host counts its own node-local ranks, so the engines of
@@ -73,7 +72,6 @@ def launch_env(base: dict | None = None, ranks: int = 1, hosts: int | None = Non
     env.setdefault("OMP_NUM_THREADS", str(max(1, cores // max(1, ranks))))
     if hosts is not None and ranks > cores:
         env.setdefault("OMPI_MCA_mpi_yield_when_idle", "1")
-        env.setdefault("AL_PE_SPIN_US", "0")
     if hosts is not None and hosts > 1:
         env.setdefault("AL_PE_CORE", "none")
     return env
