@@ -6,9 +6,10 @@ parallelism, predicted (the search's cost model, calibrated on this machine) and
 
 For a deep-narrow MLP, a wide MLP and a memory-bounded one (Adam, bound 0.95 x data
 parallelism's memory estimate): per strategy the predicted and measured step time (the
-slowest rank's, median over the steps; the three strategies of a model take turns, one step
+slowest rank's, median over the steps; the strategies of a model take turns, one step
 each), predicted/measured, the bytes moved per step (summed over ranks: the planner's
-prediction and the runtime's count), the memory estimate per rank and the search time.
+prediction and the runtime's count), the collective calls per step (the model's count and
+the runtime's), the memory estimate per rank and the search time.
 Pure model parallel is Megatron's column/row alternation.  Each strategy runs twice,
 taking turns: with each gradient summed by its own allreduce (the BuildStrategy default)
 and with the sums fused in buckets (``BuildStrategy(fuse_all_reduce_ops=True)``, the
@@ -129,6 +130,7 @@ def main() -> None:
                              "fuse_all_reduce_ops), not, or both taking turns")
     args = parser.parse_args()
     rows = []
+    fusion = {"on": (True,), "off": (False,), "both": (False, True)}[args.fusion]
     refresh = not args.cached   # (the first model's calibration refreshes the cache)
     with al.MPICommunicator() as comm:
         size = comm.size
@@ -143,7 +145,6 @@ def main() -> None:
                 main_, _, _ = build(batch, widths, optimizer, None)
                 chain, _ = fc_chain(main_)
                 bound = 0.95 * estimate(chain, size, dp, model).memory / 2**20
-            fusion = {"on": (True,), "off": (False,), "both": (False, True)}[args.fusion]
             labels = [label + ("" if args.fusion != "both" else
                                " fused" if fused else " unfused")
                       for label in ("searched", "data parallel", "model parallel")

@@ -81,13 +81,13 @@ class BuildStrategy:
     exact full-batch training for uneven shards, see data_parallel.py),
     ``broadcast_parameters`` (rank 0's persistable variables copied to every rank when the
     executor is made), ``overlap`` (False: allreduce only after the whole backward pass),
-    ``fuse_all_reduce_ops`` with ``fuse_grad_size_mb`` and
-    ``first_bucket_mb`` (a sharded program's gradient sums over every rank too,
-    ``sharding.fuse_gradient_sums``), ``reduce_strategy`` ("all_reduce", or "reduce": each gradient
-    reduced to one owner rank, which alone updates that parameter and broadcasts it; see
-    data_parallel.py), ``gradients_in_buckets`` (True: the op finishing a gradient writes
-    it straight into its allreduce bucket, on numpy arrays; False: each allreduce copies
-    its gradients in, the way to compare; see buckets.py)."""
+    ``fuse_all_reduce_ops`` with ``fuse_grad_size_mb`` and ``first_bucket_mb`` (a sharded
+    program's parameter-gradient sums over every rank too, ``sharding.fuse_gradient_sums``),
+    ``reduce_strategy`` ("all_reduce", or "reduce": each gradient reduced to one owner
+    rank, which alone updates that parameter and broadcasts it; see data_parallel.py),
+    ``gradients_in_buckets`` (True: the op finishing a gradient writes it straight into its
+    allreduce bucket, on numpy arrays; False: each allreduce copies its gradients in, the
+    way to compare; see buckets.py)."""
 
     debug_graphviz_path: str | None = None
     gradient_scale: str = "coeff_num_device"

@@ -160,6 +160,14 @@ def train(main, startup, loss, params, batches, names, sequential=False, build=N
     return program, scope, calls, losses
 
 
+def assert_trained_as_numpy(program, scope, losses, expected, expected_losses):
+    """The losses and every parameter, gathered from the ranks' parts, as numpy's."""
+    np.testing.assert_allclose(losses, expected_losses, rtol=1e-10)
+    for name, value in expected.items():
+        np.testing.assert_allclose(gathered(program, scope, name), value, rtol=1e-10,
+                                   atol=1e-12, err_msg=name)
+
+
 def mlp_batches(seed, width=6, classes=5):
     rng = np.random.default_rng(seed)
     return [(rng.normal(size=(BATCH, width)),
@@ -179,10 +187,7 @@ def test_megatron_mlp_trains_as_one_process(tp, dp, sequential):
     expected, expected_losses = mlp_reference(params, batches, blocks)
 
     def check():
-        np.testing.assert_allclose(losses, expected_losses, rtol=1e-10)
-        for name, value in expected.items():
-            np.testing.assert_allclose(gathered(program, scope, name), value, rtol=1e-10,
-                                       atol=1e-12, err_msg=name)
+        assert_trained_as_numpy(program, scope, losses, expected, expected_losses)
         if dp == 1:   # one allreduce forward and one backward per block, nothing else
             assert all(step == [("allreduce", tp)] * (2 * blocks) for step in calls), calls
         else:
@@ -210,10 +215,7 @@ def test_fused_gradient_sums_train_as_one_process(tp, dp, cap_mb, calls_per_step
     expected, expected_losses = mlp_reference(params, batches, blocks)
 
     def check():
-        np.testing.assert_allclose(losses, expected_losses, rtol=1e-10)
-        for name, value in expected.items():
-            np.testing.assert_allclose(gathered(program, scope, name), value, rtol=1e-10,
-                                       atol=1e-12, err_msg=name)
+        assert_trained_as_numpy(program, scope, losses, expected, expected_losses)
         assert all(step == [("allreduce", SIZE)] * calls_per_step for step in calls), calls
     agree(check)
 

@@ -6,5 +6,5 @@ from .runtime import local_feed, local_scope
 from .strategy import OpSharding, Signature, following, from_strategy, normalize_strategy
 
 __all__ = ["OpSharding", "Sharded", "Signature", "equivalent", "following", "from_strategy",
-           "fuse_gradient_sums",
-           "local_feed", "local_scope", "normalize_strategy", "shard_program"]
+           "fuse_gradient_sums", "local_feed", "local_scope", "normalize_strategy",
+           "shard_program"]

@@ -70,8 +70,8 @@ class CostModel:
     a core to spare for the executor's communication thread, 0 where it has not (the
     thread then takes turns with the computation on the rank's core, and hides nothing).
     The defaults are guesses of this machine's order; ``calibrate.machine_model`` measures
-    them (``call``, ``reduction_call`` and ``compute_scale`` fitted to whole training
-    steps).
+    them (``call``, ``reduction_call``, ``bucket_call`` and ``compute_scale`` fitted to
+    whole training steps).
 
     ``buckets``: ``(first_mb, cap_mb)`` where the parameter gradients summed over every
     rank are fused into buckets (``BuildStrategy(fuse_all_reduce_ops=True)``'s
