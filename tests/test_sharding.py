@@ -104,7 +104,8 @@ def test_fused_gradient_sums_are_one_op_after_the_last_gradient_they_sum():
     fused = ops[sums[0]]
     params = {"a.w", "a.b", "b.w", "b.b"}
     assert sorted(fused.output_names()) == sorted(p + "@GRAD" for p in params)
-    writers = [i for i, op in enumerate(ops) if set(op.output_names()) & set(fused.input_names())]
+    summands = set(fused.input_names())
+    writers = [i for i, op in enumerate(ops) if set(op.output_names()) & summands]
     readers = [i for i, op in enumerate(ops) if set(op.input_names()) & params]
     assert max(writers) < sums[0] < min(i for i in readers if ops[i].type == "sgd")
 

@@ -216,7 +216,8 @@ def fit_training_steps(comm, model: CostModel, steps: int = 15) -> tuple[float, 
     (``bucket_call``: data parallelism's under ``fuse_all_reduce_ops``).  Eight equations
     for four unknowns; the estimate is linear in them but for the overlap credit (a min),
     so the fit is Gauss-Newton (``fit_step_costs``), each within its bound (scale ≥ 0.1,
-    calls ≥ 0).  Without communication (one rank) the calls are 0.  Collective over
+    calls ≥ 0).  Without communication (one rank) the calls are 0, and the fused
+    programs, the same steps there as their unfused twins, are not run.  Collective over
     ``comm``."""
     from ..executor import Executor
     from ..parallel_context import ParallelMode, set_parallel_context, swapped_context
@@ -228,6 +229,8 @@ def fit_training_steps(comm, model: CostModel, steps: int = 15) -> tuple[float, 
     size = 1 if comm is None else comm.size
     programs, measured, kernels = [], [], {}
     for batch, widths, strategy, fused in _FIT_PROGRAMS:
+        if fused and size == 1:      # (one rank sums nothing: its unfused twin's step)
+            continue
         depth = len(widths) - 1
         shards = model_parallel(depth, size) if strategy is None else [strategy(size)] * depth
         main, startup, loss = _mlp(batch, widths, shards if size > 1 else None)
