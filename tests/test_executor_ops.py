@@ -213,3 +213,41 @@ def test_batch_norm(is_test, n, c, seed):
         use_var[None, :, None, None] + 1e-5) + bias[None, :, None, None]
     np.testing.assert_allclose(out["Y"][0], expected, rtol=1e-12)
     check_grad("batch_norm", ins, attrs, wrt=["X", "Scale", "Bias"], of=["Y"])
+
+
+@given(rows=st.integers(1, 40), cols=st.integers(1, 40), seed=st.integers(0, 99),
+       dtype=st.sampled_from(["float64", "float32"]),
+       lr_dtype=st.sampled_from(["float64", "float32"]))
+def test_parameter_updates_are_the_textbook_formulas(rows, cols, seed, dtype, lr_dtype):
+    """sgd, momentum and adam give, bitwise, the formulas written out in numpy (computed
+    in the dtype numpy's promotion gives, then cast to the parameter's), as new arrays:
+    the inputs are left as they were (an op reading the old parameter may still run)."""
+    rng = np.random.default_rng(seed)
+    param, grad, m1, velocity = (rng.normal(size=(rows, cols)).astype(dtype) for _ in range(4))
+    m2 = rng.random((rows, cols)).astype(dtype)
+    lr = np.array([0.05], lr_dtype)
+    b1, b2 = np.array([0.9 ** 3], dtype), np.array([0.999 ** 3], dtype)
+    beta1, beta2, epsilon, mu = 0.9, 0.999, 1e-8, 0.8
+    ins = {"Param": [param], "Grad": [grad], "LearningRate": [lr], "Velocity": [velocity],
+           "Moment1": [m1], "Moment2": [m2], "Beta1Pow": [b1], "Beta2Pow": [b2]}
+    before = {slot: [a.copy() for a in arrays] for slot, arrays in ins.items()}
+    attrs = {"beta1": beta1, "beta2": beta2, "epsilon": epsilon, "mu": mu}
+    new_m1 = beta1 * m1 + (1 - beta1) * grad
+    new_m2 = beta2 * m2 + (1 - beta2) * grad * grad
+    rate = lr[0] * np.sqrt(1 - b2[0]) / (1 - b1[0])
+    new_velocity = mu * velocity + grad
+    expected = {
+        "sgd": {"ParamOut": param - lr[0] * grad},
+        "momentum": {"ParamOut": param - lr[0] * new_velocity, "VelocityOut": new_velocity},
+        "adam": {"ParamOut": param - rate * new_m1 / (np.sqrt(new_m2) + epsilon),
+                 "Moment1Out": new_m1, "Moment2Out": new_m2,
+                 "Beta1PowOut": b1 * beta1, "Beta2PowOut": b2 * beta2}}
+    for op_type, outputs in expected.items():
+        got = registry.get(op_type).compute(ins, attrs, None, ANYWHERE)
+        assert sorted(got) == sorted(outputs), op_type
+        for slot, value in outputs.items():
+            array = got[slot][0]
+            assert array.dtype == np.dtype(dtype), (op_type, slot, array.dtype)
+            np.testing.assert_array_equal(array, value.astype(dtype), err_msg=f"{op_type} {slot}")
+        for slot, arrays in ins.items():
+            np.testing.assert_array_equal(arrays[0], before[slot][0], err_msg=f"{op_type} {slot}")

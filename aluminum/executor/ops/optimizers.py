@@ -1,7 +1,13 @@
 """Parameter updates: ``sgd``, ``momentum``, ``adam`` (each writes its parameter in place,
 i.e. its ``ParamOut`` is the ``Param`` variable).  Each result is a new array of the
 parameter's dtype, converted only where the arithmetic gave another (a float64 learning
-rate on float32 parameters)."""
+rate on float32 parameters).
+
+The kernels allocate only the arrays they return and one scratch array, computing in place
+in them in the order the textbook formula would (so the results are bitwise those of the
+formula written out): every temporary of a large array costs an allocation, and past
+glibc's mmap threshold a fresh mapping and its page faults on each call, which made Adam's
+update of a 128 x 128 float64 parameter take 300 us instead of 70."""
 from __future__ import annotations
 
 import numpy as np
@@ -16,13 +22,22 @@ class _Update(OpKind):
         """Outputs are the state variables they update: shapes already set."""
 
 
+def _plus(array: np.ndarray, other: np.ndarray) -> np.ndarray:
+    """``array + other``, written into ``array`` where that holds the sum's dtype."""
+    if np.result_type(array, other) == array.dtype:
+        return np.add(array, other, out=array)
+    return array + other
+
+
 @register
 class SGD(_Update):
     type = "sgd"
 
     def compute(self, ins, attrs, ctx, out):
         param, grad, lr = ins["Param"][0], ins["Grad"][0], ins["LearningRate"][0]
-        return {"ParamOut": [(param - lr[0] * grad).astype(param.dtype, copy=False)]}
+        updated = np.multiply(grad, lr[0])
+        np.subtract(param, updated, out=updated)
+        return {"ParamOut": [updated.astype(param.dtype, copy=False)]}
 
 
 @register
@@ -33,8 +48,10 @@ class Momentum(_Update):
 
     def compute(self, ins, attrs, ctx, out):
         param, grad, lr = ins["Param"][0], ins["Grad"][0], ins["LearningRate"][0]
-        velocity = attrs.get("mu", 0.9) * ins["Velocity"][0] + grad
-        return {"ParamOut": [(param - lr[0] * velocity).astype(param.dtype, copy=False)],
+        velocity = _plus(np.multiply(ins["Velocity"][0], attrs.get("mu", 0.9)), grad)
+        updated = np.multiply(velocity, lr[0])
+        np.subtract(param, updated, out=updated)
+        return {"ParamOut": [updated.astype(param.dtype, copy=False)],
                 "VelocityOut": [velocity.astype(param.dtype, copy=False)]}
 
 
@@ -46,11 +63,20 @@ class Adam(_Update):
         param, grad, lr = ins["Param"][0], ins["Grad"][0], ins["LearningRate"][0]
         beta1, beta2 = attrs.get("beta1", 0.9), attrs.get("beta2", 0.999)
         epsilon = attrs.get("epsilon", 1e-8)
-        m1 = beta1 * ins["Moment1"][0] + (1 - beta1) * grad
-        m2 = beta2 * ins["Moment2"][0] + (1 - beta2) * grad * grad
+        # m1 = beta1 * m1 + (1 - beta1) * g; m2 = beta2 * m2 + (1 - beta2) * g * g;
+        # p - rate * m1 / (sqrt(m2) + epsilon), in that order
+        scratch = np.multiply(grad, 1 - beta1)
+        m1 = _plus(np.multiply(ins["Moment1"][0], beta1), scratch)
+        np.multiply(grad, 1 - beta2, out=scratch)
+        scratch *= grad
+        m2 = _plus(np.multiply(ins["Moment2"][0], beta2), scratch)
         b1, b2 = ins["Beta1Pow"][0], ins["Beta2Pow"][0]
         rate = lr[0] * np.sqrt(1 - b2[0]) / (1 - b1[0])
-        updated = param - rate * m1 / (np.sqrt(m2) + epsilon)
+        updated = np.multiply(m1, rate)
+        denominator = np.sqrt(m2, out=scratch) if scratch.dtype == m2.dtype else np.sqrt(m2)
+        denominator += epsilon
+        np.divide(updated, denominator, out=updated)
+        np.subtract(param, updated, out=updated)
         dtype = param.dtype
         outs = {"ParamOut": updated, "Moment1Out": m1, "Moment2Out": m2,
                 "Beta1PowOut": b1 * beta1, "Beta2PowOut": b2 * beta2}
