@@ -11,7 +11,7 @@
 - ``steps``: each redistribution step kind's α and β on lines of every length
   (``profile.step_times``);
 - ``compute_scale``, ``call``, ``reduction_call`` and ``bucket_call`` are fitted to whole
-  training steps of eight MLPs (``fit_training_steps``): how much slower kernels run
+  training steps of nineteen MLPs (``fit_training_steps``): how much slower kernels run
   inside a step, what each collective on the critical path costs beyond its α there, what
   each parameter-gradient reduction (run on the communication stream, overlapped) does,
   and what each bucket of them fused does;
@@ -182,8 +182,12 @@ def _model(ab, itemsize: int, values, steps, overlap: float) -> CostModel:
 # fused in buckets, for ``bucket_call``), of computation alone (unsharded) and of
 # critical-path collectives (Megatron: a Partial output's allreduce forward, an input
 # gradient's backward; column-parallel layers: an allgather of every output forward, an
-# allreduce of every input gradient backward).  The batches make each step several of the
-# scheduler's time slices long: where ranks outnumber cores, a step of a few slices took up
+# allreduce of every input gradient backward); then the same kinds again at the depths,
+# widths and batches the search is asked about (16 layers of 64, 8 of 96, Megatron at 64
+# and 128 wide, 3 layers of 512, 6 of 160): eight programs alone left a fitted cost to
+# whatever one program's step happened to do, and put a fused data-parallel step 16
+# layers deep at 0.72-0.80 of its time (5 jobs; 0.80-0.94 with these).  The batches make each step several of the scheduler's time
+# slices long: where ranks outnumber cores, a step of a few slices took up
 # to twice as long in one calibration as in the next, depending on how the ranks happened
 # to share the cores, and the fitted numbers followed.
 _FIT_PROGRAMS = (
@@ -195,6 +199,17 @@ _FIT_PROGRAMS = (
     (256, (256,) * 3, lambda n: ((1, 1), (1, 1)), False),
     (256, (256,) * 5, None, False),
     (512, (128,) * 5, lambda n: ((1, 1), (1, n)), False),
+    (384, (64,) * 17, lambda n: ((n, 1), (1, 1)), False),
+    (384, (64,) * 17, lambda n: ((n, 1), (1, 1)), True),
+    (384, (96,) * 9, lambda n: ((n, 1), (1, 1)), False),
+    (384, (96,) * 9, lambda n: ((n, 1), (1, 1)), True),
+    (384, (64,) * 9, None, False),
+    (256, (128,) * 7, None, False),
+    (64, (512,) * 4, lambda n: ((n, 1), (1, 1)), False),
+    (64, (512,) * 4, lambda n: ((n, 1), (1, 1)), True),
+    (64, (512,) * 4, None, False),
+    (256, (160,) * 7, lambda n: ((n, 1), (1, 1)), False),
+    (256, (160,) * 7, lambda n: ((n, 1), (1, 1)), True),
 )
 FITTED = ("compute_scale", "call", "reduction_call", "bucket_call")
 _START = np.array([1.0, 0.0, 0.0, 0.0])
@@ -204,7 +219,7 @@ _STEPS = np.array([1e-2, 1e-5, 1e-5, 1e-5])
 
 def fit_training_steps(comm, model: CostModel, steps: int = 15) -> tuple[float, ...]:
     """``FITTED`` (compute_scale, call, reduction_call, bucket_call) fitted by least
-    squares to whole training steps of eight MLPs (``_FIT_PROGRAMS``) run by the
+    squares to whole training steps of nineteen MLPs (``_FIT_PROGRAMS``) run by the
     ParallelExecutor on ``comm``'s ranks: each measured step (the slowest rank's median)
     against ``model``'s estimate of it with those four free.  Kernels run slower inside a
     step than alone where ranks share cores with each other and with their communication
@@ -213,7 +228,7 @@ def fit_training_steps(comm, model: CostModel, steps: int = 15) -> tuple[float, 
     Megatron's, column-parallel layers', the split loss's sum); a parameter-gradient
     reduction runs on the communication stream under later gradients (``reduction_call``:
     data parallelism's); a fused bucket of them waits for every rank's last gradient in it
-    (``bucket_call``: data parallelism's under ``fuse_all_reduce_ops``).  Eight equations
+    (``bucket_call``: data parallelism's under ``fuse_all_reduce_ops``).  Nineteen equations
     for four unknowns; the estimate is linear in them but for the overlap credit (a min),
     so the fit is Gauss-Newton (``fit_step_costs``), each within its bound (scale ≥ 0.1,
     calls ≥ 0).  Without communication (one rank) the calls are 0, and the fused
