@@ -184,12 +184,11 @@ def _model(ab, itemsize: int, values, steps, overlap: float) -> CostModel:
 # gradient's backward; column-parallel layers: an allgather of every output forward, an
 # allreduce of every input gradient backward); then the same kinds again at the depths,
 # widths and batches the search is asked about (16 layers of 64, 8 of 96, Megatron at 64
-# and 128 wide, 3 layers of 512, 6 of 160): eight programs alone left a fitted cost to
-# whatever one program's step happened to do, and put a fused data-parallel step 16
-# layers deep at 0.72-0.80 of its time (5 jobs; 0.80-0.94 with these).  The batches make each step several of the scheduler's time
-# slices long: where ranks outnumber cores, a step of a few slices took up
-# to twice as long in one calibration as in the next, depending on how the ranks happened
-# to share the cores, and the fitted numbers followed.
+# and 128 wide, 3 layers of 512, 6 of 160), so that no fitted cost rests on one or two
+# programs' steps.  The batches make each step several of the scheduler's time slices
+# long: where ranks outnumber cores, a step of a few slices took up to twice as long in
+# one calibration as in the next, depending on how the ranks happened to share the cores,
+# and the fitted numbers followed.
 _FIT_PROGRAMS = (
     (1024, (64,) * 5, lambda n: ((n, 1), (1, 1)), False),
     (512, (64,) * 11, lambda n: ((n, 1), (1, 1)), False),
