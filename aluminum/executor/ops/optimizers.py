@@ -6,7 +6,8 @@ rate on float32 parameters).
 The kernels allocate only the arrays they return and one scratch array, computing in place
 in them in the order the textbook formula would (so the results are bitwise those of the
 formula written out): past glibc's mmap threshold every temporary of a large array is a
-fresh mapping with its page faults, on each call - Adam's ten temporaries made its update
+fresh mapping with its page faults, on each call - until the allocator raises its
+threshold (the first time it frees such a mapping), Adam's ten temporaries made its update
 of a 128 x 128 float64 parameter about four times slower."""
 from __future__ import annotations
 
