@@ -267,6 +267,28 @@ def test_a_reduction_hides_under_the_previous_layers_gradients():
         assert two == pytest.approx(2 * one - min(reduction, backward), rel=1e-12)
 
 
+@pytest.mark.parametrize("buckets", [1, 2])
+def test_a_fused_bucket_hides_only_if_another_fills_after_it(buckets):
+    """Fused (``CostModel.buckets``), two data-parallel layers' sums hide under the first
+    layer's gradients only as far as they are not the last bucket's: a bucket starts once
+    its last gradient is computed, and the last to fill holds the first layer's.  One
+    bucket: nothing hides, two layers cost twice one; two buckets: half their time may
+    hide, where unfused all of it may."""
+    key = (4, 4, 4, True, 0)
+    layer = Layer(8, 4, 4)
+    mb = 8 * 2 * (4 * 4 + 4) / 2**20          # both layers' weights and biases
+    base = CostModel(op=0.0, kernels=((key, 1e-3, 1e-2),), bucket_call=1e-3,
+                     steps=(("sum", 2, 0.0, 0.0),))
+    fused = dataclasses.replace(base, buckets=(mb / buckets, mb))
+    one_layer = dataclasses.replace(base, buckets=(1.0, 1.0))
+    one = estimate([layer], 2, [data_parallel(2)], one_layer)
+    two = estimate([layer, layer], 2, [data_parallel(2)] * 2, fused)
+    sums = buckets * 1e-3                     # each bucket's call
+    hidden = sums / 2 * (buckets - 1) / buckets     # the second layer's half, less the last
+    assert two.time == pytest.approx(2 * (1e-3 + 1e-2) + sums - hidden, rel=1e-12)
+    assert one.time == pytest.approx(1e-3 + 1e-2 + 1e-3, rel=1e-12)
+
+
 def test_without_cores_to_spare_a_reduction_hides_nothing():
     """``overlap=0`` (each rank's communication thread takes turns with its computation on
     one core): two data-parallel layers cost twice one."""

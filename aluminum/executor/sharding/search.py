@@ -170,11 +170,11 @@ class Layer:
 class Estimate:
     """Predicted seconds per training step, bytes per rank (the largest), bytes moved per
     step (summed over ranks), collective steps per step (a fused gradient sum counts its
-    share of its buckets); ``backward``: seconds of
-    gradient computation, ``reduction``: seconds of parameter-gradient reductions (each
-    counted in ``time`` too: a layer's reduction runs while the layer before it computes
-    its gradients, ``ChainCost.edge``); ``reductions``: how many of the collective steps
-    are parameter-gradient reductions (costed with ``reduction_call``, not ``call``)."""
+    share of its buckets); ``backward``: seconds of gradient computation; ``reduction``:
+    seconds of parameter-gradient reductions that can run while the layer before computes
+    its gradients (``ChainCost.edge``; each counted in ``time`` too; of fused sums, all
+    but the last bucket's share); ``reductions``: how many of the collective steps are
+    parameter-gradient reductions (costed with ``reduction_call``, not ``call``)."""
 
     time: float = 0.0
     memory: float = 0.0
@@ -262,12 +262,16 @@ class ChainCost:
             if layer.fixed is not None and layer.fixed not in self.strategies:
                 self.strategies.append(layer.fixed)
         self.bucket_share = None            # buckets per byte of fused gradient sums
+        self.hides = 1.0      # the share of a parameter-gradient sum that can hide
         if model.buckets is not None:
             first, cap = (mb * 2**20 for mb in model.buckets)
             parameters = model.itemsize * sum(l.inputs * l.outputs + l.outputs
                                               for l in self.layers)
             filled = 1 + max(0, math.ceil((parameters - first) / cap))
             self.bucket_share = filled / parameters
+            # a bucket starts once its last gradient is computed: the last one to fill
+            # (holding the first layers' gradients) has no computation left to hide under
+            self.hides = (filled - 1) / filled
         self.node = lru_cache(maxsize=None)(self._node)
         self.edge = lru_cache(maxsize=None)(self._edge)
         self.tail = lru_cache(maxsize=None)(self._tail)
@@ -320,7 +324,8 @@ class ChainCost:
                                     copy=False, reduction=parameter, gradient=True,
                                     share=share)
             if parameter:
-                moved += Estimate(reduction=moved.time, reductions=moved.collectives)
+                hides = 1.0 if share is None else self.hides
+                moved += Estimate(reduction=hides * moved.time, reductions=moved.collectives)
             estimate += moved
         return estimate
 
