@@ -272,8 +272,8 @@ def test_a_fused_bucket_hides_only_if_another_fills_after_it(buckets):
     """Fused (``CostModel.buckets``), two data-parallel layers' sums hide under the first
     layer's gradients only as far as they are not the last bucket's: a bucket starts once
     its last gradient is computed, and the last to fill holds the first layer's.  One
-    bucket: nothing hides, two layers cost twice one; two buckets: half their time may
-    hide, where unfused all of it may."""
+    bucket: nothing hides (both layers' kernels, then the bucket); two buckets (one per
+    layer): the second layer's hides, where unfused every sum of it would."""
     key = (4, 4, 4, True, 0)
     layer = Layer(8, 4, 4)
     mb = 8 * 2 * (4 * 4 + 4) / 2**20          # both layers' weights and biases
@@ -284,7 +284,7 @@ def test_a_fused_bucket_hides_only_if_another_fills_after_it(buckets):
     one = estimate([layer], 2, [data_parallel(2)], one_layer)
     two = estimate([layer, layer], 2, [data_parallel(2)] * 2, fused)
     sums = buckets * 1e-3                     # each bucket's call
-    hidden = sums / 2 * (buckets - 1) / buckets     # the second layer's half, less the last
+    hidden = sums / 2 * (buckets - 1) / buckets     # the second layer's share that hides
     assert two.time == pytest.approx(2 * (1e-3 + 1e-2) + sums - hidden, rel=1e-12)
     assert one.time == pytest.approx(1e-3 + 1e-2 + 1e-3, rel=1e-12)
 
