@@ -128,11 +128,13 @@ class CostModel:
         return self.collective_time(step.kind, group, busiest, reduction)
 
     def collective_time(self, kind: str, group: int, busiest: int,
-                        reduction: bool = False) -> float:
+                        reduction: bool = False, bucket: bool = False) -> float:
         """Seconds of one collective step of ``kind`` on a line of ``group`` ranks
-        (``reduction``: a parameter gradient's, off the critical path; ``sum``: the
-        data-parallel ``allreduce`` op over every rank, as the pass sums gradients)."""
-        call = self.reduction_call if reduction else self.call
+        (``reduction``: a parameter gradient's, off the critical path; ``bucket``: a
+        bucket of them fused; ``sum``: the data-parallel ``allreduce`` op over every rank,
+        as the pass sums gradients)."""
+        call = self.bucket_call if bucket else self.reduction_call if reduction else \
+            self.call
         measured = self._steps.get(("alltoall" if kind == "exchange" else kind, group))
         if measured is None and kind == "sum":    # (not measured: priced as a redistribution's)
             measured = self._steps.get(("allreduce", group))
@@ -239,11 +241,13 @@ def _redistribution(src: Layout, dst: Layout, shape, model: CostModel,
     steps = len(plan.collectives)
     if gradient and sums_over_every_rank(src, dst, src.mesh.size):
         busiest = max(plan.bytes_received(rank) for rank in src.mesh.ranks)
-        time = model.op + model.collective_time("sum", src.mesh.size, busiest, reduction)
-        if share is not None:     # a bucket's op, α and call instead of its own
-            alone = model.op + model.collective_time("sum", src.mesh.size, 0, reduction)
-            bucket = alone - model.reduction_call + model.bucket_call
-            time += share * bucket - alone
+        group = src.mesh.size
+        if share is None:
+            time = model.op + model.collective_time("sum", group, busiest, reduction)
+        else:     # its bytes, and its share of the buckets' op, α and call
+            time = model.collective_time("sum", group, busiest) - \
+                model.collective_time("sum", group, 0) + \
+                share * (model.op + model.collective_time("sum", group, 0, bucket=True))
             steps = share
     else:
         time = model.op + sum(model.step_time(step, max(step.received.values(), default=0),
