@@ -1,7 +1,7 @@
 """Output destinations: a prepared op moves each output with a destination there, whether
-its kernel writes there or not; and which gradients' producers get their bucket view as
-destination (aluminum/executor/buckets.py).  Training with them runs under MPI:
-tests/mpi/rank_executor_zero_copy.py."""
+its kernel writes there or not; which gradients' producers get their bucket view as
+destination (aluminum/executor/buckets.py); which gradients a fused bucket takes.
+Training with them runs under MPI: tests/mpi/rank_executor_zero_copy.py."""
 from types import SimpleNamespace
 
 import numpy as np
@@ -151,6 +151,38 @@ def test_a_producer_reading_last_steps_reduced_gradient_gets_none():
                                {"X": ["o.w@GRAD", "o.w@GRAD@new"]}, {"Out": ["o.w@GRAD"]})
     given = _given(_program(accumulate))
     assert "o.w@GRAD" not in given and len(given) == 3
+
+
+def _reductions(program) -> list[tuple[str, list[str], int]]:
+    """(op type, gradients, position) of each allreduce op, in program order."""
+    return [(op.type, op.output_names(), index)
+            for index, op in enumerate(program.global_block().ops)
+            if op.type in ("allreduce", "fused_allreduce")]
+
+
+def test_fused_buckets_close_after_their_last_gradient_and_skip_one_read_early():
+    """With ``fuse_grad_size_mb`` the gradients share one bucket after the last is finished;
+    a gradient another op reads in the backward pass keeps its own allreduce before that
+    op, so the reader sees the same (reduced) gradient with and without fusion."""
+    [(kind, names, index)] = _reductions(_program(fuse_grad_size_mb=1.0))
+    ops = _program(fuse_grad_size_mb=1.0).global_block().ops
+    assert kind == "fused_allreduce" and sorted(names) == sorted(GRADS)
+    assert index == 1 + max(i for i, op in enumerate(ops) if op.type != "fused_allreduce"
+                            and set(op.output_names()) & set(GRADS))
+
+    def peek(block):
+        block.create_var("peek", (6,), "float64")
+        _insert_after_producer(block, "o.w@GRAD", "reshape", {"X": ["o.w@GRAD"]},
+                               {"Out": ["peek"]}, {"shape": (6,)})
+    for options in ({}, {"fuse_grad_size_mb": 1.0}):
+        ops = _program(peek, **options).global_block().ops
+        reader = next(i for i, op in enumerate(ops) if op.type == "reshape")
+        own = [index for kind, names, index in _reductions(_program(peek, **options))
+               if names == ["o.w@GRAD"]]
+        assert len(own) == 1 and own[0] < reader, options
+    fused = [names for kind, names, _ in _reductions(_program(peek, fuse_grad_size_mb=1.0))
+             if kind == "fused_allreduce"]
+    assert [sorted(names) for names in fused] == [sorted(set(GRADS) - {"o.w@GRAD"})]
 
 
 def test_a_kind_that_binds_its_op_runs_bound_and_its_failure_names_the_op():

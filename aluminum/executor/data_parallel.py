@@ -126,20 +126,19 @@ def data_parallel_program(program: Program, loss_name: str, num_devices: int,
         params = [name[:-len(GRAD)] for name in order]
         owner = {param + GRAD: rank_ for param, rank_ in owners(
             block, params, num_devices // places).items()}
-    groups = [[name] for name in order] if fuse_grad_size_mb is None else \
-        gradient_buckets(block, order, fuse_grad_size_mb, first_bucket_mb, owner)
     # latest insertion point first, so that each insertion leaves the earlier points where
-    # they are (a bucket of one dtype or owner may close after a later-opened one)
-    for bucket, names in sorted(enumerate(groups), reverse=True,
-                                key=lambda item: (last_writer[item[1][-1]], item[0])):
+    # they are
+    for bucket, name in sorted(enumerate(order), reverse=True,
+                               key=lambda item: (last_writer[item[1]], item[0])):
         attrs = {"op_role": "communication", "gradient_scale": gradient_scale}
         if owner is not None:
-            attrs["root"] = owner[names[0]]
-        kind = "allreduce" if owner is None else "reduce"
-        inputs = {"X": names} if samples is None else {"X": names, "Samples": [samples]}
-        block.append_op(kind if fuse_grad_size_mb is None else "fused_" + kind,
-                        inputs, {"Out": names}, {**attrs, "bucket": bucket})
-        block.ops.insert(last_writer[names[-1]] + 1, block.ops.pop())
+            attrs["root"] = owner[name]
+        inputs = {"X": [name]} if samples is None else {"X": [name], "Samples": [samples]}
+        block.append_op("allreduce" if owner is None else "reduce", inputs, {"Out": [name]},
+                        {**attrs, "bucket": bucket})
+        block.ops.insert(last_writer[name] + 1, block.ops.pop())
+    if fuse_grad_size_mb is not None:
+        fuse_gradient_reductions(block, fuse_grad_size_mb, first_bucket_mb)
     if owner is not None:
         _shard_the_optimizer(block, {name[:-len(GRAD)]: root for name, root in owner.items()},
                              rank)
@@ -189,17 +188,45 @@ def _nbytes(var) -> int:
     return int(np.prod(var.shape)) * np.dtype(var.dtype).itemsize
 
 
-def gradient_buckets(block, order: list[str], cap_mb: float, first_mb: float,
-                     owner: dict[str, int] | None = None) -> list[list[str]]:
-    """The gradients in ``order`` grouped by ``al.assign_buckets``'s rule (one dtype, and
-    one owner under the reduce strategy, per bucket; each at most its cap unless a single
-    gradient is larger), in the order the buckets open.  The sharded pass fuses its
-    gradient sums by it too (``sharding.fuse_gradient_sums``)."""
-    keys = [(str(block.var(name).dtype), None if owner is None else owner[name])
-            for name in order]
-    groups = al.assign_buckets([_nbytes(block.var(name)) for name in order], keys,
-                               cap_mb, first_mb)
-    return [[order[i] for i in group] for group in groups]
+def fuse_gradient_reductions(block, cap_mb: float, first_mb: float = 1.0) -> None:
+    """Group ``block``'s parameter-gradient ``allreduce``/``reduce`` ops into buckets, in
+    place: in the order they run, by ``al.assign_buckets``'s rule (the first bucket at
+    most ``first_mb``, the rest ``cap_mb``, one dtype and one ``root`` each, a single larger
+    gradient alone), one ``fused_allreduce``/``fused_reduce`` per bucket where its last
+    member was, so each bucket starts as soon as its last gradient is finished.  The
+    data-parallel pass fuses its reductions with it (``fuse_grad_size_mb``), and so does
+    the sharded pass its sums over every rank (``sharding.fuse_gradient_sums``).  A bucket
+    pays one call and one α where each gradient paid its own; its first gradients wait for
+    its last.  A reduction whose result an op other than the optimizer's reads before the
+    last of them (an input gradient's sum, a parameter used twice) stays as it is: delaying
+    it would delay the backward pass."""
+    params = {var.name + GRAD for var in block.vars.values() if var.is_parameter}
+    ops = block.ops
+    members = [index for index, op in enumerate(ops)
+               if op.type in ("allreduce", "reduce") and op.outputs["Out"][0] in params]
+    if not members:
+        return
+    end = members[-1]
+    members = [index for index in members if not any(
+        ops[index].outputs["Out"][0] in reader.input_names()
+        for reader in ops[index + 1:end + 1] if reader.attrs.get("op_role") != "optimize")]
+    grads = [block.var(ops[index].outputs["Out"][0]) for index in members]
+    keys = [(str(grad.dtype), ops[index].type, ops[index].attrs.get("root"),
+             tuple(ops[index].inputs.get("Samples", ()))) for grad, index in zip(grads, members)]
+    fused = {}
+    groups = al.assign_buckets([_nbytes(grad) for grad in grads], keys, cap_mb, first_mb)
+    for bucket, group in enumerate(groups):
+        bucket_ops = [ops[members[i]] for i in group]
+        first = bucket_ops[0]
+        inputs = {"X": [op.inputs["X"][0] for op in bucket_ops]}
+        if "Samples" in first.inputs:
+            inputs["Samples"] = list(first.inputs["Samples"])
+        fused[members[group[-1]]] = Operator(
+            "fused_" + first.type, inputs, {"Out": [op.outputs["Out"][0] for op in bucket_ops]},
+            {**first.attrs, "bucket": bucket})
+    dropped = set(members)
+    block.ops = [fused.get(index, op) for index, op in enumerate(ops)
+                 if index in fused or index not in dropped]
 
 
 def check_ranks_agree(program: Program, comm) -> None:

@@ -271,43 +271,17 @@ def _sum_op(block, summands: str, name: str, layout: Layout, nranks: int) -> Ope
 
 def fuse_gradient_sums(program: Program, cap_mb: float, first_mb: float = 1.0) -> Program:
     """A copy of sharded ``program`` whose parameter gradients' ``allreduce`` ops (the sums
-    over every rank, ``_sum_op``) are grouped into buckets as the data-parallel pass groups
-    its own under ``BuildStrategy(fuse_all_reduce_ops=True)``: in the order the backward
-    pass finishes them, by ``al.assign_buckets``'s rule (``gradient_buckets``: the first
-    bucket at most ``first_mb``, the rest ``cap_mb``, one dtype each), one
-    ``fused_allreduce`` per bucket where its last gradient is finished.  A bucket pays one
-    call and one α where each gradient paid its own; its first gradients wait for its last.
-    Sums another op reads before the optimizer (an input gradient, Megatron's backward
-    allreduce, a parameter used twice) stay as they are: delaying them would delay the
-    backward pass."""
-    from ..data_parallel import gradient_buckets
+    over every rank, ``_sum_op``) are grouped into buckets by the data-parallel pass's own
+    rule under ``BuildStrategy(fuse_all_reduce_ops=True)``
+    (``data_parallel.fuse_gradient_reductions``): one ``fused_allreduce`` per bucket where
+    its last gradient is finished.  Sums another op reads before the optimizer (an input
+    gradient, Megatron's backward allreduce, a parameter used twice) stay as they are."""
+    from ..data_parallel import fuse_gradient_reductions
     result = program.clone()
     result.sharding = program.sharding
     if hasattr(program, "auto_parallel"):
         result.auto_parallel = program.auto_parallel
-    block = result.global_block()
-    params = {var.name + GRAD for var in block.vars.values() if var.is_parameter}
-    first_reader = {}
-    for index, op in enumerate(block.ops):
-        if op.attrs.get("op_role") != "optimize":
-            for name in op.input_names():
-                first_reader.setdefault(name, index)
-    sums = {op.outputs["Out"][0]: index for index, op in enumerate(block.ops)
-            if op.type == "allreduce" and op.outputs["Out"][0] in params and
-            op.outputs["Out"][0] not in first_reader}
-    if not sums:
-        return result
-    groups = gradient_buckets(block, sorted(sums, key=sums.get), cap_mb, first_mb)
-    fused = {}
-    for names in groups:
-        summands = [block.ops[sums[name]].inputs["X"][0] for name in names]
-        fused[sums[names[-1]]] = Operator(
-            "fused_allreduce", {"X": summands}, {"Out": list(names)},
-            {"op_role": "communication", "gradient_scale": "one",
-             "bucket": "sums of " + ", ".join(names)})
-    dropped = set(sums.values())
-    block.ops = [fused.get(index, op) for index, op in enumerate(block.ops)
-                 if index in fused or index not in dropped]
+    fuse_gradient_reductions(result.global_block(), cap_mb, first_mb)
     return result
 
 
