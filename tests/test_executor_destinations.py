@@ -164,24 +164,23 @@ def test_fused_buckets_close_after_their_last_gradient_and_skip_one_read_early()
     """With ``fuse_grad_size_mb`` the gradients share one bucket after the last is finished;
     a gradient another op reads in the backward pass keeps its own allreduce before that
     op, so the reader sees the same (reduced) gradient with and without fusion."""
-    [(kind, names, index)] = _reductions(_program(fuse_grad_size_mb=1.0))
-    ops = _program(fuse_grad_size_mb=1.0).global_block().ops
+    program = _program(fuse_grad_size_mb=1.0)
+    [(kind, names, index)] = _reductions(program)
     assert kind == "fused_allreduce" and sorted(names) == sorted(GRADS)
-    assert index == 1 + max(i for i, op in enumerate(ops) if op.type != "fused_allreduce"
-                            and set(op.output_names()) & set(GRADS))
+    assert index == 1 + max(i for i, op in enumerate(program.global_block().ops)
+                            if op.type != "fused_allreduce" and set(op.output_names()) & set(GRADS))
 
     def peek(block):
         block.create_var("peek", (6,), "float64")
         _insert_after_producer(block, "o.w@GRAD", "reshape", {"X": ["o.w@GRAD"]},
                                {"Out": ["peek"]}, {"shape": (6,)})
     for options in ({}, {"fuse_grad_size_mb": 1.0}):
-        ops = _program(peek, **options).global_block().ops
-        reader = next(i for i, op in enumerate(ops) if op.type == "reshape")
-        own = [index for kind, names, index in _reductions(_program(peek, **options))
-               if names == ["o.w@GRAD"]]
+        program = _program(peek, **options)
+        reader = next(i for i, op in enumerate(program.global_block().ops)
+                      if op.type == "reshape")
+        own = [index for _, names, index in _reductions(program) if names == ["o.w@GRAD"]]
         assert len(own) == 1 and own[0] < reader, options
-    fused = [names for kind, names, _ in _reductions(_program(peek, fuse_grad_size_mb=1.0))
-             if kind == "fused_allreduce"]
+    fused = [names for kind, names, _ in _reductions(program) if kind == "fused_allreduce"]
     assert [sorted(names) for names in fused] == [sorted(set(GRADS) - {"o.w@GRAD"})]
 
 

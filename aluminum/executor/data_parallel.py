@@ -198,8 +198,8 @@ def fuse_gradient_reductions(block, cap_mb: float, first_mb: float = 1.0) -> Non
     the sharded pass its sums over every rank (``sharding.fuse_gradient_sums``).  A bucket
     pays one call and one α where each gradient paid its own; its first gradients wait for
     its last.  A reduction whose result an op other than the optimizer's reads before the
-    last of them (an input gradient's sum, a parameter used twice) stays as it is: delaying
-    it would delay the backward pass."""
+    last reduction (the backward pass reading a parameter's gradient on) stays as it is:
+    delayed, that op would read the gradient unreduced or wait for the bucket."""
     params = {var.name + GRAD for var in block.vars.values() if var.is_parameter}
     ops = block.ops
     members = [index for index, op in enumerate(ops)
