@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import enum
+import os
 from dataclasses import dataclass
 
 import numpy as np
@@ -43,6 +44,8 @@ class ParallelContext:
     comm: object = None
     max_memory_mb: float | None = None
     cost_model: object = None
+    strategy_ckpt_load_file: str | None = None
+    strategy_ckpt_save_file: str | None = None
 
     def communicator(self):
         """The context's communicator (all ranks, made on first use) in data-parallel and
@@ -59,30 +62,45 @@ _context = ParallelContext()
 
 def set_parallel_context(parallel_mode: ParallelMode | str | None = None,
                          gradients_mean: bool | None = None, comm=None,
-                         max_memory_mb: float | None = None, cost_model=None) -> None:
+                         max_memory_mb: float | None = None, cost_model=None,
+                         strategy_ckpt_load_file=None, strategy_ckpt_save_file=None) -> None:
     """Set what ``ParallelExecutor`` does when built without ``comm=``; arguments left None
     keep their value.  AUTO_PARALLEL only: ``max_memory_mb``, the bound per rank on the
     search's memory estimate (parameters + gradients + activations); ``cost_model``, a
     ``sharding.search.CostModel`` to search with (None: this machine's, calibrated once and
-    cached, see sharding/calibrate.py)."""
+    cached, see sharding/calibrate.py); ``strategy_ckpt_load_file``, a strategy checkpoint
+    whose layers keep its strategies (the search chooses the others);
+    ``strategy_ckpt_save_file``, where rank 0 writes the strategies chosen (JSON, see
+    sharding/checkpoint.py; "" stops saving or loading)."""
+    changes = {}     # (checked first: a bad argument changes nothing)
     if parallel_mode is not None:
         try:
-            _context.parallel_mode = ParallelMode(parallel_mode)
+            changes["parallel_mode"] = ParallelMode(parallel_mode)
         except ValueError:
             raise ProgramError(f"parallel_mode: expected one of "
                                f"{[mode.value for mode in ParallelMode]}, got "
                                f"{parallel_mode!r}") from None
     if gradients_mean is not None:
-        _context.gradients_mean = bool(gradients_mean)
+        changes["gradients_mean"] = bool(gradients_mean)
     if comm is not None:
-        _context.comm = comm
+        changes["comm"] = comm
     if max_memory_mb is not None:
         if not (isinstance(max_memory_mb, (int, float)) and max_memory_mb > 0):
             raise ProgramError(f"max_memory_mb: expected a number of MB > 0, got "
                                f"{max_memory_mb!r}")
-        _context.max_memory_mb = float(max_memory_mb)
+        changes["max_memory_mb"] = float(max_memory_mb)
     if cost_model is not None:
-        _context.cost_model = cost_model
+        changes["cost_model"] = cost_model
+    for name, path in (("strategy_ckpt_load_file", strategy_ckpt_load_file),
+                       ("strategy_ckpt_save_file", strategy_ckpt_save_file)):
+        if path is None:
+            continue
+        if not isinstance(path, (str, os.PathLike)):
+            raise ProgramError(f"{name}: expected a file path (str or os.PathLike), got "
+                               f"{path!r}")
+        changes[name] = os.fspath(path) or None
+    for name, value in changes.items():
+        setattr(_context, name, value)
 
 
 @contextlib.contextmanager

@@ -152,7 +152,8 @@ class ParallelExecutor:
             main_program = auto_parallel_program(
                 main_program, comm, loss_name, context.cost_model, context.max_memory_mb,
                 (build.first_bucket_mb, build.fuse_grad_size_mb)
-                if build.fuse_all_reduce_ops else None)
+                if build.fuse_all_reduce_ops else None,
+                context.strategy_ckpt_load_file, context.strategy_ckpt_save_file)
         if getattr(main_program, "sharding", None) is not None:   # sharding/: tensor parallel
             from .sharding import fuse_gradient_sums, local_scope
             if build.fuse_all_reduce_ops:

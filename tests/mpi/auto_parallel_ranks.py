@@ -5,8 +5,11 @@ choice does not depend on this machine) an Adam-trained MLP comes out data paral
 model parallel (every weight split) under a memory bound below data parallelism's; both
 train as numpy alone does (float64, rtol 1e-10).  An unsupported graph is the same
 ProgramError on every rank; the calibrated model (no cost model given) is the same on
-every rank and cached.
+every rank and cached; a strategy checkpoint saves the choice and pins a later one, and
+one that does not fit the program is the same ProgramError on every rank.
 """
+import json
+
 import numpy as np
 import pytest
 from mpi4py import MPI
@@ -14,7 +17,8 @@ from mpi4py import MPI
 import aluminum as al
 import aluminum.executor as ex
 from aluminum.executor import layers
-from aluminum.executor.sharding.search import CostModel, Layer, data_parallel, estimate, search
+from aluminum.executor.sharding.search import (CostModel, Layer, data_parallel, estimate,
+                                               model_parallel, search)
 from sharded_checks import agree, gathered
 
 WORLD = MPI.COMM_WORLD
@@ -73,13 +77,12 @@ def reference(params, batches):
     return p
 
 
-@pytest.mark.parametrize("bounded", [False, True])
-def test_the_executor_searches_and_trains_as_numpy(comm, bounded):
-    chain = [Layer(BATCH, WIDTH, WIDTH, True, None, 2)] * DEPTH
-    dp = estimate(chain, SIZE, [data_parallel(SIZE)] * DEPTH, MODEL)
-    bound = 0.95 * dp.memory / 2**20 if bounded else None
+def train(comm, **context):
+    """The MLP trained STEPS steps by a ParallelExecutor in AUTO_PARALLEL (searching with
+    MODEL, ``context``: more of set_parallel_context's arguments): the search's answer,
+    the program, the scope, and numpy's parameters after the same steps."""
     ex.set_parallel_context(parallel_mode=ex.ParallelMode.AUTO_PARALLEL, comm=comm,
-                            cost_model=MODEL, max_memory_mb=bound)
+                            cost_model=MODEL, **context)
     main, startup, loss = build()
     rng = np.random.default_rng(3)
     params = {v.name: rng.normal(scale=0.2, size=v.shape)
@@ -94,8 +97,21 @@ def test_the_executor_searches_and_trains_as_numpy(comm, bounded):
     for x, t in batches:
         pe.run([loss.name], feed={"x": x, "t": t})
     pe.close()
-    found = pe.program.auto_parallel
-    expected = reference(params, batches)
+    return pe.program.auto_parallel, pe.program, scope, reference(params, batches)
+
+
+def assert_trained_as_numpy(program, scope, expected, strategies):
+    for name, value in expected.items():
+        np.testing.assert_allclose(gathered(program, scope, name), value, rtol=1e-10,
+                                   atol=1e-12, err_msg=f"{name} under {strategies}")
+
+
+@pytest.mark.parametrize("bounded", [False, True])
+def test_the_executor_searches_and_trains_as_numpy(comm, bounded):
+    chain = [Layer(BATCH, WIDTH, WIDTH, True, None, 2)] * DEPTH
+    dp = estimate(chain, SIZE, [data_parallel(SIZE)] * DEPTH, MODEL)
+    bound = 0.95 * dp.memory / 2**20 if bounded else None
+    found, program, scope, expected = train(comm, max_memory_mb=bound)
 
     def check():
         assert found.strategies == search(chain, SIZE, MODEL, max_memory=found.max_memory)[0]
@@ -104,12 +120,68 @@ def test_the_executor_searches_and_trains_as_numpy(comm, bounded):
             assert found.estimate.memory <= bound * 2**20 < dp.memory
         else:
             assert found.strategies == [data_parallel(SIZE)] * DEPTH, found.strategies
-        weight = pe.program.global_block().var("l1.w").layout
+        weight = program.global_block().var("l1.w").layout
         assert (str(weight.placements[-1]) == "R") != bounded, weight
-        for name, value in expected.items():
-            np.testing.assert_allclose(gathered(pe.program, scope, name), value, rtol=1e-10,
-                                       atol=1e-12, err_msg=f"{name} under {found.strategies}")
+        assert_trained_as_numpy(program, scope, expected, found.strategies)
     agree(check)
+
+
+def test_a_strategy_checkpoint_saves_the_choice_and_pins_the_layers_it_names(
+        comm, tmp_path_factory):
+    """Saved: every layer's weight, shape and strategy for this many ranks.  Loaded: a
+    file naming two layers (Megatron's first two, which the search would not choose with
+    MODEL) keeps them; the search chooses the rest given them; training equals numpy."""
+    folder = WORLD.bcast(str(tmp_path_factory.mktemp("strategies")))
+    saved_path, pinned_path = f"{folder}/saved.json", f"{folder}/pinned.json"
+    found, _, _, _ = train(comm, strategy_ckpt_save_file=saved_path)
+    saved = json.loads(open(saved_path).read())
+    megatron = model_parallel(DEPTH, SIZE)
+    if RANK == 0:
+        with open(pinned_path, "w") as out:
+            json.dump({"format": "aluminum strategy checkpoint", "version": 1, "ranks": SIZE,
+                       "layers": [{"weight": f"l{i}.w", "strategy": megatron[i]}
+                                  for i in (0, 1)]}, out)
+    WORLD.Barrier()
+    ex.reset_parallel_context()
+    pinned, program, scope, expected = train(comm, strategy_ckpt_load_file=pinned_path)
+
+    def check():
+        assert saved["ranks"] == SIZE and [layer["weight"] for layer in saved["layers"]] == \
+            [f"l{i}.w" for i in range(DEPTH)], saved
+        assert [tuple(map(tuple, layer["strategy"])) for layer in saved["layers"]] == \
+            found.strategies == [data_parallel(SIZE)] * DEPTH
+        assert all(layer["shape"] == [WIDTH, WIDTH] for layer in saved["layers"])
+        chain = [Layer(BATCH, WIDTH, WIDTH, True, megatron[i] if i < 2 else None, 2)
+                 for i in range(DEPTH)]
+        assert pinned.strategies[:2] == megatron[:2], pinned.strategies
+        assert pinned.strategies == search(chain, SIZE, MODEL)[0]
+        assert_trained_as_numpy(program, scope, expected, pinned.strategies)
+    agree(check)
+
+
+@pytest.mark.parametrize("content, message", [
+    (None, "cannot read it"),
+    ({"format": "aluminum strategy checkpoint", "version": 1, "ranks": SIZE + 1,
+      "layers": []}, f"saved for {SIZE + 1} ranks; this communicator has {SIZE}"),
+    ({"format": "aluminum strategy checkpoint", "version": 1, "ranks": SIZE,
+      "layers": [{"weight": "l9.w", "strategy": [[1, 1], [1, 1]]}]},
+     "layer 'l9.w' is not a weight of this program's fc chain"),
+])
+def test_a_strategy_checkpoint_that_does_not_fit_is_the_same_error_on_every_rank(
+        comm, tmp_path_factory, content, message):
+    path = WORLD.bcast(str(tmp_path_factory.mktemp("bad") / "strategies.json"))
+    if RANK == 0 and content is not None:
+        with open(path, "w") as out:
+            json.dump(content, out)
+    WORLD.Barrier()
+    try:
+        train(comm, strategy_ckpt_load_file=path)
+        error = None
+    except ex.ProgramError as exc:
+        error = str(exc)
+    errors = WORLD.allgather(error)
+    assert all(e is not None and e == errors[0] for e in errors), errors
+    assert message in errors[0] and path in errors[0], errors[0]
 
 
 def test_an_unsupported_graph_is_a_program_error_on_every_rank(comm):

@@ -12,7 +12,9 @@ previous layer's output (the first: any variable) by a 2-D parameter, optionally
 tail of ops that read no parameter and multiply nothing (the loss: ``square_error_cost``,
 ``softmax_with_cross_entropy``, ``mean`` ...), which follow the last layer's layout.  A
 strategy set by hand on a layer's matmul (``shard=``) is kept: the search only chooses the
-others.  Anything else is a ``ProgramError`` naming the first op that breaks the chain.
+others, and so are the strategies of a strategy checkpoint (checkpoint.py), which can also
+save the choice.  Anything else is a ``ProgramError`` naming the first op that breaks the
+chain.
 """
 from __future__ import annotations
 
@@ -21,6 +23,7 @@ import time
 from dataclasses import dataclass
 
 from ..errors import ProgramError
+from .checkpoint import checkpoint_text, pinned_strategies, read_on_rank0, write_on_rank0
 from .program_pass import shard_program
 from .search import CostModel, Estimate, Layer, estimate, search
 
@@ -143,23 +146,35 @@ def search_program(program, nranks: int, model: CostModel,
 
 def auto_parallel_program(program, comm, loss_name: str | None,
                           model: CostModel | None = None, max_memory_mb: float | None = None,
-                          buckets: tuple | None = None):
+                          buckets: tuple | None = None, load_file: str | None = None,
+                          save_file: str | None = None):
     """``program`` with the searched strategies, sharded over ``comm``; ``model`` None:
     this machine's, its layers' kernels measured (``calibrate.program_model``);
     ``buckets``: ``(first_mb, cap_mb)`` where the executor will fuse the gradient sums
-    into buckets (``fuse_gradient_sums``), and the search prices them so."""
+    into buckets (``fuse_gradient_sums``), and the search prices them so;
+    ``load_file``: a strategy checkpoint whose layers keep its strategies, ``save_file``:
+    where rank 0 writes the strategies chosen (checkpoint.py).  Collective over ``comm``."""
+    chosen = program.clone()
+    block = chosen.global_block()
+    _, matmuls = fc_chain(chosen)
+    weights = [op.inputs["Y"][0] for op in matmuls]
+    shapes = [block.var(weight).shape for weight in weights]
+    if load_file is not None:
+        pinned = pinned_strategies(read_on_rank0(load_file, comm), load_file, weights, shapes,
+                                   [op.attrs.get("shard") for op in matmuls], comm.size)
+        for op, weight in zip(matmuls, weights):
+            if weight in pinned:
+                op.attrs["shard"] = pinned[weight]
     if model is None:
         from .calibrate import program_model
-        model = program_model(program, comm)
+        model = program_model(chosen, comm)
     model = dataclasses.replace(model, buckets=buckets)
-    found = search_program(program, comm.size, model, max_memory_mb)
-    chosen = program.clone()
-    names = set(found.outputs)
-    strategies = dict(zip(found.outputs, found.strategies))
-    for op in chosen.global_block().ops:
-        if op.type == "matmul" and op.output_names()[0] in names and \
-                op.attrs.get("op_role") is None:
-            op.attrs["shard"] = strategies[op.output_names()[0]]
+    found = search_program(chosen, comm.size, model, max_memory_mb)
+    for op, strategy in zip(matmuls, found.strategies):
+        op.attrs["shard"] = strategy
+    if save_file is not None:
+        write_on_rank0(save_file, checkpoint_text(weights, shapes, found.strategies, comm.size,
+                                                  found.estimate), comm)
     result = shard_program(chosen, comm, loss_name)
     result.auto_parallel = found
     return result
