@@ -2,13 +2,15 @@
 program, in one process.  Saving and loading through the ParallelExecutor on 2 and 4 ranks,
 errors on every rank alike: tests/mpi/auto_parallel_ranks.py."""
 import json
+import types
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import aluminum.executor as ex
-from aluminum.executor.sharding.checkpoint import checkpoint_text, pinned_strategies
+from aluminum.executor.sharding.checkpoint import (checkpoint_text, pinned_strategies,
+                                                   read_on_rank0, write_on_rank0)
 from aluminum.executor.sharding.search import candidates
 
 WEIGHTS = ["l0.w", "l1.w", "l2.w"]
@@ -94,3 +96,17 @@ def test_the_context_takes_paths_and_a_bad_one_changes_nothing(tmp_path):
         assert ex.get_parallel_context().strategy_ckpt_save_file is None
     finally:
         ex.reset_parallel_context()
+
+
+def test_rank_0_writes_the_file_whole_and_a_path_it_cannot_use_is_an_error(tmp_path):
+    one = types.SimpleNamespace(rank=0, size=1)
+    path = str(tmp_path / "s.json")
+    write_on_rank0(path, "first", one)
+    write_on_rank0(path, "second", one)
+    assert read_on_rank0(path, one) == "second"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["s.json"]     # no temporary left
+    missing = str(tmp_path / "no" / "s.json")
+    with pytest.raises(ex.ProgramError, match=f"strategy checkpoint {missing}: cannot write"):
+        write_on_rank0(missing, "x", one)
+    with pytest.raises(ex.ProgramError, match=f"strategy checkpoint {missing}: cannot read"):
+        read_on_rank0(missing, one)
