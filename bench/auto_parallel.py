@@ -6,10 +6,14 @@ parallelism, predicted (the search's cost model, calibrated on this machine) and
 
 For a deep-narrow MLP, a wide MLP and a memory-bounded one (Adam, bound 0.95 x data
 parallelism's memory estimate): per strategy the predicted and measured step time (the
-slowest rank's, median over the steps; the strategies of a model take turns, one step
-each), predicted/measured, the bytes moved per step (summed over ranks: the planner's
+slowest rank's, median over the steps; every strategy of every model takes its turn, one
+step each, so that the VM's speed, which wanders by half within a minute here, falls on all
+rows alike), predicted/measured, the bytes moved per step (summed over ranks: the planner's
 prediction and the runtime's count), the collective calls per step (the model's count and
-the runtime's), the memory estimate per rank and the search time.
+the runtime's), the memory estimate per rank and the search time; then how many rows are
+within ±25 %, the job's mean pred/meas (its speed against its calibration) and the
+measured ratio of rows that ran the same strategy (the measurement's own spread); the JSON
+keeps each row's step times (``step_ms``).
 Pure model parallel is Megatron's column/row alternation.  Each strategy runs twice,
 taking turns: with each gradient summed by its own allreduce (the BuildStrategy default)
 and with the sums fused in buckets (``BuildStrategy(fuse_all_reduce_ops=True)``, the
@@ -107,6 +111,7 @@ def measure(prepared: list[dict], steps: int) -> list[dict]:
     for run in prepared:
         run["pe"].close()
         rows.append({**run["row"], "measured_ms": float(np.median(run["times"])) * 1e3,
+                     "step_ms": [t * 1e3 for t in run["times"]],
                      "bytes_measured": run["moved"], "collectives_measured": run["calls"]})
     return rows
 
@@ -119,6 +124,25 @@ def short(strategies) -> str:
     return ", ".join(kinds[:2]) + (" ..." if len(kinds) > 2 else "")
 
 
+def spread(rows: list[dict]) -> dict:
+    """What the rows say of the prediction and of the measurement: rows within ±25 %; the
+    geometric mean of pred/meas (the job's speed against its calibration) and the rows
+    within ±25 % once it is divided out; measured ratios of rows of one model and fusion
+    that ran the same strategy (two executors of one program: the measurement's spread)."""
+    logs = np.log([r["predicted_ms"] / r["measured_ms"] for r in rows])
+    limit = np.log(1.25)
+    same = []
+    for i, a in enumerate(rows):
+        for b in rows[i + 1:]:
+            if (a["model"], a["fused"], a["strategies"]) == (b["model"], b["fused"],
+                                                             b["strategies"]):
+                same.append(a["measured_ms"] / b["measured_ms"])
+    return {"within": int((abs(logs) <= limit).sum()),
+            "job_factor": float(np.exp(logs.mean())),
+            "within_job_factor_out": int((abs(logs - logs.mean()) <= limit).sum()),
+            "same_strategy": same}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--steps", type=int, default=15)
@@ -129,8 +153,8 @@ def main() -> None:
                         help="fuse the gradient sums in buckets (BuildStrategy's "
                              "fuse_all_reduce_ops), not, or both taking turns")
     args = parser.parse_args()
-    rows = []
     fusion = {"on": (True,), "off": (False,), "both": (False, True)}[args.fusion]
+    prepared, labels = [], []
     refresh = not args.cached   # (the first model's calibration refreshes the cache)
     with al.MPICommunicator() as comm:
         size = comm.size
@@ -145,14 +169,13 @@ def main() -> None:
                 main_, _, _ = build(batch, widths, optimizer, None)
                 chain, _ = fc_chain(main_)
                 bound = 0.95 * estimate(chain, size, dp, model).memory / 2**20
-            labels = [label + ("" if args.fusion != "both" else
-                               " fused" if fused else " unfused")
-                      for label in ("searched", "data parallel", "model parallel")
-                      for fused in fusion]
-            prepared = [prepare(comm, model, spec, shards, bound, fused)
-                        for shards in (None, dp, mp) for fused in fusion]
-            for label, row in zip(labels, measure(prepared, args.steps)):
-                rows.append({"model": name, "strategy": label, "bound_mb": bound, **row})
+            for label in ("searched", "data parallel", "model parallel"):
+                for fused in fusion:
+                    labels.append({"model": name, "bound_mb": bound, "strategy": label + (
+                        "" if args.fusion != "both" else " fused" if fused else " unfused")})
+            prepared += [prepare(comm, model, spec, shards, bound, fused)
+                         for shards in (None, dp, mp) for fused in fusion]
+        rows = [{**label, **row} for label, row in zip(labels, measure(prepared, args.steps))]
     if WORLD.rank == 0:
         load = open("/proc/loadavg").read().split()[:3]
         print(f"# {size} ranks, float64, {args.steps} steps; last cost model: op {model.op:.3g} s, "
@@ -160,6 +183,12 @@ def main() -> None:
               f"reduction_call {model.reduction_call * 1e6:.0f} us, overlap {model.overlap:g}, "
               f"{len(model.steps)} step kinds and {len(model.kernels)} layer kernels measured")
         print(f"# load average {' '.join(load)} on {os.cpu_count()} CPUs")
+        summary = spread(rows)
+        print(f"# rows within ±25 %: {summary['within']} of {len(rows)}; pred/meas "
+              f"geometric mean {summary['job_factor']:.2f} (this job's speed against its "
+              f"calibration), {summary['within_job_factor_out']} within ±25 % with it divided "
+              f"out; the same strategy in two rows of a model measured "
+              f"{', '.join(f'{r:.2f}' for r in summary['same_strategy'])} apart")
         print("| model | strategy | strategies | predicted ms | measured ms | pred/meas | "
               "bytes/step predicted | measured | collectives predicted | counted | "
               "memory MB | search ms |")
@@ -175,7 +204,7 @@ def main() -> None:
         if args.json:
             with open(args.json, "w", encoding="utf-8") as out:
                 json.dump({"ranks": size, "load": load, "model": dataclasses.asdict(model),
-                           "rows": rows},
+                           "rows": rows, "summary": summary},
                           out, indent=1)
 
 
