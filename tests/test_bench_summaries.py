@@ -20,7 +20,7 @@ def test_spread_counts_rows_within_a_quarter_before_and_after_the_job_factor():
     rows = [_row("a", [[1]], 13.0, 10.0),       # 1.30: outside
             _row("a", [[2]], 13.0, 10.0),       # 1.30: outside
             _row("b", [[1]], 12.0, 10.0),       # 1.20: inside
-            _row("b", [[1]], 12.0, 8.0)]        # 1.50: outside; same strategy as the last
+            _row("b", [[1]], 12.0, 8.0)]        # 1.50: outside; the strategy of the row before
     found = auto_parallel.spread(rows)
     assert found["within"] == 1
     factor = (1.3 * 1.3 * 1.2 * 1.5) ** 0.25
