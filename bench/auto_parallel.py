@@ -7,8 +7,7 @@ parallelism, predicted (the search's cost model, calibrated on this machine) and
 For a deep-narrow MLP, a wide MLP and a memory-bounded one (Adam, bound 0.95 x data
 parallelism's memory estimate): per strategy the predicted and measured step time (the
 slowest rank's, median over the steps; every strategy of every model takes its turn, one
-step each, so that the VM's speed, which wanders by half within a minute here, falls on all
-rows alike), predicted/measured, the bytes moved per step (summed over ranks: the planner's
+step each, so that a slow spell of the machine falls on all rows alike), predicted/measured, the bytes moved per step (summed over ranks: the planner's
 prediction and the runtime's count), the collective calls per step (the model's count and
 the runtime's), the memory estimate per rank and the search time; then how many rows are
 within ±25 %, the job's mean pred/meas (its speed against its calibration) and the
@@ -62,44 +61,54 @@ def build(batch, widths, optimizer, shards):
     return main, startup, loss
 
 
-def prepare(comm, model, spec, shards, bound, fused) -> dict:
-    """One strategy's executor, made and warmed up (``shards`` None: the search's;
-    ``fused``: the gradient sums fused in buckets, ``fuse_all_reduce_ops``)."""
+def executor(comm, spec, shards, fused=False, model=None, bound=None) -> dict:
+    """``spec``'s executor under ``shards`` (None: searched with ``model`` under ``bound``
+    MB), made and warmed up, as ``take_turns`` runs it (``fused``: the gradient sums fused
+    in buckets, ``fuse_all_reduce_ops``)."""
     batch, widths, optimizer, _ = spec
     strategy = ex.BuildStrategy(fuse_all_reduce_ops=fused)
-    model = dataclasses.replace(model, buckets=(strategy.first_bucket_mb,
-                                                strategy.fuse_grad_size_mb) if fused else None)
     mode = ex.ParallelMode.AUTO_PARALLEL if shards is None else \
         ex.ParallelMode.SEMI_AUTO_PARALLEL
     ex.set_parallel_context(parallel_mode=mode, comm=comm, cost_model=model,
                             max_memory_mb=bound)
     main, startup, loss = build(batch, widths, optimizer, shards)
-    chain, _ = fc_chain(main)
     scope = ex.Scope()
     ex.Executor().run(startup, scope=scope)
     pe = ex.ParallelExecutor(main, loss_name=loss.name, scope=scope, build_strategy=strategy)
     ex.reset_parallel_context()      # (the executor took what it needs from it)
-    found = getattr(pe.program, "auto_parallel", None)
-    strategies = found.strategies if found else shards
     rng = np.random.default_rng(0)
     feed = {"x": rng.normal(size=(batch, widths[0])), "t": rng.normal(size=(batch, widths[-1]))}
     for _ in range(4):      # (the first steps of a configuration make its sub-communicators)
         pe.run([loss.name], feed)
+    return {"pe": pe, "loss": loss.name, "feed": feed, "main": main, "times": [], "moved": 0}
+
+
+def prepare(comm, model, spec, shards, bound, fused) -> dict:
+    """One strategy's executor (``executor``) and its row's predictions (``shards`` None:
+    the search's)."""
+    strategy = ex.BuildStrategy(fuse_all_reduce_ops=fused)
+    model = dataclasses.replace(model, buckets=(strategy.first_bucket_mb,
+                                                strategy.fuse_grad_size_mb) if fused else None)
+    run = executor(comm, spec, shards, fused, model, bound)
+    found = getattr(run["pe"].program, "auto_parallel", None)
+    strategies = found.strategies if found else shards
+    chain, _ = fc_chain(run["main"])
     predicted = estimate(chain, comm.size, strategies, model)
-    return {"pe": pe, "loss": loss.name, "feed": feed, "times": [], "moved": 0,
-            "row": {"strategies": [list(map(list, s)) for s in strategies], "fused": fused,
-                    "predicted_ms": predicted.time * 1e3, "bytes_predicted": predicted.moved,
-                    "collectives_predicted": predicted.collectives,
-                    "memory_mb": predicted.memory / 2**20,
-                    "search_ms": found.seconds * 1e3 if found else None}}
+    run["row"] = {"strategies": [list(map(list, s)) for s in strategies], "fused": fused,
+                  "predicted_ms": predicted.time * 1e3, "bytes_predicted": predicted.moved,
+                  "collectives_predicted": predicted.collectives,
+                  "memory_mb": predicted.memory / 2**20,
+                  "search_ms": found.seconds * 1e3 if found else None}
+    return run
 
 
-def measure(prepared: list[dict], steps: int) -> list[dict]:
-    """Each prepared strategy's row with its measured step time: the strategies take turns,
-    one step each, ``steps`` times (so a slow spell of the machine falls on all of them);
-    per step the slowest rank's time, then the median."""
+def take_turns(runs: list[dict], steps: int) -> None:
+    """The executors take turns, one step each, ``steps`` times (so a slow spell of the
+    machine falls on all of them): each run's ``times`` gets the slowest rank's seconds
+    per step, ``moved`` and ``calls`` the bytes received (summed over ranks) and the
+    collectives of its last step."""
     for _ in range(steps):
-        for run in prepared:
+        for run in runs:
             WORLD.Barrier()
             start = time.perf_counter()
             with ex.count_traffic() as traffic:
@@ -107,6 +116,12 @@ def measure(prepared: list[dict], steps: int) -> list[dict]:
             run["times"].append(WORLD.allreduce(time.perf_counter() - start, op=MPI.MAX))
             run["moved"] = WORLD.allreduce(traffic.received, op=MPI.SUM)
             run["calls"] = len(traffic.calls)
+
+
+def measure(prepared: list[dict], steps: int) -> list[dict]:
+    """Each prepared strategy's row with its measured step time (``take_turns``, then the
+    median), its traffic and its step times; the executors are closed."""
+    take_turns(prepared, steps)
     rows = []
     for run in prepared:
         run["pe"].close()

@@ -13,9 +13,8 @@ seconds, the share of (window, same program that much later) pairs more than 25 
 how often even an oracle that knew a program's step time exactly would miss it by more
 than the auto-parallel target that many seconds later.
 
-What surprises people: the common factor moves most, and it moves for one process alone
-too (a numpy matmul loop and a Python dict loop wander 1.2x and 1.7x within a minute on
-this VM), so it is the machine's, not the ranks' sharing of cores.
+What surprises people: the common factor moves most, and on this VM it moves for one
+process alone too (docs/auto_parallel.md, "How much of a miss is the machine's").
 """
 from __future__ import annotations
 
@@ -29,53 +28,37 @@ import numpy as np
 from mpi4py import MPI
 
 import aluminum as al
-import aluminum.executor as ex
 from aluminum.executor.sharding.search import data_parallel, model_parallel
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from auto_parallel import MODELS, build  # noqa: E402
+from auto_parallel import MODELS, executor, take_turns  # noqa: E402
 
 WORLD = MPI.COMM_WORLD
 LAGS_S = (2, 5, 10, 20, 40)
 
 
-def programs(comm) -> list[tuple]:
-    """(label, executor, loss name, feed) for each model under pure data and pure model
-    parallelism, warmed up."""
+def programs(comm) -> list[dict]:
+    """Each model's executor under pure data and pure model parallelism, warmed up
+    (``auto_parallel.executor``), with its ``label``."""
     runs = []
-    for name, (batch, widths, optimizer, _) in MODELS.items():
-        depth = len(widths) - 1
+    for name, spec in MODELS.items():
+        depth = len(spec[1]) - 1
         for kind, shards in (("DP", [data_parallel(comm.size)] * depth),
                              ("MP", model_parallel(depth, comm.size))):
-            ex.set_parallel_context(parallel_mode=ex.ParallelMode.SEMI_AUTO_PARALLEL,
-                                    comm=comm)
-            main, startup, loss = build(batch, widths, optimizer, shards)
-            scope = ex.Scope()
-            ex.Executor().run(startup, scope=scope)
-            pe = ex.ParallelExecutor(main, loss_name=loss.name, scope=scope)
-            ex.reset_parallel_context()
-            rng = np.random.default_rng(0)
-            feed = {"x": rng.normal(size=(batch, widths[0])),
-                    "t": rng.normal(size=(batch, widths[-1]))}
-            for _ in range(4):
-                pe.run([loss.name], feed)
-            runs.append((f"{name} {kind}", pe, loss.name, feed))
+            runs.append({**executor(comm, spec, shards), "label": f"{name} {kind}"})
     return runs
 
 
 def windows(runs, seconds: float, steps: int = 15) -> tuple[np.ndarray, np.ndarray]:
-    """(start seconds of each window, window × program median step seconds)."""
+    """(start seconds of each window, window × program median step seconds); in each
+    window the programs take turns (``auto_parallel.take_turns``)."""
     start, starts, medians = time.perf_counter(), [], []
     while not WORLD.bcast(time.perf_counter() - start > seconds):
         starts.append(time.perf_counter() - start)
-        times = np.zeros((len(runs), steps))
-        for i in range(steps):
-            for j, (_, pe, loss, feed) in enumerate(runs):
-                WORLD.Barrier()
-                begin = time.perf_counter()
-                pe.run([loss], feed)
-                times[j, i] = WORLD.allreduce(time.perf_counter() - begin, op=MPI.MAX)
-        medians.append(np.median(times, axis=1))
+        for run in runs:
+            run["times"] = []
+        take_turns(runs, steps)
+        medians.append([np.median(run["times"]) for run in runs])
     return np.array(starts), np.array(medians)
 
 
@@ -104,11 +87,11 @@ def main() -> None:
     with al.MPICommunicator() as comm:
         runs = programs(comm)
         starts, medians = windows(runs, args.seconds)
-        for _, pe, _, _ in runs:
-            pe.close()
+        for run in runs:
+            run["pe"].close()
     if WORLD.rank != 0:
         return
-    labels = [label for label, *_ in runs]
+    labels = [run["label"] for run in runs]
     found = summary(starts, medians)
     print(f"# {WORLD.size} ranks, {len(starts)} windows of {found['window_s']:.1f} s, "
           f"load average {' '.join(open('/proc/loadavg').read().split()[:3])}")
