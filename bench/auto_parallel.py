@@ -194,7 +194,8 @@ def main() -> None:
     if WORLD.rank == 0:
         load = open("/proc/loadavg").read().split()[:3]
         print(f"# {size} ranks, float64, {args.steps} steps; last cost model: op {model.op:.3g} s, "
-              f"compute_scale {model.compute_scale:.2f}, call {model.call * 1e6:.0f} us, "
+              f"compute_scale {model.compute_scale:.2f}, op_scale {model.op_scale:.2f}, "
+              f"call {model.call * 1e6:.0f} us, "
               f"reduction_call {model.reduction_call * 1e6:.0f} us, overlap {model.overlap:g}, "
               f"{len(model.steps)} step kinds and {len(model.kernels)} layer kernels measured")
         print(f"# load average {' '.join(load)} on {os.cpu_count()} CPUs")

@@ -140,7 +140,7 @@ def test_the_calibration_is_cached(tmp_path, monkeypatch):
     monkeypatch.setattr(calibrate, "measure", lambda *a, **k: calls.append(1) or
                         {"flops": 1e9, "bandwidth": 2e9, "op": 3e-6, "call": 0.0,
                          "reduction_call": 0.0, "bucket_call": 0.0, "activation": 1e-8,
-                         "compute_scale": 1.0})
+                         "compute_scale": 1.0, "op_scale": 1.0})
     first = calibrate.machine_model()
     assert calibrate.machine_model() == first and len(calls) == 1
     assert json.loads(path.read_text())["ranks=1,itemsize=8"]["flops"] == 1e9
@@ -154,6 +154,7 @@ def test_measure_gives_rates_of_this_machine():
     rates = calibrate.measure()
     assert 1e7 < rates["flops"] < 1e14 and 1e7 < rates["bandwidth"] < 1e13
     assert 0 < rates["op"] < 1e-2 and rates["call"] == 0.0 and rates["compute_scale"] == 1.0
+    assert rates["op_scale"] == 1.0
     assert 0 < rates["activation"] < 1e-5
 
 
@@ -172,6 +173,25 @@ def test_measured_kernel_and_step_times_replace_the_rates():
     reductions = 2 * model.op + 2 * alpha + beta * 8 * (4 * 6 + 6)
     assert found.time == pytest.approx(2e-3 + 5e-3 + 8 * model.op + reductions, rel=1e-12)
     assert found.reduction == pytest.approx(reductions, rel=1e-12)
+
+
+def test_the_scales_apply_to_kernels_and_to_the_executors_ops_apart():
+    """``compute_scale`` multiplies a layer's measured kernels and ``op_scale`` the
+    executor's cost of its ops (3 forward, 5 backward and update: 8 for a first layer);
+    neither touches the gradient sums (α, β and the op running them)."""
+    layer = Layer(8, 4, 6)
+    model = CostModel(op=1e-6, kernels=(((4, 4, 6, True, 0), 2e-3, 5e-3),),
+                      steps=(("allreduce", 2, 3e-4, 1e-9),))
+
+    def time(**scales):
+        return estimate([layer], 2, [data_parallel(2)],
+                        dataclasses.replace(model, **scales)).time
+
+    base = time()
+    assert time(compute_scale=3.0) - base == pytest.approx(2 * (2e-3 + 5e-3), rel=1e-9)
+    assert time(op_scale=5.0) - base == pytest.approx(4 * 8 * model.op, rel=1e-9)
+    assert time(compute_scale=3.0, op_scale=5.0) - base == pytest.approx(
+        2 * (2e-3 + 5e-3) + 4 * 8 * model.op, rel=1e-9)
 
 
 def test_a_gradient_summed_over_every_rank_is_priced_as_the_allreduce_op():
@@ -383,7 +403,7 @@ def _fit_programs(nranks):
     """(chain, strategies, model) of data-parallel (gradient sums fused or not), unsharded
     and Megatron chains with hand-made kernel and step costs (the first data-parallel
     chain's reductions longer than its layers' backward, so the overlap credit's min is in
-    play)."""
+    play; the last chain many ops of little computation)."""
     steps = tuple((kind, nranks, 2e-4, 1e-9) for kind in ("allreduce", "allgather"))
     model = CostModel(op=1e-6, steps=steps, flops=1e9, bandwidth=1e9)
     fused = dataclasses.replace(model, buckets=(1.0, 32.0))
@@ -393,13 +413,15 @@ def _fit_programs(nranks):
             (square, [data_parallel(nranks)] * 2, model),
             (square, [data_parallel(nranks)] * 2, fused),
             (square, [((1, 1), (1, 1))] * 2, model),
-            ([Layer(32, 64, 64)] * 4, megatron, model)]
+            ([Layer(32, 64, 64)] * 4, megatron, model),
+            ([Layer(8, 8, 8)] * 8, [((1, 1), (1, 1))] * 8, model)]
 
 
-@pytest.mark.parametrize("truth", [(2.0, 3e-4, 8e-5, 1e-3), (1.5, 0.0, 6e-4, 0.0)])
+@pytest.mark.parametrize("truth", [(2.0, 3.0, 3e-4, 8e-5, 1e-3),
+                                   (1.5, 1.0, 0.0, 6e-4, 0.0)])
 def test_the_fit_recovers_the_critical_path_and_reduction_costs(truth):
-    """Steps timed as the model predicts them with known (compute_scale, call,
-    reduction_call, bucket_call) give those four back: five programs determine them
+    """Steps timed as the model predicts them with known (compute_scale, op_scale, call,
+    reduction_call, bucket_call) give those five back: six programs determine them
     apart."""
     programs = _fit_programs(2)
     measured = np.array([estimate(chain, 2, shards, dataclasses.replace(
@@ -411,18 +433,22 @@ def test_the_fit_recovers_the_critical_path_and_reduction_costs(truth):
 
 def test_the_fit_holds_a_call_at_zero_and_one_rank_fits_only_the_scale():
     """A cost the steps cannot carry (a negative call) is held at 0 and the rest fitted
-    without it; with one rank nothing is communicated and both calls are 0."""
+    without it; with one rank nothing is communicated, the calls are 0 and both scales
+    fitted."""
     programs = _fit_programs(2)
     truth = dict(compute_scale=2.0, call=-1e-3, reduction_call=1e-4)
     measured = np.array([estimate(c, 2, s, dataclasses.replace(m, **truth)).time
                          for c, s, m in programs])
-    scale, call, reduction_call, bucket_call = calibrate.fit_step_costs(programs, measured, 2)
-    assert call == 0.0 and scale > 0.1 and reduction_call >= 0.0 and bucket_call >= 0.0
+    scale, op_scale, call, reduction_call, bucket_call = calibrate.fit_step_costs(
+        programs, measured, 2)
+    assert call == 0.0 and scale > 0.1 and op_scale >= 1.0 and reduction_call >= 0.0 \
+        and bucket_call >= 0.0
     one = [(c, [((1, 1), (1, 1))] * len(c), m) for c, _, m in programs]
-    measured = np.array([estimate(c, 1, s, dataclasses.replace(m, compute_scale=3.0)).time
+    measured = np.array([estimate(c, 1, s, dataclasses.replace(m, compute_scale=3.0,
+                                                               op_scale=2.0)).time
                          for c, s, m in one])
-    assert calibrate.fit_step_costs(one, measured, 1) == pytest.approx((3.0, 0.0, 0.0, 0.0),
-                                                                       rel=1e-9)
+    assert calibrate.fit_step_costs(one, measured, 1) == pytest.approx(
+        (3.0, 2.0, 0.0, 0.0, 0.0), rel=1e-9)
 
 
 class _Node:

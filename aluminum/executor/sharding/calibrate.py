@@ -10,11 +10,12 @@
   ParallelExecutor's time per op, from a chain of tiny ops) are measured alone;
 - ``steps``: each redistribution step kind's α and β on lines of every length
   (``profile.step_times``);
-- ``compute_scale``, ``call``, ``reduction_call`` and ``bucket_call`` are fitted to whole
-  training steps of nineteen MLPs (``fit_training_steps``): how much slower kernels run
-  inside a step, what each collective on the critical path costs beyond its α there, what
-  each parameter-gradient reduction (run on the communication stream, overlapped) does,
-  and what each bucket of them fused does;
+- ``compute_scale``, ``op_scale``, ``call``, ``reduction_call`` and ``bucket_call`` are
+  fitted to whole training steps of nineteen MLPs (``fit_training_steps``): how much
+  slower kernels run inside a step, how much longer the executor takes per op there than
+  per op of the tiny chain, what each collective on the critical path costs beyond its α
+  there, what each parameter-gradient reduction (run on the communication stream,
+  overlapped) does, and what each bucket of them fused does;
 - ``overlap``: whether a gradient reduction can run under computation (where the executor
   runs a second thread, ``default_threads``; not measured, not cached);
 
@@ -41,8 +42,8 @@ import aluminum as al
 from . import profile
 from .search import CostModel
 
-RATES = ("flops", "bandwidth", "op", "call", "activation", "compute_scale", "reduction_call",
-         "bucket_call")
+RATES = ("flops", "bandwidth", "op", "call", "activation", "compute_scale", "op_scale",
+         "reduction_call", "bucket_call")
 
 
 def cache_path() -> Path:
@@ -210,29 +211,33 @@ _FIT_PROGRAMS = (
     (256, (160,) * 7, lambda n: ((n, 1), (1, 1)), False),
     (256, (160,) * 7, lambda n: ((n, 1), (1, 1)), True),
 )
-FITTED = ("compute_scale", "call", "reduction_call", "bucket_call")
-_START = np.array([1.0, 0.0, 0.0, 0.0])
-_LOWER = np.array([0.1, 0.0, 0.0, 0.0])
-_STEPS = np.array([1e-2, 1e-5, 1e-5, 1e-5])
+FITTED = ("compute_scale", "op_scale", "call", "reduction_call", "bucket_call")
+_START = np.array([1.0, 1.0, 0.0, 0.0, 0.0])
+_LOWER = np.array([0.1, 1.0, 0.0, 0.0, 0.0])   # (an op of a step costs at least a tiny one's)
+_STEPS = np.array([1e-2, 1e-2, 1e-5, 1e-5, 1e-5])
+_WITHOUT_COMMUNICATION = np.array([True, True, False, False, False])   # (fitted on one rank)
 
 
 def fit_training_steps(comm, model: CostModel, steps: int = 15) -> tuple[float, ...]:
-    """``FITTED`` (compute_scale, call, reduction_call, bucket_call) fitted by least
-    squares to whole training steps of nineteen MLPs (``_FIT_PROGRAMS``) run by the
+    """``FITTED`` (compute_scale, op_scale, call, reduction_call, bucket_call) fitted by
+    least squares to whole training steps of nineteen MLPs (``_FIT_PROGRAMS``) run by the
     ParallelExecutor on ``comm``'s ranks: each measured step (the slowest rank's median)
-    against ``model``'s estimate of it with those four free.  Kernels run slower inside a
+    against ``model``'s estimate of it with those five free.  Kernels run slower inside a
     step than alone where ranks share cores with each other and with their communication
-    (``compute_scale``, from every program); a collective on the critical path costs the
-    executor's path and the wait for the slowest rank besides its α (``call``:
-    Megatron's, column-parallel layers', the split loss's sum); a parameter-gradient
-    reduction runs on the communication stream under later gradients (``reduction_call``:
-    data parallelism's); a fused bucket of them waits for every rank's last gradient in it
-    (``bucket_call``: data parallelism's under ``fuse_all_reduce_ops``).  Nineteen equations
-    for four unknowns; the estimate is linear in them but for the overlap credit (a min),
-    so the fit is Gauss-Newton (``fit_step_costs``), each within its bound (scale ≥ 0.1,
-    calls ≥ 0).  Without communication (one rank) the calls are 0, and the fused
-    programs, the same steps there as their unfused twins, are not run.  Collective over
-    ``comm``."""
+    (``compute_scale``, from every program); the executor takes longer per op of a step
+    than per op of ``measure``'s chain of tiny ones (``op_scale``: deep narrow programs
+    run many ops of little computation, wide ones few of much); a collective on the
+    critical path costs the executor's path and the wait for the slowest rank besides
+    its α (``call``: Megatron's, column-parallel layers', the split loss's sum); a
+    parameter-gradient reduction runs on the communication stream under later gradients
+    (``reduction_call``: data parallelism's); a fused bucket of them waits for every
+    rank's last gradient in it (``bucket_call``: data parallelism's under
+    ``fuse_all_reduce_ops``).  Nineteen equations for five unknowns; the estimate is
+    linear in them but for the overlap credit (a min), so the fit is Gauss-Newton
+    (``fit_step_costs``), each within its bound (compute scale ≥ 0.1, op scale ≥ 1,
+    calls ≥ 0).  Without communication (one rank) the calls are 0,
+    and the fused programs, the same steps there as their unfused twins, are not run.
+    Collective over ``comm``."""
     from ..executor import Executor
     from ..parallel_context import ParallelMode, set_parallel_context, swapped_context
     from ..parallel_executor import BuildStrategy, ParallelExecutor
@@ -298,7 +303,7 @@ def fit_step_costs(programs, measured, size: int) -> tuple[float, ...]:
         base = predict(theta)
         jacobian = np.column_stack([(predict(theta + step) - base) / step[j]
                                     for j, step in enumerate(np.diag(_STEPS))])
-        free = np.arange(len(FITTED)) == 0 if size == 1 else np.ones(len(FITTED), bool)
+        free = _WITHOUT_COMMUNICATION.copy() if size == 1 else np.ones(len(FITTED), bool)
         target = measured - base + jacobian @ theta
         while free.any():
             new = _LOWER.copy()

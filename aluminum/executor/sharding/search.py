@@ -6,10 +6,10 @@ per pair of neighbours (edge), the way the pass (program_pass.py) would lay it o
 - node(layer, strategy): the matmuls' FLOPs (forward, the weight's gradient and, except
   for the first layer, whose input is data, the input's gradient) over the ranks that split
   them, at ``CostModel.flops``; the element-wise ops' bytes (bias, activation, their
-  gradients, the SGD update) at ``CostModel.bandwidth``; ``CostModel.op`` per op the
-  executor runs; summing a Partial output before the bias; the gradient redistributions of
-  the weight, the bias and (not for the first layer) the input: data parallelism's and
-  Megatron's allreduces;
+  gradients, the SGD update) at ``CostModel.bandwidth``; ``CostModel.op`` times
+  ``op_scale`` per op the executor runs; summing a Partial output before the bias; the
+  gradient redistributions of the weight, the bias and (not for the first layer) the
+  input: data parallelism's and Megatron's allreduces;
 - edge(strategy, next strategy): the redistribution from one layer's output layout to the
   next one's input layout, and its gradient's route back, less the overlap of the later
   layer's parameter-gradient reductions with the earlier layer's gradient computation
@@ -65,13 +65,15 @@ class CostModel:
     ``activation``: seconds per element of tanh (transcendental: not bandwidth-bound);
     ``itemsize``: bytes per element; ``compute_scale``: how much slower kernels run inside
     a training step than measured alone (ranks and their communication sharing cores);
+    ``op_scale``: how much longer the executor takes per op of a training step than per
+    op of the calibration's chain of tiny ones (``op``; fitted, as ``compute_scale`` is);
     ``overlap``: the share of a layer's parameter-gradient reductions that runs under the
     earlier layer's gradient computation where that takes longer -- 1 where every rank has
     a core to spare for the executor's communication thread, 0 where it has not (the
     thread then takes turns with the computation on the rank's core, and hides nothing).
     The defaults are guesses of this machine's order; ``calibrate.machine_model`` measures
-    them (``call``, ``reduction_call``, ``bucket_call`` and ``compute_scale`` fitted to
-    whole training steps).
+    them (``call``, ``reduction_call``, ``bucket_call``, ``compute_scale`` and
+    ``op_scale`` fitted to whole training steps).
 
     ``buckets``: ``(first_mb, cap_mb)`` where the parameter gradients summed over every
     rank are fused into buckets (``BuildStrategy(fuse_all_reduce_ops=True)``'s
@@ -96,6 +98,7 @@ class CostModel:
     reduction_call: float = 0.0
     activation: float = 0.0
     compute_scale: float = 1.0
+    op_scale: float = 1.0
     overlap: float = 1.0
     buckets: tuple | None = None
     bucket_call: float = 0.0
@@ -304,9 +307,9 @@ class ChainCost:
             compute = flops / model.flops + elementwise * model.itemsize / \
                 model.bandwidth + layer.act * part * model.activation
             measured = (compute / 3, compute * 2 / 3)
-        scale = model.compute_scale
-        forward = scale * (measured[0] + (2 + layer.act) * model.op)
-        backward = scale * (measured[1] + (ops - 2 - layer.act) * model.op)
+        scale, op = model.compute_scale, model.op_scale * model.op
+        forward = scale * measured[0] + (2 + layer.act) * op
+        backward = scale * measured[1] + (ops - 2 - layer.act) * op
         estimate = Estimate(forward + backward,
                             ((2 + layer.state) * (weight + bias) + activations) * model.itemsize,
                             backward=backward)
@@ -356,7 +359,8 @@ class ChainCost:
             return Estimate()
         seconds, ops = measured
         (m, _), (_, n) = self.strategies[s]
-        loss = Estimate(self.model.compute_scale * (seconds + ops * self.model.op))
+        loss = Estimate(self.model.compute_scale * seconds +
+                        ops * self.model.op_scale * self.model.op)
         if m * n > 1:
             loss += Estimate(self.model.op + self.model.collective_time(
                 "allreduce", m * n, self.model.itemsize), collectives=1)
