@@ -7,9 +7,10 @@ parallelism, predicted (the search's cost model, calibrated on this machine) and
 For a deep-narrow MLP, a wide MLP and a memory-bounded one (Adam, bound 0.95 x data
 parallelism's memory estimate): per strategy the predicted and measured step time (the
 slowest rank's, median over the steps; every strategy of every model takes its turn, one
-step each, so that a slow spell of the machine falls on all rows alike), predicted/measured, the bytes moved per step (summed over ranks: the planner's
-prediction and the runtime's count), the collective calls per step (the model's count and
-the runtime's), the memory estimate per rank and the search time; then how many rows are
+step each, so that a slow spell of the machine falls on all rows alike),
+predicted/measured, the bytes moved per step (summed over ranks: the planner's prediction
+and the runtime's count), the collective calls per step (the model's count and the
+runtime's), the memory estimate per rank and the search time; then how many rows are
 within ±25 %, the job's mean pred/meas (its speed against its calibration) and the
 measured ratio of rows that ran the same strategy (the measurement's own spread); the JSON
 keeps each row's step times (``step_ms``).

@@ -150,6 +150,23 @@ def test_the_calibration_is_cached(tmp_path, monkeypatch):
     assert len(calls) == 2
 
 
+def test_a_cached_entry_without_a_fitted_value_is_measured_again(tmp_path, monkeypatch):
+    """An entry written before ``op_scale`` was fitted (every other rate present) is not
+    used: the machine is measured again and the entry replaced."""
+    path = tmp_path / "rates.json"
+    monkeypatch.setenv("AL_AUTO_PARALLEL_FILE", str(path))
+    old = {name: 1.0 for name in calibrate.RATES if name != "op_scale"}
+    path.write_text(json.dumps({"ranks=1,itemsize=8": {**old, "steps": []}}))
+    calls = []
+    monkeypatch.setattr(calibrate, "measure", lambda *a, **k: calls.append(1) or
+                        {"flops": 1e9, "bandwidth": 2e9, "op": 3e-6, "call": 0.0,
+                         "reduction_call": 0.0, "bucket_call": 0.0, "activation": 1e-8,
+                         "compute_scale": 1.0, "op_scale": 1.0})
+    model = calibrate.machine_model()
+    assert len(calls) == 1 and model.flops == 1e9
+    assert "op_scale" in json.loads(path.read_text())["ranks=1,itemsize=8"]
+
+
 def test_measure_gives_rates_of_this_machine():
     rates = calibrate.measure()
     assert 1e7 < rates["flops"] < 1e14 and 1e7 < rates["bandwidth"] < 1e13
@@ -431,7 +448,7 @@ def test_the_fit_recovers_the_critical_path_and_reduction_costs(truth):
                                                                            abs=1e-9)
 
 
-def test_the_fit_holds_a_call_at_zero_and_one_rank_fits_only_the_scale():
+def test_the_fit_holds_a_call_at_zero_and_one_rank_fits_only_the_scales():
     """A cost the steps cannot carry (a negative call) is held at 0 and the rest fitted
     without it; with one rank nothing is communicated, the calls are 0 and both scales
     fitted."""

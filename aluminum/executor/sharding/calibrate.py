@@ -235,9 +235,9 @@ def fit_training_steps(comm, model: CostModel, steps: int = 15) -> tuple[float, 
     ``fuse_all_reduce_ops``).  Nineteen equations for five unknowns; the estimate is
     linear in them but for the overlap credit (a min), so the fit is Gauss-Newton
     (``fit_step_costs``), each within its bound (compute scale ≥ 0.1, op scale ≥ 1,
-    calls ≥ 0).  Without communication (one rank) the calls are 0,
-    and the fused programs, the same steps there as their unfused twins, are not run.
-    Collective over ``comm``."""
+    calls ≥ 0).  Without communication (one rank) the calls are 0, and the fused
+    programs, the same steps there as their unfused twins, are not run.  Collective over
+    ``comm``."""
     from ..executor import Executor
     from ..parallel_context import ParallelMode, set_parallel_context, swapped_context
     from ..parallel_executor import BuildStrategy, ParallelExecutor
