@@ -30,6 +30,17 @@ def test_spread_counts_rows_within_a_quarter_before_and_after_the_job_factor():
     assert found["same_strategy"] == pytest.approx([10.0 / 8.0])
 
 
+def test_spread_counts_a_second_calibrations_rows_and_how_far_the_two_fall_apart():
+    rows = [dict(_row("a", [[1]], 10.0, 10.0), predicted_again_ms=12.0),   # 1.0 and 1.2
+            dict(_row("a", [[2]], 13.0, 10.0), predicted_again_ms=10.0),   # 1.3 and 1.0
+            dict(_row("b", [[1]], 8.0, 10.0), predicted_again_ms=11.0)]    # 0.8 and 1.1
+    found = auto_parallel.spread(rows)
+    assert found["within"] == 2 and found["within_again"] == 3
+    # apart: 12/10 = 1.2 (no), 10/13 = 0.77 (yes: 1.3 > 1.25), 11/8 = 1.375 (yes)
+    assert found["calibrations_apart"] == 2
+    assert "within_again" not in auto_parallel.spread([_row("a", [[1]], 1.0, 1.0)])
+
+
 def test_spread_pairs_only_rows_of_one_model_and_fusion():
     rows = [_row("a", [[1]], 1.0, 2.0), _row("a", [[1]], 1.0, 3.0, fused=True),
             _row("b", [[1]], 1.0, 4.0)]
