@@ -22,9 +22,9 @@ afresh for the first model (a few seconds), since a calibration made under anoth
 another state of the VM) predicts every step too slow or too fast; ``--cached`` reads the
 cached one instead (``calibrate.cache_path()``), as the search does outside the bench.
 ``--recalibrate`` calibrates afresh once more after the rows are measured and predicts
-every row with that calibration too: two calibrations of the same machine minutes apart,
-as a user's cached one and a fresh one would be, and how many rows they predict more than
-25 % apart (the repeatability no cost model calibrated here can beat).
+every row with that calibration too: two calibrations of the same machine some 20-30 s
+apart, and how many rows they predict more than 25 % apart (how far the model's input
+moves on this machine, a floor under the ±25 % target that no form of the model lowers).
 """
 from __future__ import annotations
 
