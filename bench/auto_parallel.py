@@ -88,12 +88,17 @@ def executor(comm, spec, shards, fused=False, model=None, bound=None) -> dict:
     return {"pe": pe, "loss": loss.name, "feed": feed, "main": main, "times": [], "moved": 0}
 
 
+def told_fusion(model, fused: bool):
+    """``model`` told whether the gradient sums are fused, in BuildStrategy's buckets."""
+    strategy = ex.BuildStrategy(fuse_all_reduce_ops=fused)
+    return dataclasses.replace(model, buckets=(strategy.first_bucket_mb,
+                                               strategy.fuse_grad_size_mb) if fused else None)
+
+
 def prepare(comm, model, spec, shards, bound, fused) -> dict:
     """One strategy's executor (``executor``) and its row's predictions (``shards`` None:
     the search's)."""
-    strategy = ex.BuildStrategy(fuse_all_reduce_ops=fused)
-    model = dataclasses.replace(model, buckets=(strategy.first_bucket_mb,
-                                                strategy.fuse_grad_size_mb) if fused else None)
+    model = told_fusion(model, fused)
     run = executor(comm, spec, shards, fused, model, bound)
     found = getattr(run["pe"].program, "auto_parallel", None)
     strategies = found.strategies if found else shards
@@ -146,10 +151,7 @@ def predict_again(comm, runs: list[dict]) -> list[float]:
         if run["model"] not in models:
             program = build(*spec[:3], None)[0]
             models[run["model"]] = program_model(program, comm, refresh=not models)
-        strategy = ex.BuildStrategy(fuse_all_reduce_ops=run["row"]["fused"])
-        model = dataclasses.replace(
-            models[run["model"]], buckets=(strategy.first_bucket_mb, strategy.fuse_grad_size_mb)
-            if run["row"]["fused"] else None)
+        model = told_fusion(models[run["model"]], run["row"]["fused"])
         chain, _ = fc_chain(run["main"])
         strategies = [tuple(map(tuple, s)) for s in run["row"]["strategies"]]
         again.append(estimate(chain, comm.size, strategies, model).time * 1e3)

@@ -133,14 +133,20 @@ def _softmax_first():
     return main
 
 
+def _counted_measure(calls: list):
+    """A stand-in for ``calibrate.measure``: fixed rates, each call counted in ``calls``."""
+    def measure(*args, **kwargs):
+        calls.append(1)
+        return {"flops": 1e9, "bandwidth": 2e9, "op": 3e-6, "call": 0.0, "reduction_call": 0.0,
+                "bucket_call": 0.0, "activation": 1e-8, "compute_scale": 1.0, "op_scale": 1.0}
+    return measure
+
+
 def test_the_calibration_is_cached(tmp_path, monkeypatch):
     path = tmp_path / "rates.json"
     monkeypatch.setenv("AL_AUTO_PARALLEL_FILE", str(path))
     calls = []
-    monkeypatch.setattr(calibrate, "measure", lambda *a, **k: calls.append(1) or
-                        {"flops": 1e9, "bandwidth": 2e9, "op": 3e-6, "call": 0.0,
-                         "reduction_call": 0.0, "bucket_call": 0.0, "activation": 1e-8,
-                         "compute_scale": 1.0, "op_scale": 1.0})
+    monkeypatch.setattr(calibrate, "measure", _counted_measure(calls))
     first = calibrate.machine_model()
     assert calibrate.machine_model() == first and len(calls) == 1
     assert json.loads(path.read_text())["ranks=1,itemsize=8"]["flops"] == 1e9
@@ -158,10 +164,7 @@ def test_a_cached_entry_without_a_fitted_value_is_measured_again(tmp_path, monke
     old = {name: 1.0 for name in calibrate.RATES if name != "op_scale"}
     path.write_text(json.dumps({"ranks=1,itemsize=8": {**old, "steps": []}}))
     calls = []
-    monkeypatch.setattr(calibrate, "measure", lambda *a, **k: calls.append(1) or
-                        {"flops": 1e9, "bandwidth": 2e9, "op": 3e-6, "call": 0.0,
-                         "reduction_call": 0.0, "bucket_call": 0.0, "activation": 1e-8,
-                         "compute_scale": 1.0, "op_scale": 1.0})
+    monkeypatch.setattr(calibrate, "measure", _counted_measure(calls))
     model = calibrate.machine_model()
     assert len(calls) == 1 and model.flops == 1e9
     assert "op_scale" in json.loads(path.read_text())["ranks=1,itemsize=8"]
