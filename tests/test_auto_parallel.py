@@ -143,6 +143,7 @@ def _counted_measure(calls: list):
 
 
 def test_the_calibration_is_cached(tmp_path, monkeypatch):
+    monkeypatch.setenv("AL_PROFILE_STRIDE_S", "0")   # (the cache is tested, not timings)
     path = tmp_path / "rates.json"
     monkeypatch.setenv("AL_AUTO_PARALLEL_FILE", str(path))
     calls = []
@@ -159,6 +160,7 @@ def test_the_calibration_is_cached(tmp_path, monkeypatch):
 def test_a_cached_entry_without_a_fitted_value_is_measured_again(tmp_path, monkeypatch):
     """An entry written before ``op_scale`` was fitted (every other rate present) is not
     used: the machine is measured again and the entry replaced."""
+    monkeypatch.setenv("AL_PROFILE_STRIDE_S", "0")   # (the cache is tested, not timings)
     path = tmp_path / "rates.json"
     monkeypatch.setenv("AL_AUTO_PARALLEL_FILE", str(path))
     old = {name: 1.0 for name in calibrate.RATES if name != "op_scale"}
@@ -479,16 +481,18 @@ class _Node:
         self.local_size = local_size
 
 
-@pytest.mark.parametrize("local_size, cores, expected", [(1, 2, 0.0), (2, 2, 0.0),
-                                                         (3, 2, 0.01), (4, 2, 0.01),
-                                                         (4, 16, 0.0)])
-def test_kernels_are_timed_in_strides_only_where_ranks_outnumber_cores(monkeypatch, local_size,
-                                                                       cores, expected):
+@pytest.mark.parametrize("local_size, cores, shared", [(1, 2, False), (2, 2, False),
+                                                       (3, 2, True), (4, 2, True),
+                                                       (4, 16, False)])
+def test_kernels_are_timed_in_the_shorter_strides_where_ranks_outnumber_cores(
+        monkeypatch, local_size, cores, shared):
     from aluminum.executor.sharding import profile
     monkeypatch.delenv("AL_PROFILE_STRIDE_S", raising=False)
     monkeypatch.setattr(profile.os, "sched_getaffinity", lambda pid: set(range(cores)))
+    assert 0 < profile.STRIDE_S < profile.OWN_CORE_STRIDE_S
+    expected = profile.STRIDE_S if shared else profile.OWN_CORE_STRIDE_S
     assert profile.stride_seconds(_Node(local_size)) == expected
-    assert profile.stride_seconds(None) == 0.0
+    assert profile.stride_seconds(None) == profile.OWN_CORE_STRIDE_S
 
 
 def test_the_stride_setting_wins_and_a_bad_one_warns(monkeypatch):

@@ -26,9 +26,9 @@ are measured on this machine, on every rank at once (the load the job makes is i
 
 What surprises people: activations are costed as tanh whatever the layer uses, and the
 measured times are those of the process layout of the calibration run -- a cost model
-measured with 4 ranks on 2 cores predicts 4 ranks on 2 cores.  Where a node's ranks
-outnumber its cores, each kernel is timed in a stride of back-to-back calls
-(``stride_seconds``), which makes the calibration take longer.
+measured with 4 ranks on 2 cores predicts 4 ranks on 2 cores.  Each kernel is timed in
+strides of back-to-back calls (``stride_seconds``), not as single calls, which makes the
+calibration take a few seconds longer.
 """
 from __future__ import annotations
 
@@ -44,7 +44,8 @@ import aluminum as al
 
 STEP_KINDS = ("allreduce", "reduce_scatter", "allgather", "alltoall")
 _REPEATS = 5
-STRIDE_S = 0.01     # seconds: a few scheduler slices
+STRIDE_S = 0.01     # seconds, where ranks share cores: a few scheduler slices
+OWN_CORE_STRIDE_S = 0.02   # seconds, where each rank has a core: past a VM's brief stalls
 MAX_COPIES = 32     # sets of arrays a layer's kernels are timed on, at most,
 COPIES_BYTES = 256 << 20   # ...holding at most this (past most CPUs' caches: cold anyway)
 # Just under glibc's ceiling for its dynamic mmap threshold (32 MiB on 64-bit): freeing
@@ -87,11 +88,14 @@ def _median(fn, repeats: int = _REPEATS) -> float:
 
 
 def stride_seconds(comm=None) -> float:
-    """How long each kernel is timed back to back: ``$AL_PROFILE_STRIDE_S`` if set, else
-    ``STRIDE_S`` where this node's ranks outnumber the cores this process may run on, else
-    0 (single calls).  Ranks sharing a core run a kernel shorter than a scheduler slice
-    uncontended and a long one at a share of the core, as a step runs both; timed alone,
-    the short ones would look faster than they run in a step."""
+    """How long each kernel is timed back to back: ``$AL_PROFILE_STRIDE_S`` if set (0:
+    the median of single calls), else ``STRIDE_S`` where this node's ranks outnumber the
+    cores this process may run on, else ``OWN_CORE_STRIDE_S``.  Ranks sharing a core run
+    a kernel shorter than a scheduler slice uncontended and a long one at a share of the
+    core, as a step runs both; timed alone, the short ones would look faster than they
+    run in a step.  Where each rank has a core, a few single calls of a few milliseconds
+    fall in one moment of the machine, and a shared VM's moments differ: the same kernel
+    so timed moved from one calibration to the next, and every prediction with it."""
     given = os.environ.get("AL_PROFILE_STRIDE_S", "").strip()
     if given:
         try:
@@ -100,7 +104,7 @@ def stride_seconds(comm=None) -> float:
             warnings.warn(f"aluminum: AL_PROFILE_STRIDE_S: expected seconds, got {given!r}; "
                           "using the default", RuntimeWarning, stacklevel=2)
     from ..parallel_executor import cores_per_rank
-    return STRIDE_S if cores_per_rank(comm) < 1 else 0.0
+    return STRIDE_S if cores_per_rank(comm) < 1 else OWN_CORE_STRIDE_S
 
 
 def _in_stride(fn, least: float, repeats: int = 3) -> float:
