@@ -70,8 +70,8 @@ def test_the_first_layer_pays_no_input_gradient():
     first layer's: its input is data.  One matmul fewer too."""
     column = ((1, 1), (1, 4))
     layer = Layer(16, 32, 32)
-    first = estimate([layer], 4, [column], MODEL)
     cost = ChainCost([layer], 4, MODEL)
+    first = cost.node(layer, cost.strategies.index(column), first=True)
     later = cost.node(layer, cost.strategies.index(column))
     assert first.collectives == 0 and later.collectives == 1
     assert later.time - first.time > 2 * 16 * 32 * 32 / 4 / MODEL.flops
@@ -185,7 +185,8 @@ def test_measured_kernel_and_step_times_replace_the_rates():
     parallelism with them: forward + backward + the executor's cost per op, then the weight
     and bias gradients' allreduces at α + β per byte the busiest rank receives (a ring
     allreduce of B bytes on 2 ranks receives B), none of it hidden: one layer has no layer
-    before it to compute under its reductions."""
+    before it to compute under its reductions; then the sum of the loss, split by the
+    batch: one float64 allreduced, an op and α + 8 β."""
     layer = Layer(8, 4, 6)
     key = (4, 4, 6, True, 0)          # the rows of a batch split in two
     alpha, beta = 3e-4, 1e-9
@@ -193,7 +194,9 @@ def test_measured_kernel_and_step_times_replace_the_rates():
                       steps=(("allreduce", 2, alpha, beta),))
     found = estimate([layer], 2, [data_parallel(2)], model)
     reductions = 2 * model.op + 2 * alpha + beta * 8 * (4 * 6 + 6)
-    assert found.time == pytest.approx(2e-3 + 5e-3 + 8 * model.op + reductions, rel=1e-12)
+    loss = model.op + alpha + beta * 8
+    assert found.time == pytest.approx(2e-3 + 5e-3 + 8 * model.op + reductions + loss,
+                                       rel=1e-12)
     assert found.reduction == pytest.approx(reductions, rel=1e-12)
 
 
@@ -296,17 +299,18 @@ def test_fused_gradient_sums_pay_for_the_buckets_they_fill(first, cap, buckets):
 def test_a_reduction_hides_under_the_previous_layers_gradients():
     """Two data-parallel layers: the second layer's reductions run while the first layer
     computes its gradients, so they cost only what the first layer's backward does not
-    cover."""
+    cover (the loss's sum after the last layer: one α, once)."""
     key = (4, 4, 4, True, 0)
     steps = (("allreduce", 2, 1e-3, 0.0),)
     layer = Layer(8, 4, 4)
-    reduction = 2e-3                        # weight and bias: one α each
+    reduction, loss = 2e-3, 1e-3            # weight and bias: one α each; the loss: one
     for backward in (1e-2, 5e-4):           # hides all of it, a quarter of it
         model = CostModel(op=0.0, kernels=((key, 1e-3, backward),), steps=steps)
         one = estimate([layer], 2, [data_parallel(2)], model).time
         two = estimate([layer, layer], 2, [data_parallel(2)] * 2, model).time
-        assert one == pytest.approx(1e-3 + backward + reduction, rel=1e-12)
-        assert two == pytest.approx(2 * one - min(reduction, backward), rel=1e-12)
+        assert one == pytest.approx(1e-3 + backward + reduction + loss, rel=1e-12)
+        assert two == pytest.approx(2 * (one - loss) - min(reduction, backward) + loss,
+                                    rel=1e-12)
 
 
 @pytest.mark.parametrize("buckets", [1, 2])
@@ -320,7 +324,7 @@ def test_a_fused_bucket_hides_only_if_another_fills_after_it(buckets):
     layer = Layer(8, 4, 4)
     mb = 8 * 2 * (4 * 4 + 4) / 2**20          # both layers' weights and biases
     base = CostModel(op=0.0, kernels=((key, 1e-3, 1e-2),), bucket_call=1e-3,
-                     steps=(("sum", 2, 0.0, 0.0),))
+                     steps=(("sum", 2, 0.0, 0.0), ("allreduce", 2, 0.0, 0.0)))  # (the loss's)
     fused = dataclasses.replace(base, buckets=(mb / buckets, mb))
     one_layer = dataclasses.replace(base, buckets=(1.0, 1.0))
     one = estimate([layer], 2, [data_parallel(2)], one_layer)
@@ -339,9 +343,10 @@ def test_without_cores_to_spare_a_reduction_hides_nothing():
                       overlap=0.0)
     layer = Layer(8, 4, 4)
     one = estimate([layer], 2, [data_parallel(2)], model).time
-    assert one == pytest.approx(1e-3 + 1e-2 + 2e-3, rel=1e-12)
+    loss = 1e-3                                 # the split loss's sum, once per chain
+    assert one == pytest.approx(1e-3 + 1e-2 + 2e-3 + loss, rel=1e-12)
     assert estimate([layer, layer], 2, [data_parallel(2)] * 2, model).time == \
-        pytest.approx(2 * one, rel=1e-12)
+        pytest.approx(2 * (one - loss) + loss, rel=1e-12)
 
 
 
@@ -380,16 +385,20 @@ def test_the_loss_is_measured_on_every_part_of_the_output_a_strategy_gives():
 
 
 def test_the_loss_after_the_chain_is_costed_and_searched():
-    """The loss's measured kernels and ops count after the last layer, plus the sum of a
-    loss computed from a batch split over two ranks (one allreduce); the search sees them
-    as brute force does."""
+    """The loss's measured kernels and ops count after the last layer; the sum of a loss
+    computed from a batch split over two ranks (one allreduce) counts, measured or not,
+    and not where the output is whole; the search sees them as brute force does."""
     layer, alpha = Layer(8, 4, 6), 3e-4
     steps = (("allreduce", 2, alpha, 0.0),)
     plain = CostModel(op=1e-6, steps=steps)
     tailed = CostModel(op=1e-6, steps=steps, tail=(((4, 6), 2e-3, 5), ((8, 6), 1e-3, 5)))
     gained = estimate([layer], 2, [data_parallel(2)], tailed).time - \
         estimate([layer], 2, [data_parallel(2)], plain).time
-    assert gained == pytest.approx(2e-3 + 5 * tailed.op + tailed.op + alpha, rel=1e-12)
+    assert gained == pytest.approx(2e-3 + 5 * tailed.op, rel=1e-12)
+    summed = estimate([layer], 2, [data_parallel(2)], plain)
+    whole = estimate([layer], 2, [((1, 1), (1, 1))], plain)
+    assert (summed.collectives, whole.collectives) == (3, 0)   # weight, bias, the loss
+    assert summed.moved == 2 * 8 * (4 * 6 + 6) + 2 * 8   # each rank receives the other's
     chain = [Layer(8, 6, 6), Layer(8, 6, 6)]
     tail = tuple(((rows, cols), 1e-3 * rows, 3) for rows in (4, 8) for cols in (3, 6))
     model = CostModel(op=1e-6, steps=steps, tail=tail)
@@ -399,7 +408,7 @@ def test_the_loss_after_the_chain_is_costed_and_searched():
 
 def test_a_parameter_gradient_reduction_pays_reduction_call_and_the_critical_path_call():
     """Data parallelism's weight and bias reductions are charged ``reduction_call`` each
-    and not ``call``; a row-parallel layer's Partial output (summed on the critical path
+    and not ``call`` (its split loss's sum is: it is on the critical path); a row-parallel layer's Partial output (summed on the critical path
     before the bias) is charged ``call``, and its bias gradient nothing: the bias is added
     to the whole output, so every rank has its whole gradient."""
     layer = Layer(8, 4, 6)
@@ -411,9 +420,9 @@ def test_a_parameter_gradient_reduction_pays_reduction_call_and_the_critical_pat
             estimate([layer], 2, [strategy], base).time
 
     dp = estimate([layer], 2, [data_parallel(2)], base)
-    assert (dp.collectives, dp.reductions) == (2, 2)          # weight and bias
+    assert (dp.collectives, dp.reductions) == (3, 2)   # weight, bias; and the loss
     assert extra(data_parallel(2), reduction_call=7e-3) == pytest.approx(2 * 7e-3, rel=1e-9)
-    assert extra(data_parallel(2), call=5e-3) == pytest.approx(0.0, abs=1e-15)
+    assert extra(data_parallel(2), call=5e-3) == pytest.approx(5e-3, rel=1e-9)
     row = ((1, 2), (2, 1))
     found = estimate([layer], 2, [row], base)
     assert (found.collectives, found.reductions) == (1, 0)    # the output's

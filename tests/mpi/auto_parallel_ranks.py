@@ -6,8 +6,10 @@ model parallel (every weight split) under a memory bound below data parallelism'
 train as numpy alone does (float64, rtol 1e-10).  An unsupported graph is the same
 ProgramError on every rank; the calibrated model (no cost model given) is the same on
 every rank and cached; a strategy checkpoint saves the choice and pins a later one, and
-one that does not fit the program is the same ProgramError on every rank.
+one that does not fit the program is the same ProgramError on every rank.  The bytes and
+collectives the model prices per step are those the runtime counts, for every strategy.
 """
+import dataclasses
 import json
 
 import numpy as np
@@ -17,8 +19,9 @@ from mpi4py import MPI
 import aluminum as al
 import aluminum.executor as ex
 from aluminum.executor import layers
-from aluminum.executor.sharding.search import (CostModel, Layer, data_parallel, estimate,
-                                               model_parallel, search)
+from aluminum.executor.sharding.auto import fc_chain
+from aluminum.executor.sharding.search import (CostModel, Layer, candidates, data_parallel,
+                                               estimate, model_parallel, search)
 from sharded_checks import agree, gathered
 
 WORLD = MPI.COMM_WORLD
@@ -233,3 +236,53 @@ def test_the_calibrated_model_is_the_same_on_every_rank_and_cached(comm, tmp_pat
             import json
             assert f"ranks={SIZE},itemsize=8" in json.loads(open(path).read())
     agree(check)
+
+
+@pytest.mark.parametrize("fused", [False, True])
+def test_the_model_prices_the_bytes_and_collectives_the_runtime_counts(comm, fused):
+    """For every candidate strategy on every layer, data parallel then Megatron, and
+    Megatron: one training step's bytes received (summed over ranks) and collective calls,
+    as ``ex.count_traffic`` counts them, equal the model's estimate (uneven shapes: batch
+    10 and widths 7, 5, 3 on 4 ranks; the split loss's sum included).  Fused, the model
+    gives a mix of strategies a share of the buckets by bytes, not a whole count: its
+    calls are compared where every layer has one strategy."""
+    widths = (6, 7, 5, 3)
+    depth = len(widths) - 1
+    mixes = [[s] * depth for s in candidates(SIZE)] + [
+        [data_parallel(SIZE)] + model_parallel(depth - 1, SIZE), model_parallel(depth, SIZE)]
+    rng = np.random.default_rng(5)
+    feed = {"x": rng.normal(size=(10, widths[0])), "t": rng.normal(size=(10, widths[-1]))}
+    for shards in mixes:
+        ex.set_parallel_context(parallel_mode=ex.ParallelMode.SEMI_AUTO_PARALLEL, comm=comm)
+        ex.reset_unique_names()
+        main, startup = ex.Program(), ex.Program()
+        with ex.program_guard(main, startup):
+            h = layers.data("x", (10, widths[0]), "float64", append_batch_size=False)
+            t = layers.data("t", (10, widths[-1]), "float64", append_batch_size=False)
+            for i, width in enumerate(widths[1:]):
+                h = layers.fc(h, width, act="tanh", name=f"l{i}", shard=shards[i])
+            loss = layers.mean(layers.square_error_cost(h, t))
+            ex.SGD(0.1).minimize(loss)
+        scope = ex.Scope()
+        ex.Executor().run(startup, scope=scope)
+        strategy = ex.BuildStrategy(fuse_all_reduce_ops=fused, first_bucket_mb=1e-4,
+                                    fuse_grad_size_mb=2e-4)
+        pe = ex.ParallelExecutor(main, loss_name=loss.name, scope=scope,
+                                 build_strategy=strategy)
+        ex.reset_parallel_context()
+        pe.run([loss.name], feed)                  # (the first step makes sub-communicators)
+        with ex.count_traffic() as traffic:
+            pe.run([loss.name], feed)
+        pe.close()
+        received = WORLD.allreduce(traffic.received, op=MPI.SUM)
+        calls = WORLD.allgather(len(traffic.calls))
+        model = dataclasses.replace(MODEL, buckets=(strategy.first_bucket_mb,
+                                                    strategy.fuse_grad_size_mb)
+                                    if fused else None)
+        predicted = estimate(fc_chain(main)[0], SIZE, shards, model)
+
+        def check():
+            assert received == predicted.moved, (shards, received, predicted.moved)
+            if not fused or len(set(shards)) == 1:
+                assert max(calls) == pytest.approx(predicted.collectives), (shards, calls)
+        agree(check)

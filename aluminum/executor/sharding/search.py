@@ -42,7 +42,7 @@ from dataclasses import dataclass
 from functools import cached_property, lru_cache
 
 from ..errors import ProgramError
-from ..layouts import Layout, plan_redistribution
+from ..layouts import Layout, Partial, Shard, plan_redistribution
 from .profile import layer_key, tail_key
 from .program_pass import equivalent, sums_over_every_rank
 from .strategy import OpSharding, Signature, from_strategy
@@ -351,19 +351,21 @@ class ChainCost:
             Estimate(time=-hidden)
 
     def _tail(self, last: Layer, s: int) -> Estimate:
-        """The loss after the last layer: its measured kernels and ops, and the sum of a
-        loss computed from a split output (an allreduce of one element); nothing without
-        a measurement."""
+        """The loss after the last layer: its measured kernels and ops (nothing without a
+        measurement), and the sum of a loss computed from a split output (a Partial scalar
+        made whole by the planner's route, as the pass does: one allreduce on a line, a
+        reduce-scatter per mesh dimension and a bcast on a 2-D mesh)."""
+        sharding = _sharding(self.strategies[s], self.nranks)
+        out = sharding.layout("mn", output=True).for_gradient()
+        summands = Layout(out.mesh, tuple(Partial() if isinstance(p, Shard) else p
+                                          for p in out.placements))
+        loss = _redistribution(summands, summands.for_gradient(), (1,), self.model,
+                               copy=False)
         measured = self.model.tail_time(tail_key(last, self.strategies[s]))
-        if measured is None:
-            return Estimate()
-        seconds, ops = measured
-        (m, _), (_, n) = self.strategies[s]
-        loss = Estimate(self.model.compute_scale * seconds +
-                        ops * self.model.op_scale * self.model.op)
-        if m * n > 1:
-            loss += Estimate(self.model.op + self.model.collective_time(
-                "allreduce", m * n, self.model.itemsize), collectives=1)
+        if measured is not None:
+            seconds, ops = measured
+            loss += Estimate(self.model.compute_scale * seconds +
+                             ops * self.model.op_scale * self.model.op)
         return loss
 
     def estimate(self, choice) -> Estimate:
