@@ -408,9 +408,10 @@ def test_the_loss_after_the_chain_is_costed_and_searched():
 
 def test_a_parameter_gradient_reduction_pays_reduction_call_and_the_critical_path_call():
     """Data parallelism's weight and bias reductions are charged ``reduction_call`` each
-    and not ``call`` (its split loss's sum is: it is on the critical path); a row-parallel layer's Partial output (summed on the critical path
-    before the bias) is charged ``call``, and its bias gradient nothing: the bias is added
-    to the whole output, so every rank has its whole gradient."""
+    and not ``call`` (its split loss's sum is: it is on the critical path); a row-parallel
+    layer's Partial output (summed on the critical path before the bias) is charged
+    ``call``, and its bias gradient nothing: the bias is added to the whole output, so
+    every rank has its whole gradient."""
     layer = Layer(8, 4, 6)
     base = CostModel(op=1e-6, steps=(("allreduce", 2, 3e-4, 1e-9),))
 
