@@ -42,7 +42,7 @@ from dataclasses import dataclass
 from functools import cached_property, lru_cache
 
 from ..errors import ProgramError
-from ..layouts import Layout, Partial, Shard, plan_redistribution
+from ..layouts import Layout, plan_redistribution
 from .profile import layer_key, tail_key
 from .program_pass import equivalent, sums_over_every_rank
 from .strategy import OpSharding, Signature, from_strategy
@@ -355,10 +355,9 @@ class ChainCost:
         measurement), and the sum of a loss computed from a split output (a Partial scalar
         made whole by the planner's route, as the pass does: one allreduce on a line, a
         reduce-scatter per mesh dimension and a bcast on a 2-D mesh)."""
-        sharding = _sharding(self.strategies[s], self.nranks)
-        out = sharding.layout("mn", output=True).for_gradient()
-        summands = Layout(out.mesh, tuple(Partial() if isinstance(p, Shard) else p
-                                          for p in out.placements))
+        # a scalar of the output: summands along the letters that split the output
+        summands = _sharding(self.strategies[s], self.nranks).layout(
+            "", output=True, resolved=frozenset("k"))
         loss = _redistribution(summands, summands.for_gradient(), (1,), self.model,
                                copy=False)
         measured = self.model.tail_time(tail_key(last, self.strategies[s]))
